@@ -1,0 +1,34 @@
+// SamplingParams: how one request picks its next tokens (the OpenAI / vLLM parameter set).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace tandem {
+
+struct SamplingParams {
+  // 0 = greedy (argmax). Otherwise logits / temperature before softmax.
+  float temperature = 1.0f;
+  float top_p = 1.0f;  // nucleus: smallest set of tokens with cumulative probability >= top_p
+  int top_k = 0;       // 0 or -1: disabled
+  float min_p = 0.0f;  // drop tokens with p < min_p * p_max
+  std::optional<uint64_t> seed;  // per-request generator; the same seed gives the same tokens
+  // Penalties (vLLM semantics): repetition divides positive / multiplies negative logits of tokens
+  // seen in prompt or output; frequency subtracts count*penalty, presence subtracts penalty once
+  // (output tokens only).
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  int max_tokens = 16;  // generated tokens at most
+  std::vector<int32_t> stop_token_ids;  // besides the model's EOS ids (unless ignore_eos)
+  std::vector<std::string> stop;        // stop strings; the matched string is not in the output
+  bool ignore_eos = false;
+  // -1: none. k >= 0: the chosen token's log-probability plus the top-k alternatives, computed
+  // from the model's distribution (log_softmax of the raw logits, before penalties/temperature).
+  int logprobs = -1;
+  bool skip_special_tokens = true;  // in the detokenized text
+};
+
+}  // namespace tandem

@@ -1,0 +1,59 @@
+// ModelRunner: runs the forward pass of a decoder-only transformer over a batch of sequence slices,
+// reading and writing a paged KV cache. The CPU runner is the reference backend.
+//
+// KV cache layout (DESIGN.md section 4): one pool per layer,
+//   [num_blocks, 2 (K,V), block_size, num_kv_heads, head_dim], block ids shared by all layers.
+// Token at absolute position p of a sequence lives in block block_table[p / block_size],
+// slot p % block_size.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+
+namespace tandem {
+
+// One sequence's part of a forward step. Prefill, chunked prefill and decode are the same thing:
+// compute `token_ids` at positions [start_pos, start_pos + token_ids.size()), attending to the
+// KV of positions [0, start_pos) already in the cache plus the new ones (causal).
+struct SequenceSlice {
+  std::span<const int32_t> token_ids;    // [num_new_tokens]
+  int32_t start_pos = 0;                 // = num_computed_tokens before this step
+  std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + num_new)
+  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+};
+
+struct ForwardBatch {
+  std::vector<SequenceSlice> seqs;
+};
+
+class ModelRunner {
+ public:
+  virtual ~ModelRunner() = default;
+  virtual const ModelConfig& config() const = 0;
+
+  // Allocates the KV pool (replacing any previous one). ResourceExhausted when it cannot.
+  virtual Status AllocateKVCache(int num_blocks, int block_size) = 0;
+  // Bytes one block takes across all layers (K and V), for sizing the pool.
+  virtual size_t KVBlockBytes(int block_size) const = 0;
+
+  // Runs one step. `logits` is resized to [num_rows, vocab_size] row-major, fp32, where the rows
+  // are, in the order of batch.seqs: one row per seq with Logits::kLast (its last token), and
+  // token_ids.size() rows per seq with Logits::kAll (every token of the slice).
+  // Errors: InvalidArgument (token id out of the vocab, a block table too short for the slice,
+  // positions beyond max_position_embeddings).
+  virtual Status Forward(const ForwardBatch& batch, std::vector<float>* logits) = 0;
+};
+
+// The CPU reference runner: fp32 math on the stored (bf16/f16/f32) weights, loaded from a
+// Hugging Face model directory (config.json + model.safetensors or a sharded index).
+// Errors: NotFound (missing files), DataLoss (truncated safetensors), InvalidArgument (a tensor
+// missing or whose shape disagrees with config.json), Unimplemented (unknown architecture).
+Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir);
+
+}  // namespace tandem
