@@ -1,0 +1,16 @@
+// `tandem` subcommands. Each Register* adds its options to the CLI11 app and returns the function
+// that runs it (exit code).
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace tandem::cli {
+
+using Runner = std::function<int()>;
+
+// tandem generate: one prompt through the engine on the CPU, text or JSON out.
+Runner RegisterGenerate(CLI::App& app);
+
+}  // namespace tandem::cli
