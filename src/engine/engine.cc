@@ -1,0 +1,353 @@
+// Engine::Create and the engine loop: step() = schedule -> run model -> sample -> post-process.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <unordered_map>
+
+#include "common/logging.h"
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+#include "engine/sampler.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+
+namespace tandem {
+
+const char* FinishReasonName(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kAbort: return "abort";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+namespace {
+
+constexpr int kMaxLogprobs = 20;
+
+Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, bool have_tokenizer) {
+  auto bad = [](const char* what, auto value) {
+    return Err(StatusCode::kInvalidArgument, "{} is {}", what, value);
+  };
+  if (p.max_tokens < 1) return bad("max_tokens must be >= 1 but", p.max_tokens);
+  if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) {
+    return bad("temperature must be >= 0 but", p.temperature);
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return bad("top_p must be in (0, 1] but", p.top_p);
+  if (p.top_k < -1) return bad("top_k must be -1, 0 (off) or >= 1 but", p.top_k);
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) return bad("min_p must be in [0, 1] but", p.min_p);
+  if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty)) {
+    return bad("repetition_penalty must be > 0 but", p.repetition_penalty);
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return bad("frequency_penalty must be in [-2, 2] but", p.frequency_penalty);
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return bad("presence_penalty must be in [-2, 2] but", p.presence_penalty);
+  }
+  if (p.logprobs < -1 || p.logprobs > kMaxLogprobs) {
+    return Err(StatusCode::kInvalidArgument, "logprobs must be in [0, {}] (or -1: none) but is {}",
+               kMaxLogprobs, p.logprobs);
+  }
+  for (int32_t id : p.stop_token_ids) {
+    if (id < 0 || id >= vocab_size) {
+      return Err(StatusCode::kInvalidArgument, "stop token id {} is outside the vocabulary [0, {})",
+                 id, vocab_size);
+    }
+  }
+  for (const std::string& s : p.stop) {
+    if (s.empty()) return Status(StatusCode::kInvalidArgument, "a stop string is empty");
+  }
+  if (!p.stop.empty() && !have_tokenizer) {
+    return Status(StatusCode::kInvalidArgument, "stop strings need an engine with a tokenizer");
+  }
+  return Status::Ok();
+}
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(std::unique_ptr<ModelRunner> runner, std::shared_ptr<const Tokenizer> tokenizer,
+             const EngineConfig& config, int num_blocks)
+      : runner_(std::move(runner)),
+        tokenizer_(std::move(tokenizer)),
+        config_(config),
+        kv_(num_blocks, config.block_size, config.enable_prefix_caching),
+        scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, &kv_),
+        global_generator_(std::random_device{}()) {
+    for (int id : runner_->config().eos_token_ids) eos_ids_.push_back(id);
+  }
+
+  Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                    const SamplingParams& params) override {
+    const int vocab = model_config().vocab_size;
+    if (requests_.count(request_id)) {
+      return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request_id);
+    }
+    if (prompt_token_ids.empty()) return Status(StatusCode::kInvalidArgument, "the prompt is empty");
+    for (size_t i = 0; i < prompt_token_ids.size(); ++i) {
+      const int32_t id = prompt_token_ids[i];
+      if (id < 0 || id >= vocab) {
+        return Err(StatusCode::kInvalidArgument,
+                   "prompt token {} at position {} is outside the vocabulary [0, {})", id, i, vocab);
+      }
+    }
+    const int num_prompt = static_cast<int>(prompt_token_ids.size());
+    if (num_prompt > config_.max_model_len) {
+      return Err(StatusCode::kInvalidArgument,
+                 "the prompt has {} tokens, more than max_model_len {}", num_prompt,
+                 config_.max_model_len);
+    }
+    TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(params, vocab, tokenizer_ != nullptr));
+    if (kv_.BlocksFor(num_prompt) > kv_.num_blocks()) {
+      return Err(StatusCode::kResourceExhausted,
+                 "the prompt has {} tokens, which need {} KV blocks of {} tokens, but the KV pool "
+                 "has only {} blocks",
+                 num_prompt, kv_.BlocksFor(num_prompt), config_.block_size, kv_.num_blocks());
+    }
+
+    auto entry = std::make_unique<Entry>();
+    Request& r = entry->request;
+    r.request_id = request_id;
+    r.token_ids = std::move(prompt_token_ids);
+    r.num_prompt_tokens = num_prompt;
+    r.params = params;
+    // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
+    r.generator.seed(params.seed ? *params.seed : global_generator_());
+    if (tokenizer_) entry->text = std::make_unique<TextStream>(tokenizer_, params);
+    scheduler_.AddRequest(&r);
+    requests_.emplace(request_id, std::move(entry));
+    return Status::Ok();
+  }
+
+  void AbortRequest(const std::string& request_id) override {
+    auto it = requests_.find(request_id);
+    if (it == requests_.end()) return;
+    Entry& e = *it->second;
+    scheduler_.FinishRequest(&e.request);
+    RequestOutput out = BaseOutput(e);
+    out.finished = true;
+    out.finish_reason = FinishReason::kAbort;
+    pending_.push_back(std::move(out));
+    requests_.erase(it);
+  }
+
+  std::vector<RequestOutput> Step() override {
+    std::vector<RequestOutput> outputs = std::move(pending_);
+    pending_.clear();
+
+    SchedulerOutput sched = scheduler_.Schedule();
+    for (Request* r : sched.unfittable) {
+      // Its tokens need more KV blocks than the pool has: the effective context limit.
+      log::warn("request {}: {} tokens need more than the {} KV blocks of the pool; stopping",
+                r->request_id, r->num_tokens(), kv_.num_blocks());
+      outputs.push_back(Finish(r->request_id, FinishReason::kLength));
+    }
+    if (sched.scheduled.empty()) return outputs;
+
+    // Run the model.
+    ForwardBatch batch;
+    batch.seqs.reserve(sched.scheduled.size());
+    for (const ScheduledRequest& s : sched.scheduled) {
+      SequenceSlice slice;
+      slice.token_ids =
+          std::span<const int32_t>(s.request->token_ids).subspan(s.start_pos, s.num_new_tokens);
+      slice.start_pos = s.start_pos;
+      slice.block_table = kv_.GetBlockIds(s.request->request_id);
+      slice.logits = s.samples() ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
+      batch.seqs.push_back(slice);
+    }
+    Status st = runner_->Forward(batch, &logits_);
+    size_t num_rows = 0;
+    for (const ScheduledRequest& s : sched.scheduled) num_rows += s.samples() ? 1 : 0;
+    const size_t vocab = static_cast<size_t>(model_config().vocab_size);
+    if (st.ok() && logits_.size() != num_rows * vocab) {
+      st = Err(StatusCode::kInternal, "the model runner returned {} logits, expected {} x {}",
+               logits_.size(), num_rows, vocab);
+    }
+    if (!st.ok()) {
+      log::error("forward pass failed: {}", st.ToString());
+      for (const ScheduledRequest& s : sched.scheduled) {
+        RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
+        out.error = st.ToString();
+        outputs.push_back(std::move(out));
+      }
+      return outputs;
+    }
+    scheduler_.OnStepComputed(sched);
+
+    // Sample and post-process.
+    size_t row = 0;
+    for (const ScheduledRequest& s : sched.scheduled) {
+      if (!s.samples()) continue;
+      std::span<float> logits(logits_.data() + row * vocab, vocab);
+      ++row;
+      outputs.push_back(SampleAndProcess(*requests_.at(s.request->request_id), logits));
+    }
+    return outputs;
+  }
+
+  bool HasUnfinishedRequests() const override { return !scheduler_.empty() || !pending_.empty(); }
+
+  EngineStats Stats() const override {
+    EngineStats s;
+    s.num_running = scheduler_.num_running();
+    s.num_waiting = scheduler_.num_waiting();
+    s.num_kv_blocks_total = kv_.num_blocks();
+    s.num_kv_blocks_used = kv_.num_used_blocks();
+    s.prefix_cache_queries = scheduler_.prefix_cache_queries();
+    s.prefix_cache_hits = scheduler_.prefix_cache_hits();
+    return s;
+  }
+
+  const ModelConfig& model_config() const override { return runner_->config(); }
+
+ private:
+  struct Entry {
+    Request request;
+    std::unique_ptr<TextStream> text;  // null without a tokenizer
+  };
+
+  RequestOutput BaseOutput(const Entry& e) const {
+    RequestOutput out;
+    out.request_id = e.request.request_id;
+    out.num_prompt_tokens = e.request.num_prompt_tokens;
+    out.num_cached_tokens = std::max(0, e.request.num_cached_tokens);
+    out.num_output_tokens = e.request.num_output_tokens();
+    return out;
+  }
+
+  // Ends a request: frees its blocks, flushes its text, forgets it.
+  RequestOutput Finish(const std::string& request_id, FinishReason reason) {
+    auto it = requests_.find(request_id);
+    Entry& e = *it->second;
+    scheduler_.FinishRequest(&e.request);
+    RequestOutput out = BaseOutput(e);
+    out.finished = true;
+    out.finish_reason = reason;
+    if (e.text && reason != FinishReason::kError) out.new_text = e.text->Finish();
+    requests_.erase(it);
+    return out;
+  }
+
+  RequestOutput SampleAndProcess(Entry& e, std::span<float> logits) {
+    Request& r = e.request;
+    const SamplingParams& p = r.params;
+    const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
+                           p.presence_penalty != 0.0f;
+    std::vector<float> raw;  // logprobs come from the model's own distribution
+    if (p.logprobs >= 0 && penalties) raw.assign(logits.begin(), logits.end());
+    if (penalties) ApplyPenalties(logits, r.prompt_token_ids(), r.output_token_ids(), p);
+    const int32_t token = SampleToken(logits, p, r.generator);
+    r.token_ids.push_back(token);
+
+    RequestOutput out = BaseOutput(e);
+    out.new_token_ids.push_back(token);
+    if (p.logprobs >= 0) {
+      const std::span<const float> model_logits =
+          raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw);
+      out.new_logprobs.push_back(ComputeLogprobs(model_logits, token, p.logprobs));
+    }
+
+    FinishReason reason = FinishReason::kNone;
+    const bool is_eos =
+        !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
+    const bool is_stop_token =
+        std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+    if (is_eos || is_stop_token) {
+      reason = FinishReason::kStop;  // the stop token's text is not part of the output text
+    } else if (e.text) {
+      StopStringMatcher::Result t = e.text->Push(token);
+      out.new_text = std::move(t.text);
+      if (t.stopped) reason = FinishReason::kStop;
+    }
+    if (reason == FinishReason::kNone &&
+        (r.num_output_tokens() >= p.max_tokens || r.num_tokens() >= config_.max_model_len)) {
+      reason = FinishReason::kLength;
+    }
+    if (reason == FinishReason::kNone) return out;
+
+    const bool stopped_by_string = reason == FinishReason::kStop && !is_eos && !is_stop_token;
+    std::string rest = Finish(r.request_id, reason).new_text;  // e is gone from here on
+    if (!stopped_by_string) out.new_text += rest;
+    out.finished = true;
+    out.finish_reason = reason;
+    return out;
+  }
+
+  std::unique_ptr<ModelRunner> runner_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  EngineConfig config_;
+  KVCacheManager kv_;
+  Scheduler scheduler_;
+  std::mt19937_64 global_generator_;
+  std::vector<int32_t> eos_ids_;
+  std::unordered_map<std::string, std::unique_ptr<Entry>> requests_;
+  std::vector<RequestOutput> pending_;  // outputs of aborted requests, returned by the next Step
+  std::vector<float> logits_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runner,
+                                               std::shared_ptr<const Tokenizer> tokenizer,
+                                               const EngineConfig& config_in) {
+  if (!runner) return Status(StatusCode::kInvalidArgument, "no model runner");
+  EngineConfig config = config_in;
+  const ModelConfig& mc = runner->config();
+  if (config.block_size < 1) {
+    return Err(StatusCode::kInvalidArgument, "block_size must be >= 1 but is {}", config.block_size);
+  }
+  if (config.max_num_seqs < 1) {
+    return Err(StatusCode::kInvalidArgument, "max_num_seqs must be >= 1 but is {}",
+               config.max_num_seqs);
+  }
+  if (config.max_num_batched_tokens < 1) {
+    return Err(StatusCode::kInvalidArgument, "max_num_batched_tokens must be >= 1 but is {}",
+               config.max_num_batched_tokens);
+  }
+  if (mc.vocab_size < 1) {
+    return Err(StatusCode::kInvalidArgument, "the model's vocab_size is {}", mc.vocab_size);
+  }
+  if (config.max_model_len < 0) {
+    return Err(StatusCode::kInvalidArgument, "max_model_len must be >= 0 but is {}",
+               config.max_model_len);
+  }
+  if (config.max_model_len == 0) config.max_model_len = mc.max_position_embeddings;
+  if (config.max_model_len <= 0) {
+    return Status(StatusCode::kInvalidArgument,
+                  "max_model_len is not set and the model has no max_position_embeddings");
+  }
+  if (mc.max_position_embeddings > 0 && config.max_model_len > mc.max_position_embeddings) {
+    return Err(StatusCode::kInvalidArgument,
+               "max_model_len {} is larger than the model's max_position_embeddings {}",
+               config.max_model_len, mc.max_position_embeddings);
+  }
+  if (config.num_kv_blocks < 0) {
+    return Err(StatusCode::kInvalidArgument, "num_kv_blocks must be >= 0 but is {}",
+               config.num_kv_blocks);
+  }
+  int num_blocks = config.num_kv_blocks;
+  if (num_blocks == 0) {
+    const size_t block_bytes = runner->KVBlockBytes(config.block_size);
+    if (block_bytes == 0) return Status(StatusCode::kInternal, "the runner reports 0-byte KV blocks");
+    const size_t n = config.kv_cache_bytes / block_bytes;
+    if (n < 1) {
+      return Err(StatusCode::kResourceExhausted,
+                 "kv_cache_bytes {} cannot hold one KV block of {} bytes ({} tokens)",
+                 config.kv_cache_bytes, block_bytes, config.block_size);
+    }
+    num_blocks = static_cast<int>(std::min<size_t>(n, 1u << 30));
+  }
+  TANDEM_RETURN_IF_ERROR(runner->AllocateKVCache(num_blocks, config.block_size));
+  log::debug("engine: {} KV blocks of {} tokens, max_model_len {}", num_blocks, config.block_size,
+             config.max_model_len);
+  return std::unique_ptr<Engine>(
+      new EngineImpl(std::move(runner), std::move(tokenizer), config, num_blocks));
+}
+
+}  // namespace tandem

@@ -1,0 +1,90 @@
+#include "engine/kv_cache_manager.h"
+
+#include <algorithm>
+#include <cassert>
+
+namespace tandem {
+
+KVCacheManager::KVCacheManager(int num_blocks, int block_size, bool enable_prefix_caching)
+    : block_size_(block_size), enable_prefix_caching_(enable_prefix_caching), pool_(num_blocks) {}
+
+CachedPrefix KVCacheManager::FindCachedPrefix(std::span<const uint64_t> block_hashes,
+                                              int num_tokens) const {
+  CachedPrefix prefix;
+  if (!enable_prefix_caching_ || num_tokens <= 0) return prefix;
+  // At least the last token must be computed.
+  const size_t max_blocks =
+      std::min(block_hashes.size(), static_cast<size_t>((num_tokens - 1) / block_size_));
+  for (size_t i = 0; i < max_blocks; ++i) {
+    auto id = pool_.Lookup(block_hashes[i]);
+    if (!id) break;
+    prefix.block_ids.push_back(*id);
+  }
+  prefix.num_tokens = static_cast<int>(prefix.block_ids.size()) * block_size_;
+  return prefix;
+}
+
+bool KVCacheManager::AllocateSlots(const std::string& request_id, int num_total_tokens,
+                                   const CachedPrefix* prefix) {
+  auto it = requests_.find(request_id);
+  const int held = it == requests_.end() ? 0 : static_cast<int>(it->second.block_ids.size());
+  const bool use_prefix = prefix != nullptr && !prefix->block_ids.empty() && held == 0;
+  const int num_prefix = use_prefix ? static_cast<int>(prefix->block_ids.size()) : 0;
+  const int need = std::max(0, BlocksFor(num_total_tokens) - held - num_prefix);
+
+  // Hits on free cached blocks take them out of the free pool.
+  int num_prefix_free = 0;
+  if (use_prefix) {
+    for (int id : prefix->block_ids) num_prefix_free += pool_.ref_count(id) == 0 ? 1 : 0;
+  }
+  if (need + num_prefix_free > pool_.num_free_blocks()) return false;
+  if (need == 0 && !use_prefix && it != requests_.end()) return true;
+
+  RequestBlocks& rb = requests_[request_id];
+  if (use_prefix) {
+    pool_.Touch(prefix->block_ids);  // before Allocate, so they cannot be evicted by it
+    rb.block_ids = prefix->block_ids;
+    rb.num_cached_blocks = num_prefix;
+  }
+  if (need > 0) {
+    const int hint = rb.block_ids.empty() ? -1 : rb.block_ids.back();
+    auto fresh = pool_.Allocate(need, hint);
+    assert(fresh.has_value());
+    rb.block_ids.insert(rb.block_ids.end(), fresh->begin(), fresh->end());
+  }
+  return true;
+}
+
+void KVCacheManager::CacheComputedBlocks(const std::string& request_id,
+                                         std::span<const uint64_t> block_hashes,
+                                         int num_computed_tokens) {
+  if (!enable_prefix_caching_) return;
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  RequestBlocks& rb = it->second;
+  const int num_full = std::min({num_computed_tokens / block_size_,
+                                 static_cast<int>(block_hashes.size()),
+                                 static_cast<int>(rb.block_ids.size())});
+  for (int i = rb.num_cached_blocks; i < num_full; ++i) {
+    // False when an identical block computed by another request is cached already: this copy
+    // then stays uncached and is recycled first when freed.
+    (void)pool_.CacheBlock(rb.block_ids[i], block_hashes[i]);
+  }
+  rb.num_cached_blocks = std::max(rb.num_cached_blocks, num_full);
+}
+
+void KVCacheManager::Free(const std::string& request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  std::vector<int> reversed(it->second.block_ids.rbegin(), it->second.block_ids.rend());
+  pool_.Free(reversed);
+  requests_.erase(it);
+}
+
+const std::vector<int>& KVCacheManager::GetBlockIds(const std::string& request_id) const {
+  static const std::vector<int> kEmpty;
+  auto it = requests_.find(request_id);
+  return it == requests_.end() ? kEmpty : it->second.block_ids;
+}
+
+}  // namespace tandem

@@ -1,0 +1,77 @@
+// KVCacheManager: which KV blocks each request holds, prefix cache lookups, and caching of
+// computed full blocks (vLLM v1's KVCacheManager). The scheduler talks to this class only; the
+// BlockPool's free queue is its business.
+//
+// Token at position p of a request lives in block GetBlockIds(id)[p / block_size], slot
+// p % block_size. Block hashes are DESIGN.md section 4's chained hashes (block_hash.h).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/block_pool.h"
+
+namespace tandem {
+
+// Blocks found in the prefix cache for a request that holds no blocks yet.
+struct CachedPrefix {
+  std::vector<int> block_ids;
+  int num_tokens = 0;  // block_ids.size() * block_size
+};
+
+class KVCacheManager {
+ public:
+  KVCacheManager(int num_blocks, int block_size, bool enable_prefix_caching);
+
+  int block_size() const { return block_size_; }
+  int num_blocks() const { return pool_.num_blocks(); }
+  int num_used_blocks() const { return pool_.num_used_blocks(); }
+  int num_free_blocks() const { return pool_.num_free_blocks(); }
+  bool prefix_caching() const { return enable_prefix_caching_; }
+  // Blocks needed to hold num_tokens tokens.
+  int BlocksFor(int num_tokens) const { return (num_tokens + block_size_ - 1) / block_size_; }
+
+  // The longest run of leading full blocks of a sequence of num_tokens tokens whose hashes
+  // (block_hashes, chained, full blocks only) are cached. Never the whole sequence: at most
+  // num_tokens - 1 tokens, so the last token is computed and gives logits. Changes nothing.
+  CachedPrefix FindCachedPrefix(std::span<const uint64_t> block_hashes, int num_tokens) const;
+
+  // Makes the request's blocks cover num_total_tokens tokens (computed + about to be computed).
+  // For a request with no blocks, `prefix` (from FindCachedPrefix in the same step) becomes its
+  // first blocks. False when the pool has no room (then nothing changes).
+  bool AllocateSlots(const std::string& request_id, int num_total_tokens,
+                     const CachedPrefix* prefix = nullptr);
+
+  // Registers the hashes of the request's full blocks among its first num_computed_tokens tokens
+  // so later requests can find them. block_hashes: the request's chained full-block hashes.
+  void CacheComputedBlocks(const std::string& request_id, std::span<const uint64_t> block_hashes,
+                           int num_computed_tokens);
+
+  // Releases all the request's blocks (last block first, so a request's tail is evicted before its
+  // shared head). Unknown ids are ignored.
+  void Free(const std::string& request_id);
+
+  // The request's block table (empty when it holds none).
+  const std::vector<int>& GetBlockIds(const std::string& request_id) const;
+
+  // Forgets the hashes of all free blocks (cached blocks in use keep theirs).
+  void ResetPrefixCache() { pool_.EvictAllCached(); }
+
+  const BlockPool& pool() const { return pool_; }
+
+ private:
+  struct RequestBlocks {
+    std::vector<int> block_ids;
+    int num_cached_blocks = 0;  // leading blocks whose hashes are registered (or were hits)
+  };
+
+  int block_size_;
+  bool enable_prefix_caching_;
+  BlockPool pool_;
+  std::unordered_map<std::string, RequestBlocks> requests_;
+};
+
+}  // namespace tandem

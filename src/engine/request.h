@@ -1,0 +1,40 @@
+// Request: one generation request as the scheduler and the engine loop see it.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/sampling_params.h"
+
+namespace tandem {
+
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+
+struct Request {
+  std::string request_id;
+  std::vector<int32_t> token_ids;  // the prompt, then the generated tokens
+  int num_prompt_tokens = 0;
+  SamplingParams params;
+
+  RequestStatus status = RequestStatus::kWaiting;
+  // Tokens whose KV is in this request's blocks (or scheduled to be, once Schedule() returned).
+  int num_computed_tokens = 0;
+  int num_cached_tokens = -1;  // prompt tokens served by the prefix cache at first admission
+  int num_preemptions = 0;
+  std::vector<uint64_t> block_hashes;  // chained hashes of the full blocks of token_ids
+  std::mt19937_64 generator;           // per-request sampling generator
+
+  int num_tokens() const { return static_cast<int>(token_ids.size()); }
+  int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+  std::span<const int32_t> prompt_token_ids() const {
+    return std::span<const int32_t>(token_ids).first(num_prompt_tokens);
+  }
+  std::span<const int32_t> output_token_ids() const {
+    return std::span<const int32_t>(token_ids).subspan(num_prompt_tokens);
+  }
+};
+
+}  // namespace tandem

@@ -1,0 +1,115 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+#include "engine/block_hash.h"
+
+namespace tandem {
+
+Scheduler::Scheduler(const SchedulerConfig& config, KVCacheManager* kv) : config_(config), kv_(kv) {}
+
+void Scheduler::AddRequest(Request* request) {
+  request->status = RequestStatus::kWaiting;
+  waiting_.push_back(request);
+}
+
+void Scheduler::Preempt(Request* request) {
+  kv_->Free(request->request_id);
+  request->num_computed_tokens = 0;
+  request->status = RequestStatus::kPreempted;
+  ++request->num_preemptions;
+  waiting_.push_front(request);
+}
+
+SchedulerOutput Scheduler::Schedule() {
+  SchedulerOutput out;
+  int budget = config_.max_num_batched_tokens;
+  auto update_hashes = [&](Request* r) {
+    if (kv_->prefix_caching()) ExtendBlockHashes(r->token_ids, kv_->block_size(), &r->block_hashes);
+  };
+
+  // 1. Running requests.
+  for (size_t i = 0; i < running_.size() && budget > 0;) {
+    Request* req = running_[i];
+    if (kv_->BlocksFor(req->num_tokens()) > kv_->num_blocks()) {
+      kv_->Free(req->request_id);
+      running_.erase(running_.begin() + i);
+      req->status = RequestStatus::kFinished;
+      out.unfittable.push_back(req);
+      continue;
+    }
+    const int num_new = std::min(req->num_tokens() - req->num_computed_tokens, budget);
+    if (num_new <= 0) {
+      ++i;
+      continue;
+    }
+    bool scheduled = true;
+    while (!kv_->AllocateSlots(req->request_id, req->num_computed_tokens + num_new)) {
+      Request* victim = running_.back();
+      running_.pop_back();
+      Preempt(victim);
+      out.preempted.push_back(victim);
+      if (victim == req) {
+        scheduled = false;
+        break;
+      }
+    }
+    if (!scheduled) break;  // req was the last running one
+    update_hashes(req);
+    out.scheduled.push_back({req, req->num_computed_tokens, num_new});
+    budget -= num_new;
+    ++i;
+  }
+
+  // 2. Waiting requests, unless this step had to preempt.
+  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
+         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+    Request* req = waiting_.front();
+    if (kv_->BlocksFor(req->num_tokens()) > kv_->num_blocks()) {
+      waiting_.pop_front();
+      req->status = RequestStatus::kFinished;
+      out.unfittable.push_back(req);
+      continue;
+    }
+    update_hashes(req);
+    const CachedPrefix prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
+    const int num_new = std::min(req->num_tokens() - prefix.num_tokens, budget);
+    if (!kv_->AllocateSlots(req->request_id, prefix.num_tokens + num_new, &prefix)) break;
+    waiting_.pop_front();
+    if (req->num_cached_tokens < 0) {  // first admission: count it for the hit ratio
+      req->num_cached_tokens = prefix.num_tokens;
+      prefix_cache_queries_ += static_cast<uint64_t>(req->num_prompt_tokens);
+      prefix_cache_hits_ += static_cast<uint64_t>(prefix.num_tokens);
+    }
+    req->num_computed_tokens = prefix.num_tokens;
+    req->status = RequestStatus::kRunning;
+    running_.push_back(req);
+    out.scheduled.push_back({req, req->num_computed_tokens, num_new});
+    budget -= num_new;
+  }
+
+  for (ScheduledRequest& s : out.scheduled) {
+    s.request->num_computed_tokens += s.num_new_tokens;
+    out.num_batched_tokens += s.num_new_tokens;
+  }
+  return out;
+}
+
+void Scheduler::OnStepComputed(const SchedulerOutput& output) {
+  for (const ScheduledRequest& s : output.scheduled) {
+    if (s.request->status != RequestStatus::kRunning) continue;
+    kv_->CacheComputedBlocks(s.request->request_id, s.request->block_hashes,
+                             s.request->num_computed_tokens);
+  }
+}
+
+void Scheduler::FinishRequest(Request* request) {
+  auto r = std::find(running_.begin(), running_.end(), request);
+  if (r != running_.end()) running_.erase(r);
+  auto w = std::find(waiting_.begin(), waiting_.end(), request);
+  if (w != waiting_.end()) waiting_.erase(w);
+  kv_->Free(request->request_id);
+  request->status = RequestStatus::kFinished;
+}
+
+}  // namespace tandem

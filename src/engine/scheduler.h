@@ -1,0 +1,77 @@
+// Scheduler: continuous batching under a token budget (vLLM v1 shape).
+//
+// Each step moves requests' num_computed_tokens toward num_tokens; prefill, chunked prefill and
+// decode are one mechanism. Order within a step:
+//   1. running requests, in admission order: all their uncomputed tokens (1 for decode, the rest of
+//      the prompt for chunked prefill) within the remaining budget. When the KV pool has no room,
+//      the most recently admitted running request is preempted (its blocks freed; it goes back to
+//      the front of the waiting queue and is recomputed later, prompt plus the tokens it already
+//      generated, with the help of the prefix cache), possibly the request itself.
+//   2. if nothing was preempted: waiting requests in order (FIFO), up to max_num_seqs running:
+//      prefix cache lookup, then as much of the rest as the budget allows. The first one that does
+//      not fit stops admission (no overtaking).
+// A request whose tokens need more blocks than the whole pool is returned in `unfittable` (the
+// engine ends it with finish reason "length"); new requests whose prompts cannot fit are refused
+// earlier by the engine.
+//
+// The scheduler does not own requests; it talks to the KVCacheManager only.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "engine/kv_cache_manager.h"
+#include "engine/request.h"
+
+namespace tandem {
+
+struct SchedulerConfig {
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 2048;
+};
+
+struct ScheduledRequest {
+  Request* request = nullptr;
+  int start_pos = 0;       // num_computed_tokens before this step
+  int num_new_tokens = 0;  // tokens [start_pos, start_pos + num_new_tokens) computed this step
+  // True when this slice reaches the end of the known tokens: the step samples a token.
+  bool samples() const { return start_pos + num_new_tokens == request->num_tokens(); }
+};
+
+struct SchedulerOutput {
+  std::vector<ScheduledRequest> scheduled;  // the batch, in order
+  std::vector<Request*> preempted;
+  std::vector<Request*> unfittable;  // removed from the scheduler; the caller finishes them
+  int num_batched_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerConfig& config, KVCacheManager* kv);
+
+  void AddRequest(Request* request);  // to the back of the waiting queue
+  SchedulerOutput Schedule();         // advances num_computed_tokens of the scheduled requests
+  // After the model ran the step: registers the newly computed full blocks in the prefix cache.
+  void OnStepComputed(const SchedulerOutput& output);
+  // Removes a request (finished, aborted, failed) and frees its blocks.
+  void FinishRequest(Request* request);
+
+  int num_running() const { return static_cast<int>(running_.size()); }
+  int num_waiting() const { return static_cast<int>(waiting_.size()); }
+  bool empty() const { return running_.empty() && waiting_.empty(); }
+  uint64_t prefix_cache_queries() const { return prefix_cache_queries_; }
+  uint64_t prefix_cache_hits() const { return prefix_cache_hits_; }
+
+ private:
+  void Preempt(Request* request);
+
+  SchedulerConfig config_;
+  KVCacheManager* kv_;
+  std::vector<Request*> running_;  // admission order
+  std::deque<Request*> waiting_;
+  uint64_t prefix_cache_queries_ = 0;
+  uint64_t prefix_cache_hits_ = 0;
+};
+
+}  // namespace tandem
