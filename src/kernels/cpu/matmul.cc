@@ -1,0 +1,18 @@
+#include "kernels/cpu/matmul.h"
+
+#include <cblas.h>
+
+namespace tandem::cpu {
+
+void Linear(const float* x, int m, int k, const float* w, int n, const float* bias, float* y) {
+  if (m == 0 || n == 0) return;
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, m, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+  if (bias != nullptr) {
+    for (int i = 0; i < m; ++i) {
+      float* yr = y + static_cast<long>(i) * n;
+      for (int j = 0; j < n; ++j) yr[j] += bias[j];
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,105 @@
+#include "kernels/cpu/paged_attention.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/reshape_and_cache.h"
+
+namespace tandem::cpu {
+namespace {
+
+constexpr int kQueryTile = 128;
+
+// row: [n] scores, softmax in place over the first `valid` entries; the rest set to 0.
+void SoftmaxRow(float* row, int valid, int n) {
+  float max_v = row[0];
+  for (int j = 1; j < valid; ++j) max_v = std::max(max_v, row[j]);
+  float sum = 0.0f;
+  for (int j = 0; j < valid; ++j) {
+    row[j] = std::exp(row[j] - max_v);
+    sum += row[j];
+  }
+  const float inv = 1.0f / sum;
+  for (int j = 0; j < valid; ++j) row[j] *= inv;
+  for (int j = valid; j < n; ++j) row[j] = 0.0f;
+}
+
+}  // namespace
+
+void PagedAttention(const PagedAttentionArgs& a) {
+  const int ctx = a.start_pos + a.num_tokens;  // keys [0, ctx)
+  const int d = a.head_dim;
+  const int group = a.num_heads / a.num_kv_heads;
+  const long q_row = static_cast<long>(a.num_heads) * d;
+  // Contiguous copies: [num_kv_heads, ctx, head_dim].
+  std::vector<float> keys(static_cast<size_t>(a.num_kv_heads) * ctx * d);
+  std::vector<float> values(keys.size());
+  for (int p = 0; p < ctx; ++p) {
+    const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
+                         p % a.block_size;
+    const float* k = a.kv_pool + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d);
+    const float* v = a.kv_pool + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d);
+    for (int h = 0; h < a.num_kv_heads; ++h) {
+      std::memcpy(&keys[(static_cast<size_t>(h) * ctx + p) * d], k + h * d, sizeof(float) * d);
+      std::memcpy(&values[(static_cast<size_t>(h) * ctx + p) * d], v + h * d, sizeof(float) * d);
+    }
+  }
+  std::vector<float> scores(static_cast<size_t>(kQueryTile) * ctx);
+  for (int h = 0; h < a.num_heads; ++h) {
+    const int kvh = h / group;
+    const float* kh = &keys[static_cast<size_t>(kvh) * ctx * d];
+    const float* vh = &values[static_cast<size_t>(kvh) * ctx * d];
+    for (int i0 = 0; i0 < a.num_tokens; i0 += kQueryTile) {
+      const int rows = std::min(kQueryTile, a.num_tokens - i0);
+      const int keys_needed = a.start_pos + i0 + rows;  // causal: the tile's last token sees these
+      // scores[rows, keys_needed] = scale * Q_tile [rows, d] * K^T [d, keys_needed]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys_needed, d, a.scale,
+                  a.q + i0 * q_row + h * d, q_row, kh, d, 0.0f, scores.data(), keys_needed);
+      for (int r = 0; r < rows; ++r) {
+        SoftmaxRow(scores.data() + static_cast<long>(r) * keys_needed, a.start_pos + i0 + r + 1,
+                   keys_needed);
+      }
+      // out_tile [rows, d] = P [rows, keys_needed] * V [keys_needed, d]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, keys_needed, 1.0f,
+                  scores.data(), keys_needed, vh, d, 0.0f, a.out + i0 * q_row + h * d, q_row);
+    }
+  }
+}
+
+void PagedAttentionNaive(const PagedAttentionArgs& a) {
+  const int d = a.head_dim;
+  const int group = a.num_heads / a.num_kv_heads;
+  for (int i = 0; i < a.num_tokens; ++i) {
+    const int pos = a.start_pos + i;
+    std::vector<float> s(pos + 1);
+    for (int h = 0; h < a.num_heads; ++h) {
+      const float* q = a.q + (static_cast<long>(i) * a.num_heads + h) * d;
+      const int kvh = h / group;
+      for (int p = 0; p <= pos; ++p) {
+        const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
+                             p % a.block_size;
+        const float* k = a.kv_pool + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d) +
+                         kvh * d;
+        float dot = 0.0f;
+        for (int e = 0; e < d; ++e) dot += q[e] * k[e];
+        s[p] = dot * a.scale;
+      }
+      SoftmaxRow(s.data(), pos + 1, pos + 1);
+      float* o = a.out + (static_cast<long>(i) * a.num_heads + h) * d;
+      std::fill(o, o + d, 0.0f);
+      for (int p = 0; p <= pos; ++p) {
+        const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
+                             p % a.block_size;
+        const float* v = a.kv_pool + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d) +
+                         kvh * d;
+        for (int e = 0; e < d; ++e) o[e] += s[p] * v[e];
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,73 @@
+#include "kernels/cpu/rope.h"
+
+#include <cmath>
+#include <numbers>
+
+namespace tandem::cpu {
+
+std::vector<float> RopeInvFreq(int head_dim, const RopeParams& p) {
+  const int half = head_dim / 2;
+  std::vector<float> inv_freq(half);
+  const float theta = static_cast<float>(p.theta);
+  for (int i = 0; i < half; ++i) {
+    // torch: base ** (arange(0, d, 2).float() / d), float32 throughout.
+    const float exponent = static_cast<float>(2 * i) / static_cast<float>(head_dim);
+    const float power = static_cast<float>(std::pow(static_cast<double>(theta), exponent));
+    inv_freq[i] = 1.0f / power;
+  }
+  if (p.type == "linear") {
+    const float factor = static_cast<float>(p.factor);
+    for (float& f : inv_freq) f = f / factor;
+  } else if (p.type == "llama3") {
+    const float factor = static_cast<float>(p.factor);
+    const float low = static_cast<float>(p.low_freq_factor);
+    const float high = static_cast<float>(p.high_freq_factor);
+    const float old_ctx = static_cast<float>(p.original_max_position_embeddings);
+    const float low_freq_wavelen = static_cast<float>(p.original_max_position_embeddings /
+                                                      p.low_freq_factor);
+    const float high_freq_wavelen = static_cast<float>(p.original_max_position_embeddings /
+                                                       p.high_freq_factor);
+    const float two_pi = static_cast<float>(2.0 * std::numbers::pi);
+    for (float& f : inv_freq) {
+      const float wavelen = two_pi / f;
+      const float scaled = wavelen > low_freq_wavelen ? f / factor : f;
+      const bool medium = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
+      if (medium) {
+        const float smooth = (old_ctx / wavelen - low) / (high - low);
+        f = (1.0f - smooth) * scaled / factor + smooth * scaled;
+      } else {
+        f = scaled;
+      }
+    }
+  }
+  return inv_freq;
+}
+
+void ApplyRope(float* x, int num_tokens, int num_heads, int head_dim, const int32_t* positions,
+               const float* inv_freq) {
+  const int half = head_dim / 2;
+  std::vector<float> cos_v(half), sin_v(half);
+  for (int t = 0; t < num_tokens; ++t) {
+    const float pos = static_cast<float>(positions[t]);
+    for (int i = 0; i < half; ++i) {
+      const float angle = pos * inv_freq[i];  // one fp32 product, as HF's outer product
+      cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+      sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    }
+    for (int h = 0; h < num_heads; ++h) {
+      float* v = x + (static_cast<long>(t) * num_heads + h) * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float x1 = v[i];
+        const float x2 = v[i + half];
+        const float a = x1 * cos_v[i];
+        const float b = x2 * sin_v[i];
+        const float c = x2 * cos_v[i];
+        const float d = x1 * sin_v[i];
+        v[i] = a - b;
+        v[i + half] = c + d;
+      }
+    }
+  }
+}
+
+}  // namespace tandem::cpu

@@ -1,0 +1,9 @@
+// SwiGLU activation of HF LlamaMLP / Qwen3MLP: out = silu(gate) * up, silu(x) = x / (1 + e^-x).
+#pragma once
+
+namespace tandem::cpu {
+
+// gate, up, out: [n] (flattened [num_tokens, intermediate]); out may alias gate or up.
+void SiluMul(const float* gate, const float* up, long n, float* out);
+
+}  // namespace tandem::cpu

@@ -1,0 +1,242 @@
+// The CPU reference ModelRunner (model_runner.h): fp32 forward of Llama-family decoders
+// (Qwen3, Llama, Qwen2, Mistral) over a paged KV cache, following transformers' modeling_*.py.
+//
+// One step: all new tokens of all slices go through each projection as one sgemm
+// ([num_tokens, hidden] x W^T); attention runs per slice over its block table.
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <new>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cpu/embedding.h"
+#include "kernels/cpu/matmul.h"
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/reshape_and_cache.h"
+#include "kernels/cpu/rms_norm.h"
+#include "kernels/cpu/rope.h"
+#include "kernels/cpu/silu_mul.h"
+#include "model/model_runner.h"
+#include "model/safetensors.h"
+#include "model/weights.h"
+
+namespace tandem {
+namespace {
+
+class CpuModelRunner final : public ModelRunner {
+ public:
+  CpuModelRunner(ModelConfig config, ModelWeights weights)
+      : config_(std::move(config)), weights_(std::move(weights)) {
+    cpu::RopeParams rope;
+    rope.theta = config_.rope_theta;
+    rope.type = config_.rope_scaling.type;
+    rope.factor = config_.rope_scaling.factor;
+    rope.low_freq_factor = config_.rope_scaling.low_freq_factor;
+    rope.high_freq_factor = config_.rope_scaling.high_freq_factor;
+    rope.original_max_position_embeddings = config_.rope_scaling.original_max_position_embeddings;
+    inv_freq_ = cpu::RopeInvFreq(config_.head_dim, rope);
+  }
+
+  const ModelConfig& config() const override { return config_; }
+
+  size_t KVBlockBytes(int block_size) const override {
+    return static_cast<size_t>(config_.num_hidden_layers) * 2 * block_size *
+           config_.num_key_value_heads * config_.head_dim * sizeof(float);
+  }
+
+  Status AllocateKVCache(int num_blocks, int block_size) override {
+    if (num_blocks <= 0 || block_size <= 0) {
+      return Err(StatusCode::kInvalidArgument, "KV cache needs num_blocks > 0 and block_size > 0,"
+                 " got {} and {}", num_blocks, block_size);
+    }
+    kv_.clear();
+    num_blocks_ = 0;
+    block_size_ = 0;
+    const size_t per_layer = static_cast<size_t>(num_blocks) * 2 * block_size *
+                             config_.num_key_value_heads * config_.head_dim;
+    try {
+      kv_.resize(config_.num_hidden_layers);
+      for (auto& pool : kv_) pool.assign(per_layer, 0.0f);
+    } catch (const std::bad_alloc&) {
+      kv_.clear();
+      return Err(StatusCode::kResourceExhausted, "cannot allocate a KV cache of {} blocks x {} "
+                 "bytes", num_blocks, KVBlockBytes(block_size));
+    } catch (const std::length_error&) {
+      kv_.clear();
+      return Err(StatusCode::kResourceExhausted, "KV cache of {} blocks is too large", num_blocks);
+    }
+    num_blocks_ = num_blocks;
+    block_size_ = block_size;
+    return Status::Ok();
+  }
+
+  Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
+
+ private:
+  Status Validate(const ForwardBatch& batch) const;
+
+  ModelConfig config_;
+  ModelWeights weights_;
+  std::vector<float> inv_freq_;                 // [head_dim / 2]
+  std::vector<std::vector<float>> kv_;          // per layer [num_blocks, 2, block, kv_heads, hd]
+  int num_blocks_ = 0;
+  int block_size_ = 0;
+};
+
+Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
+  if (kv_.empty()) {
+    return Err(StatusCode::kFailedPrecondition, "Forward before AllocateKVCache");
+  }
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SequenceSlice& seq = batch.seqs[s];
+    const int64_t n = static_cast<int64_t>(seq.token_ids.size());
+    if (n == 0) return Err(StatusCode::kInvalidArgument, "seq {}: no tokens in the slice", s);
+    if (seq.start_pos < 0) {
+      return Err(StatusCode::kInvalidArgument, "seq {}: negative start_pos {}", s, seq.start_pos);
+    }
+    const int64_t end = static_cast<int64_t>(seq.start_pos) + n;
+    if (end > config_.max_position_embeddings) {
+      return Err(StatusCode::kInvalidArgument,
+                 "seq {}: positions up to {} exceed max_position_embeddings {}", s, end - 1,
+                 config_.max_position_embeddings);
+    }
+    for (int32_t id : seq.token_ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return Err(StatusCode::kInvalidArgument, "seq {}: token id {} outside the vocab [0, {})",
+                   s, id, config_.vocab_size);
+      }
+    }
+    const int64_t blocks_needed = (end + block_size_ - 1) / block_size_;
+    if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
+      return Err(StatusCode::kInvalidArgument,
+                 "seq {}: block table has {} blocks, positions [0, {}) need {} of {} tokens", s,
+                 seq.block_table.size(), end, blocks_needed, block_size_);
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = seq.block_table[b];
+      if (id < 0 || id >= num_blocks_) {
+        return Err(StatusCode::kInvalidArgument, "seq {}: block id {} outside the pool [0, {})", s,
+                   id, num_blocks_);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  TANDEM_RETURN_IF_ERROR(Validate(batch));
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size;
+  const int nh = c.num_attention_heads;
+  const int nkv = c.num_key_value_heads;
+  const int hd = c.head_dim;
+  const int q_dim = nh * hd;
+  const int kv_dim = nkv * hd;
+  const int inter = c.intermediate_size;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+
+  // Flatten the batch: token t of the step has id, position, slot; rows that want logits.
+  std::vector<int32_t> ids, positions;
+  std::vector<int64_t> slots;
+  std::vector<int> seq_offset;     // first token index of each slice
+  std::vector<int> logit_rows;     // token indices whose logits are returned, in order
+  for (const SequenceSlice& seq : batch.seqs) {
+    seq_offset.push_back(static_cast<int>(ids.size()));
+    const int n = static_cast<int>(seq.token_ids.size());
+    for (int i = 0; i < n; ++i) {
+      const int pos = seq.start_pos + i;
+      const int t = static_cast<int>(ids.size());
+      ids.push_back(seq.token_ids[i]);
+      positions.push_back(pos);
+      slots.push_back(static_cast<int64_t>(seq.block_table[pos / block_size_]) * block_size_ +
+                      pos % block_size_);
+      if (seq.logits == SequenceSlice::Logits::kAll ||
+          (seq.logits == SequenceSlice::Logits::kLast && i == n - 1)) {
+        logit_rows.push_back(t);
+      }
+    }
+  }
+  const int T = static_cast<int>(ids.size());
+  logits->clear();
+  if (T == 0) return Status::Ok();
+
+  std::vector<float> x(static_cast<size_t>(T) * hidden);     // [T, hidden] residual stream
+  std::vector<float> xn(x.size());                            // [T, hidden] normed
+  std::vector<float> q(static_cast<size_t>(T) * q_dim);      // [T, nh, hd]
+  std::vector<float> k(static_cast<size_t>(T) * kv_dim);     // [T, nkv, hd]
+  std::vector<float> v(k.size());                             // [T, nkv, hd]
+  std::vector<float> attn(q.size());                          // [T, nh, hd]
+  std::vector<float> proj(x.size());                          // [T, hidden]
+  std::vector<float> gate(static_cast<size_t>(T) * inter);   // [T, inter]
+  std::vector<float> up(gate.size());                         // [T, inter]
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+
+  cpu::Embedding(ids.data(), T, weights_.embed.data(), hidden, x.data());
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+    const LayerWeights& w = weights_.layers[layer];
+    float* pool = kv_[layer].data();
+    cpu::RmsNorm(x.data(), w.input_norm.data(), T, hidden, eps, xn.data());
+    cpu::Linear(xn.data(), T, hidden, w.q_proj.data(), q_dim, bias(w.q_bias), q.data());
+    cpu::Linear(xn.data(), T, hidden, w.k_proj.data(), kv_dim, bias(w.k_bias), k.data());
+    cpu::Linear(xn.data(), T, hidden, w.v_proj.data(), kv_dim, bias(w.v_bias), v.data());
+    if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim
+      cpu::RmsNorm(q.data(), w.q_norm.data(), T * nh, hd, eps, q.data());
+      cpu::RmsNorm(k.data(), w.k_norm.data(), T * nkv, hd, eps, k.data());
+    }
+    cpu::ApplyRope(q.data(), T, nh, hd, positions.data(), inv_freq_.data());
+    cpu::ApplyRope(k.data(), T, nkv, hd, positions.data(), inv_freq_.data());
+    cpu::ReshapeAndCache(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, pool);
+    for (size_t s = 0; s < batch.seqs.size(); ++s) {
+      const SequenceSlice& seq = batch.seqs[s];
+      cpu::PagedAttentionArgs a;
+      a.q = q.data() + static_cast<size_t>(seq_offset[s]) * q_dim;
+      a.num_tokens = static_cast<int>(seq.token_ids.size());
+      a.start_pos = seq.start_pos;
+      a.kv_pool = pool;
+      a.block_table = seq.block_table.data();
+      a.block_size = block_size_;
+      a.num_heads = nh;
+      a.num_kv_heads = nkv;
+      a.head_dim = hd;
+      a.scale = scale;
+      a.out = attn.data() + static_cast<size_t>(seq_offset[s]) * q_dim;
+      cpu::PagedAttention(a);
+    }
+    cpu::Linear(attn.data(), T, q_dim, w.o_proj.data(), hidden, bias(w.o_bias), proj.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    cpu::RmsNorm(x.data(), w.post_norm.data(), T, hidden, eps, xn.data());
+    cpu::Linear(xn.data(), T, hidden, w.gate_proj.data(), inter, nullptr, gate.data());
+    cpu::Linear(xn.data(), T, hidden, w.up_proj.data(), inter, nullptr, up.data());
+    cpu::SiluMul(gate.data(), up.data(), static_cast<long>(gate.size()), gate.data());
+    cpu::Linear(gate.data(), T, inter, w.down_proj.data(), hidden, nullptr, proj.data());
+    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+  }
+
+  // Final norm and lm_head only on the rows that return logits.
+  const int R = static_cast<int>(logit_rows.size());
+  if (R == 0) return Status::Ok();
+  std::vector<float> sel(static_cast<size_t>(R) * hidden);  // [R, hidden]
+  for (int r = 0; r < R; ++r) {
+    const float* src = x.data() + static_cast<size_t>(logit_rows[r]) * hidden;
+    std::copy(src, src + hidden, sel.data() + static_cast<size_t>(r) * hidden);
+  }
+  cpu::RmsNorm(sel.data(), weights_.final_norm.data(), R, hidden, eps, sel.data());
+  logits->resize(static_cast<size_t>(R) * c.vocab_size);
+  cpu::Linear(sel.data(), R, hidden, weights_.lm_head_or_embed().data(), c.vocab_size, nullptr,
+              logits->data());
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir) {
+  TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(st, config));
+  return std::unique_ptr<ModelRunner>(
+      std::make_unique<CpuModelRunner>(std::move(config), std::move(weights)));
+}
+
+}  // namespace tandem

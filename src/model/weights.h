@@ -1,0 +1,61 @@
+// Model weights bound by their Hugging Face names and converted to fp32 for the CPU runner.
+//
+// Names (transformers' modeling_{llama,qwen2,qwen3,mistral}.py), shapes [out, in] row-major:
+//   model.embed_tokens.weight                     [vocab, hidden]
+//   model.layers.N.input_layernorm.weight         [hidden]
+//   model.layers.N.self_attn.q_proj.weight        [num_heads * head_dim, hidden]     (+ .bias)
+//   model.layers.N.self_attn.k_proj.weight        [num_kv_heads * head_dim, hidden]  (+ .bias)
+//   model.layers.N.self_attn.v_proj.weight        [num_kv_heads * head_dim, hidden]  (+ .bias)
+//   model.layers.N.self_attn.o_proj.weight        [hidden, num_heads * head_dim]
+//        (+ .bias for Llama/Mistral/Qwen3 with attention_bias; Qwen2's o_proj has none)
+//   model.layers.N.self_attn.{q,k}_norm.weight    [head_dim]                         (Qwen3)
+//   model.layers.N.post_attention_layernorm.weight [hidden]
+//   model.layers.N.mlp.{gate,up}_proj.weight      [intermediate, hidden]
+//   model.layers.N.mlp.down_proj.weight           [hidden, intermediate]
+//   model.norm.weight                             [hidden]
+//   lm_head.weight                                [vocab, hidden]  (absent when tied: = embed)
+//
+// Errors: InvalidArgument naming the tensor when it is missing, or when its shape disagrees
+// with the config (expected and actual shapes); Unimplemented for an unsupported dtype.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace tandem {
+
+struct LayerWeights {
+  std::vector<float> input_norm;   // [hidden]
+  std::vector<float> q_proj;       // [num_heads * head_dim, hidden]
+  std::vector<float> k_proj;       // [num_kv_heads * head_dim, hidden]
+  std::vector<float> v_proj;       // [num_kv_heads * head_dim, hidden]
+  std::vector<float> q_bias;       // [num_heads * head_dim] or empty
+  std::vector<float> k_bias;       // [num_kv_heads * head_dim] or empty
+  std::vector<float> v_bias;       // [num_kv_heads * head_dim] or empty
+  std::vector<float> o_proj;       // [hidden, num_heads * head_dim]
+  std::vector<float> o_bias;       // [hidden] or empty
+  std::vector<float> q_norm;       // [head_dim] or empty (Qwen3)
+  std::vector<float> k_norm;       // [head_dim] or empty (Qwen3)
+  std::vector<float> post_norm;    // [hidden]
+  std::vector<float> gate_proj;    // [intermediate, hidden]
+  std::vector<float> up_proj;      // [intermediate, hidden]
+  std::vector<float> down_proj;    // [hidden, intermediate]
+};
+
+struct ModelWeights {
+  std::vector<float> embed;        // [vocab, hidden]
+  std::vector<LayerWeights> layers;
+  std::vector<float> final_norm;   // [hidden]
+  std::vector<float> lm_head;      // [vocab, hidden]; empty when tied (use embed)
+
+  const std::vector<float>& lm_head_or_embed() const { return lm_head.empty() ? embed : lm_head; }
+};
+
+// Binds and converts every tensor the config calls for.
+Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelConfig& config);
+
+}  // namespace tandem
