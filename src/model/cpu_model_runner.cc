@@ -53,6 +53,11 @@ class CpuModelRunner final : public ModelRunner {
     kv_.clear();
     num_blocks_ = 0;
     block_size_ = 0;
+    const long double bytes = static_cast<long double>(KVBlockBytes(1)) * block_size * num_blocks;
+    if (bytes > static_cast<long double>(SIZE_MAX / 4)) {
+      return Err(StatusCode::kResourceExhausted, "KV cache of {} blocks of {} tokens is too large",
+                 num_blocks, block_size);
+    }
     const size_t per_layer = static_cast<size_t>(num_blocks) * 2 * block_size *
                              config_.num_key_value_heads * config_.head_dim;
     try {

@@ -57,8 +57,11 @@ TEST(GoldenTest, ChunkedPrefillAndBlockSizes) {
   ASSERT_NE(runner, nullptr);
   const nlohmann::json golden = LoadGolden("tiny-qwen3.json");
   const int vocab = runner->config().vocab_size;
-  for (int block_size : {16, 1, 7}) {
-    for (int chunk : {1, 3, 7}) {
+  // (block_size, chunk): block 1 puts every position in its own block; 7 splits chunks
+  // across block boundaries. Each decode step reads the 155 MB lm_head, so not the full product.
+  const std::pair<int, int> combos[] = {{16, 3}, {1, 1}, {1, 4}, {7, 5}, {7, 2}};
+  for (auto [block_size, chunk] : combos) {
+    {
       int case_id = 0;
       for (const auto& g : golden["generation"]) {
         const std::vector<int32_t> prompt = Ids(g["prompt_ids"]);
@@ -124,7 +127,7 @@ TEST(GoldenTest, LongPromptsLogprobsAndGreedy) {
       max_every_err = std::max(max_every_err, err);
       EXPECT_LT(err, 1e-3) << "prompt logprob #" << k * 256;
     }
-    EXPECT_NEAR(sum, want_sum, 0.05) << "n=" << n;
+    EXPECT_NEAR(sum, want_sum, 0.01) << "n=" << n;
     const double top5_err = CheckTop5(last, vocab, g["top5_first"], "long " + std::to_string(n));
 
     // Greedy decode from the cache.
