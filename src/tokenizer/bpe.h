@@ -1,0 +1,95 @@
+// BPE model of a byte-level tokenizer.json (huggingface/tokenizers models::bpe): merges ranked by
+// their order, applied lowest rank first, ties left to right. Works on raw bytes and token ids: the
+// vocabulary's byte-level strings are turned into bytes once at load.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tandem::tok {
+
+// Open-addressing map from a pair of token ids to (rank, merged id).
+class MergeTable {
+ public:
+  struct Entry {
+    uint64_t key;
+    int32_t rank;
+    int32_t merged_id;
+  };
+  void Reserve(size_t num_merges);
+  // A later merge of the same pair replaces an earlier one (as HF's HashMap collect does).
+  void Insert(int32_t left, int32_t right, int32_t rank, int32_t merged_id);
+  const Entry* Find(int32_t left, int32_t right) const {
+    const uint64_t key = Key(left, right);
+    for (size_t i = Hash(key) & mask_;; i = (i + 1) & mask_) {
+      const Entry& e = slots_[i];
+      if (e.key == key) return &e;
+      if (e.key == kEmpty) return nullptr;
+    }
+  }
+  size_t size() const { return size_; }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};
+  static uint64_t Key(int32_t l, int32_t r) {
+    return (static_cast<uint64_t>(static_cast<uint32_t>(l)) << 32) | static_cast<uint32_t>(r);
+  }
+  static size_t Hash(uint64_t k) {
+    k ^= k >> 33;
+    k *= 0xff51afd7ed558ccdULL;
+    k ^= k >> 33;
+    return static_cast<size_t>(k);
+  }
+  std::vector<Entry> slots_;
+  size_t mask_ = 0;
+  size_t size_ = 0;
+};
+
+class BpeModel {
+ public:
+  // `model` is tokenizer.json's "model" object (its vocab and merges given apart, see
+  // tokenizer_json.h). InvalidArgument for anything but a BPE (the type named in the message) or
+  // merges naming tokens outside the vocab.
+  static Result<std::unique_ptr<BpeModel>> Build(const nlohmann::json& model,
+                                                 std::vector<std::pair<std::string, int64_t>> vocab,
+                                                 const std::vector<std::pair<std::string, std::string>>& merges);
+
+  // Appends the ids of one pre-token (raw bytes).
+  void EncodeWord(std::string_view word, std::vector<int32_t>* ids) const;
+
+  // One past the largest vocab id.
+  int32_t vocab_end() const { return static_cast<int32_t>(id_to_bytes_.size()); }
+  // Raw bytes of a vocab id (empty for ids the vocab does not have).
+  const std::string& Bytes(int32_t id) const { return id_to_bytes_[id]; }
+  bool Has(int32_t id) const { return id >= 0 && id < vocab_end() && has_id_[id]; }
+  // Vocab string (byte-level form, as in tokenizer.json) -> id.
+  const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
+
+ private:
+  void MergeWord(std::string_view word, std::vector<int32_t>* ids) const;
+
+  std::unordered_map<std::string, int32_t> vocab_;
+  std::vector<std::string> id_to_bytes_;
+  std::vector<uint8_t> has_id_;
+  int32_t byte_id_[256];  // id of the single-byte token, -1 if none
+  MergeTable merges_;
+  bool ignore_merges_ = false;
+
+  // Per-word cache (bytes -> ids); cleared when it grows past kMaxCacheEntries.
+  static constexpr size_t kMaxCacheEntries = 1 << 17;
+  static constexpr size_t kMaxCachedWordBytes = 64;
+  mutable std::shared_mutex cache_mu_;
+  mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
+};
+
+}  // namespace tandem::tok
