@@ -8,8 +8,6 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <limits>
-#include <set>
 
 #include <nlohmann/json.hpp>
 
