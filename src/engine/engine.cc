@@ -158,12 +158,12 @@ class EngineImpl final : public Engine {
           std::span<const int32_t>(s.request->token_ids).subspan(s.start_pos, s.num_new_tokens);
       slice.start_pos = s.start_pos;
       slice.block_table = kv_.GetBlockIds(s.request->request_id);
-      slice.logits = s.samples() ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
+      slice.logits = s.samples ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
       batch.seqs.push_back(slice);
     }
     Status st = runner_->Forward(batch, &logits_);
     size_t num_rows = 0;
-    for (const ScheduledRequest& s : sched.scheduled) num_rows += s.samples() ? 1 : 0;
+    for (const ScheduledRequest& s : sched.scheduled) num_rows += s.samples ? 1 : 0;
     const size_t vocab = static_cast<size_t>(model_config().vocab_size);
     if (st.ok() && logits_.size() != num_rows * vocab) {
       st = Err(StatusCode::kInternal, "the model runner returned {} logits, expected {} x {}",
@@ -183,7 +183,7 @@ class EngineImpl final : public Engine {
     // Sample and post-process.
     size_t row = 0;
     for (const ScheduledRequest& s : sched.scheduled) {
-      if (!s.samples()) continue;
+      if (!s.samples) continue;
       std::span<float> logits(logits_.data() + row * vocab, vocab);
       ++row;
       outputs.push_back(SampleAndProcess(*requests_.at(s.request->request_id), logits));

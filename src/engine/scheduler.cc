@@ -90,6 +90,7 @@ SchedulerOutput Scheduler::Schedule() {
 
   for (ScheduledRequest& s : out.scheduled) {
     s.request->num_computed_tokens += s.num_new_tokens;
+    s.samples = s.request->num_computed_tokens == s.request->num_tokens();
     out.num_batched_tokens += s.num_new_tokens;
   }
   return out;

@@ -35,8 +35,8 @@ struct ScheduledRequest {
   Request* request = nullptr;
   int start_pos = 0;       // num_computed_tokens before this step
   int num_new_tokens = 0;  // tokens [start_pos, start_pos + num_new_tokens) computed this step
-  // True when this slice reaches the end of the known tokens: the step samples a token.
-  bool samples() const { return start_pos + num_new_tokens == request->num_tokens(); }
+  // The slice reaches the end of the known tokens: the step samples a token for this request.
+  bool samples = false;
 };
 
 struct SchedulerOutput {
