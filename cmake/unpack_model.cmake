@@ -1,0 +1,22 @@
+# Unpacks ARCHIVE (a .tar.xz holding one top-level folder NAME) into DEST_PARENT/NAME, atomically:
+# extract into a private temporary folder, then rename. Skips the work when DEST_PARENT/NAME/.unpacked
+# already records this archive's hash, so several build folders can share one unpacked model.
+file(SHA256 ${ARCHIVE} archive_hash)
+set(dest ${DEST_PARENT}/${NAME})
+if(EXISTS ${dest}/.unpacked)
+  file(READ ${dest}/.unpacked recorded)
+  if(recorded STREQUAL archive_hash)
+    return()
+  endif()
+endif()
+string(RANDOM LENGTH 8 tag)
+set(tmp ${DEST_PARENT}/.unpack-${tag})
+file(MAKE_DIRECTORY ${tmp})
+file(ARCHIVE_EXTRACT INPUT ${ARCHIVE} DESTINATION ${tmp})
+file(WRITE ${tmp}/${NAME}/.unpacked "${archive_hash}")
+if(EXISTS ${dest})
+  file(RENAME ${dest} ${tmp}/old)
+endif()
+file(RENAME ${tmp}/${NAME} ${dest})
+file(REMOVE_RECURSE ${tmp})
+message(STATUS "Unpacked ${ARCHIVE} into ${dest}")
