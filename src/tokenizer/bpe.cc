@@ -39,6 +39,46 @@ void MergeTable::Insert(int32_t left, int32_t right, int32_t rank, int32_t merge
   }
 }
 
+void TokenIndex::Reserve(size_t num_tokens, size_t num_bytes) {
+  arena_.reserve(num_bytes);
+  entries_.reserve(num_tokens);
+  size_t cap = 16;
+  while (cap < num_tokens * 2) cap <<= 1;
+  slots_.assign(cap, -1);
+  mask_ = cap - 1;
+}
+
+void TokenIndex::Grow() {
+  const size_t cap = std::max<size_t>(16, slots_.size() * 2);
+  slots_.assign(cap, -1);
+  mask_ = cap - 1;
+  for (size_t e = 0; e < entries_.size(); ++e) {
+    size_t i = Hash(Key(entries_[e])) & mask_;
+    while (slots_[i] >= 0) i = (i + 1) & mask_;
+    slots_[i] = static_cast<int32_t>(e);
+  }
+}
+
+void TokenIndex::Insert(std::string_view token, int32_t id) {
+  if ((entries_.size() + 1) * 2 > slots_.size()) Grow();
+  size_t i = Hash(token) & mask_;
+  for (; slots_[i] >= 0; i = (i + 1) & mask_) {
+    if (Key(entries_[slots_[i]]) == token) return;
+  }
+  slots_[i] = static_cast<int32_t>(entries_.size());
+  entries_.push_back(Entry{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(token.size()), id});
+  arena_.append(token);
+}
+
+std::optional<int32_t> TokenIndex::Find(std::string_view token) const {
+  if (slots_.empty()) return std::nullopt;
+  for (size_t i = Hash(token) & mask_; slots_[i] >= 0; i = (i + 1) & mask_) {
+    const Entry& e = entries_[slots_[i]];
+    if (Key(e) == token) return e.id;
+  }
+  return std::nullopt;
+}
+
 Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
                                                  std::vector<std::pair<std::string, int64_t>> vocab,
                                                  const std::vector<std::pair<std::string, std::string>>& merges) {
@@ -62,14 +102,16 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
 
   auto bpe = std::make_unique<BpeModel>();
   bpe->ignore_merges_ = model.value("ignore_merges", false);
-  bpe->vocab_.reserve(vocab.size() * 2);
   int64_t max_id = -1;
+  size_t num_bytes = 0;
   for (const auto& [token, id] : vocab) {
+    num_bytes += token.size();
     if (id < 0 || id >= (int64_t{1} << 30)) {
       return Err(StatusCode::kInvalidArgument, "tokenizer.json: bad id {} for '{}'", id, token);
     }
     max_id = std::max(max_id, id);
   }
+  bpe->vocab_.Reserve(vocab.size(), num_bytes);
   bpe->id_to_bytes_.assign(static_cast<size_t>(max_id + 1), std::string());
   bpe->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
   std::fill(std::begin(bpe->byte_id_), std::end(bpe->byte_id_), -1);
@@ -80,7 +122,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
     else if (bytes.size() == 1) bpe->byte_id_[static_cast<unsigned char>(bytes[0])] = id;
     bpe->id_to_bytes_[id] = bytes;
     bpe->has_id_[id] = 1;
-    bpe->vocab_.emplace(std::move(token), id);
+    bpe->vocab_.Insert(token, id);
   }
 
   bpe->merges_.Reserve(merges.size());
@@ -89,12 +131,12 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
     const auto& [left, right] = merges[rank];
     joined.assign(left);
     joined += right;
-    auto l = bpe->vocab_.find(left), r = bpe->vocab_.find(right), j = bpe->vocab_.find(joined);
-    if (l == bpe->vocab_.end() || r == bpe->vocab_.end() || j == bpe->vocab_.end()) {
+    const auto l = bpe->vocab_.Find(left), r = bpe->vocab_.Find(right), j = bpe->vocab_.Find(joined);
+    if (!l || !r || !j) {
       return Err(StatusCode::kInvalidArgument, "tokenizer.json: merge '{} {}' names a token outside the vocab", left,
                  right);
     }
-    bpe->merges_.Insert(l->second, r->second, static_cast<int32_t>(rank), j->second);
+    bpe->merges_.Insert(*l, *r, static_cast<int32_t>(rank), *j);
   }
   return bpe;
 }
@@ -102,9 +144,8 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
 void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {  // a word that is a token as a whole is that token
-    auto it = vocab_.find(BytesToByteLevel(word));
-    if (it != vocab_.end()) {
-      ids->push_back(it->second);
+    if (const auto id = vocab_.Find(BytesToByteLevel(word))) {
+      ids->push_back(*id);
       return;
     }
   }

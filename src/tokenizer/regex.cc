@@ -38,8 +38,7 @@ Result<std::unique_ptr<Regex>> Regex::Compile(std::string_view pattern, bool lit
   const std::string translated = literal ? std::string(pattern) : TranslatePattern(pattern);
   int error = 0;
   PCRE2_SIZE offset = 0;
-  uint32_t options = PCRE2_UTF | PCRE2_UCP;
-  if (literal) options |= PCRE2_LITERAL;
+  const uint32_t options = literal ? (PCRE2_UTF | PCRE2_LITERAL) : (PCRE2_UTF | PCRE2_UCP);
   pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(translated.data()), translated.size(), options,
                                    &error, &offset, nullptr);
   if (code == nullptr) {

@@ -22,19 +22,22 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options) const override;
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
-  std::string TokenBytes(int32_t id) const override {
-    return id >= 0 && id < vocab_size_ ? id_to_bytes_[id] : std::string();
-  }
+  std::string TokenBytes(int32_t id) const override { return Bytes(id); }
   std::optional<int32_t> TokenToId(std::string_view token) const override {
     const std::string key(token);
     if (auto it = added_to_id_.find(key); it != added_to_id_.end()) return it->second;
-    if (auto it = bpe_->vocab().find(key); it != bpe_->vocab().end()) return it->second;
-    return std::nullopt;
+    return bpe_->FindToken(key);
   }
   bool IsSpecial(int32_t id) const override { return id >= 0 && id < vocab_size_ && is_special_[id]; }
   int32_t vocab_size() const override { return vocab_size_; }
 
  private:
+  const std::string& Bytes(int32_t id) const {
+    static const std::string kEmpty;
+    if (id < 0 || id >= vocab_size_) return kEmpty;
+    if (added_index_[id] >= 0) return added_[added_index_[id]].content;
+    return bpe_->Has(id) ? bpe_->Bytes(id) : kEmpty;
+  }
   // Normalizes, pre-tokenizes and BPE-encodes ordinary text (raw bytes, maybe invalid UTF-8).
   void EncodeOrdinary(std::string_view text, const EncodeOptions& options, size_t offset,
                       std::vector<int32_t>* ids) const;
@@ -45,7 +48,7 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
   AddedTokenMatcher normalized_matcher_;  // normalized == true, matched after normalization
-  std::vector<std::string> id_to_bytes_;
+  std::vector<int32_t> added_index_;  // id -> index into added_, -1 if not an added token
   std::vector<uint8_t> is_special_;
   std::unordered_map<std::string, int32_t> added_to_id_;  // added token content -> id
   int32_t vocab_size_ = 0;
@@ -97,11 +100,11 @@ Result<std::shared_ptr<const Tokenizer>> BpeTokenizer::Build(tok::TokenizerJson 
   int32_t vocab_size = t->bpe_->vocab_end();
   for (const AddedToken& a : t->added_) vocab_size = std::max(vocab_size, a.id + 1);
   t->vocab_size_ = vocab_size;
-  t->id_to_bytes_.resize(static_cast<size_t>(vocab_size));
+  t->added_index_.assign(static_cast<size_t>(vocab_size), -1);
   t->is_special_.assign(static_cast<size_t>(vocab_size), 0);
-  for (int32_t id = 0; id < t->bpe_->vocab_end(); ++id) t->id_to_bytes_[id] = t->bpe_->Bytes(id);
-  for (const AddedToken& a : t->added_) {
-    t->id_to_bytes_[a.id] = a.content;
+  for (size_t i = 0; i < t->added_.size(); ++i) {
+    const AddedToken& a = t->added_[i];
+    t->added_index_[a.id] = static_cast<int32_t>(i);
     t->is_special_[a.id] = a.special;
     t->added_to_id_[a.content] = a.id;
   }
@@ -177,7 +180,7 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) continue;
     if (skip_special_tokens && is_special_[id]) continue;
-    bytes += id_to_bytes_[id];
+    bytes += Bytes(id);
   }
   std::string out;
   out.reserve(bytes.size());
@@ -189,10 +192,10 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
 
 Result<std::shared_ptr<const Tokenizer>> Tokenizer::Load(const std::string& model_dir) {
   const std::string path = model_dir + "/tokenizer.json";
-  TANDEM_ASSIGN_OR_RETURN(std::string text, tok::ReadWholeFile(path));
+  TANDEM_ASSIGN_OR_RETURN(std::unique_ptr<tok::MappedFile> file, tok::MappedFile::Open(path));
   try {
-    TANDEM_ASSIGN_OR_RETURN(tok::TokenizerJson data, tok::ParseTokenizerJson(text, path));
-    text = std::string();
+    TANDEM_ASSIGN_OR_RETURN(tok::TokenizerJson data, tok::ParseTokenizerJson(file->data(), path));
+    file.reset();
     return BpeTokenizer::Build(std::move(data));
   } catch (const nlohmann::json::exception& e) {
     return Err(StatusCode::kInvalidArgument, "{}: unexpected structure: {}", path, e.what());

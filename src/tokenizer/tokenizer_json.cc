@@ -1,8 +1,11 @@
 #include "tokenizer/tokenizer_json.h"
 
-#include <cstdio>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <filesystem>
-#include <memory>
 
 namespace tandem::tok {
 
@@ -59,6 +62,7 @@ class Handler final : public nlohmann::json_sax<json> {
     path_.push_back(std::string());
     ++depth_;
     if (vocab) {
+      out_->vocab.reserve(1 << 17);
       mode_ = Mode::kVocab;
       special_depth_ = depth_;
     }
@@ -81,6 +85,7 @@ class Handler final : public nlohmann::json_sax<json> {
     path_.push_back(std::string());
     ++depth_;
     if (merges) {
+      out_->merges.reserve(1 << 17);
       mode_ = Mode::kMerges;
       special_depth_ = depth_;
     }
@@ -169,20 +174,32 @@ Result<TokenizerJson> ParseTokenizerJson(std::string_view text, const std::strin
   return out;
 }
 
-Result<std::string> ReadWholeFile(const std::string& path) {
+Result<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) return Err(StatusCode::kNotFound, "file not found: {}", path);
-  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-  if (!f) return Err(StatusCode::kDataLoss, "cannot open {}", path);
-  std::string data;
-  const auto size = std::filesystem::file_size(path, ec);
-  if (!ec) data.resize(size);
-  size_t n = std::fread(data.data(), 1, data.size(), f.get());
-  data.resize(n);
-  char buf[65536];  // the file may have grown
-  while ((n = std::fread(buf, 1, sizeof(buf), f.get())) > 0) data.append(buf, n);
-  if (std::ferror(f.get())) return Err(StatusCode::kDataLoss, "cannot read {}", path);
-  return data;
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Err(StatusCode::kDataLoss, "cannot open {}", path);
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    ::close(fd);
+    return Err(StatusCode::kDataLoss, "cannot stat {}", path);
+  }
+  std::unique_ptr<MappedFile> f(new MappedFile());
+  f->size_ = static_cast<size_t>(st.st_size);
+  if (f->size_ > 0) {
+    f->addr_ = ::mmap(nullptr, f->size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, fd, 0);
+    if (f->addr_ == MAP_FAILED) {
+      f->addr_ = nullptr;
+      ::close(fd);
+      return Err(StatusCode::kDataLoss, "cannot map {}", path);
+    }
+  }
+  ::close(fd);
+  return f;
+}
+
+MappedFile::~MappedFile() {
+  if (addr_ != nullptr) ::munmap(addr_, size_);
 }
 
 }  // namespace tandem::tok

@@ -1,0 +1,176 @@
+// Loading: errors for bad inputs, and the configurations other byte-level BPE models use
+// (ByteLevel with the GPT-2 regex, ignore_merges, lstrip/rstrip/single_word added tokens).
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tokenizer_test_util.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/tandem_tok_test_XXXXXX";
+    path_ = mkdtemp(tmpl);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const std::string& path() const { return path_; }
+  void Write(const std::string& text) const { std::ofstream(path_ + "/tokenizer.json") << text; }
+
+ private:
+  std::string path_;
+};
+
+// A tiny byte-level BPE: all 256 bytes, a few merges.
+nlohmann::json TinyTokenizer() {
+  nlohmann::json vocab = nlohmann::json::object();
+  std::vector<std::string> chars;
+  int extra = 0;
+  for (int b = 0; b < 256; ++b) {
+    // Byte-level alphabet: printable bytes as themselves, others shifted to 256+.
+    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE);
+    std::string s;
+    const char32_t cp = printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + extra++);
+    if (cp < 0x80) {
+      s.push_back(static_cast<char>(cp));
+    } else {
+      s.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+      s.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+    }
+    vocab[s] = b;
+    chars.push_back(s);
+  }
+  const std::string sp = chars[' '];  // "Ġ"
+  vocab["he"] = 256;
+  vocab["ll"] = 257;
+  vocab["hell"] = 258;
+  vocab["hello"] = 259;
+  vocab[sp + "w"] = 260;
+  vocab["or"] = 261;
+  vocab["ld"] = 262;
+  vocab["world"] = 263;  // reachable only through ignore_merges
+  nlohmann::json j;
+  j["version"] = "1.0";
+  j["added_tokens"] = nlohmann::json::array(
+      {{{"id", 300}, {"content", "<s>"}, {"special", true}, {"lstrip", false}, {"rstrip", false},
+        {"normalized", false}, {"single_word", false}},
+       {{"id", 301}, {"content", "[M]"}, {"special", true}, {"lstrip", true}, {"rstrip", true},
+        {"normalized", false}, {"single_word", false}},
+       {{"id", 302}, {"content", "cat"}, {"special", false}, {"lstrip", false}, {"rstrip", false},
+        {"normalized", true}, {"single_word", true}}});
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", nlohmann::json::array({{{"type", "NFC"}}})}};
+  j["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
+  j["post_processor"] = nullptr;
+  j["decoder"] = {{"type", "ByteLevel"}, {"add_prefix_space", true}, {"trim_offsets", true}, {"use_regex", true}};
+  j["model"] = {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"fuse_unk", false},
+                {"byte_fallback", false}, {"vocab", vocab},
+                {"merges", nlohmann::json::array({"h e", "l l", "he ll", nlohmann::json::array({"hell", "o"}),
+                                                  sp + " w", "o r", "l d"})}};
+  return j;
+}
+
+TEST(TokenizerLoad, MissingFileIsNotFound) {
+  TempDir dir;
+  auto r = Tokenizer::Load(dir.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), StatusCode::kNotFound) << r.status().ToString();
+  EXPECT_EQ(Tokenizer::Load("/nonexistent/dir").status().code(), StatusCode::kNotFound);
+}
+
+TEST(TokenizerLoad, MalformedJsonIsInvalidArgument) {
+  TempDir dir;
+  for (const char* text : {"{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0", "", "not json", "[1, 2]", "{}"}) {
+    dir.Write(text);
+    auto r = Tokenizer::Load(dir.path());
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << r.status().ToString();
+  }
+}
+
+TEST(TokenizerLoad, UnsupportedPartsAreNamed) {
+  TempDir dir;
+  struct Case {
+    const char* pointer;
+    nlohmann::json value;
+    const char* name;
+  };
+  const Case cases[] = {
+      {"/model/type", "WordPiece", "WordPiece"},
+      {"/model/type", "Unigram", "Unigram"},
+      {"/normalizer", {{"type", "BertNormalizer"}}, "BertNormalizer"},
+      {"/pre_tokenizer", {{"type", "Metaspace"}}, "Metaspace"},
+      {"/decoder", {{"type", "WordPiece"}}, "WordPiece"},
+      {"/model/merges/0", "x y z", "x y z"},
+      {"/model/merges/0", "h q", "h q"},
+      {"/model/vocab/he", "oops", "oops"},
+      {"/pre_tokenizer", {{"type", "Split"}, {"pattern", {{"Regex", "(unclosed"}}}, {"behavior", "Isolated"}}, "(unclosed"},
+  };
+  for (const Case& c : cases) {
+    nlohmann::json j = TinyTokenizer();
+    j[nlohmann::json::json_pointer(c.pointer)] = c.value;
+    dir.Write(j.dump());
+    auto r = Tokenizer::Load(dir.path());
+    ASSERT_FALSE(r.ok()) << c.pointer;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(c.name), std::string::npos) << r.status().ToString();
+  }
+}
+
+TEST(TokenizerLoad, Gpt2StyleByteLevelWithAddedTokenFlags) {
+  TempDir dir;
+  dir.Write(TinyTokenizer().dump());
+  auto r = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const auto& tok = *r.value();
+  EXPECT_EQ(tok.vocab_size(), 303);
+  // GPT-2 regex: "hello", " world" (no ignore_merges: " w" + o r l d).
+  EXPECT_EQ(tok.Encode("hello world"), (std::vector<int32_t>{259, 260, 261, 262}));
+  EXPECT_EQ(tok.Decode(tok.Encode("hello world")), "hello world");
+  // Special token; lstrip/rstrip swallow the whitespace around [M].
+  EXPECT_EQ(tok.Encode("<s>hello", true), (std::vector<int32_t>{300, 259}));
+  EXPECT_EQ(tok.Encode("hello  [M]  hello", true), (std::vector<int32_t>{259, 301, 259}));
+  // single_word: "cat" only where it is not part of a word.
+  EXPECT_EQ(tok.Encode("cat"), std::vector<int32_t>{302});
+  EXPECT_EQ(tok.Encode("a cat."), (std::vector<int32_t>{'a', ' ', 302, '.'}));
+  EXPECT_FALSE(tok.Encode("cats").front() == 302);
+
+  // ignore_merges: a word that is in the vocab is taken whole.
+  nlohmann::json j = TinyTokenizer();
+  j["model"]["ignore_merges"] = true;
+  dir.Write(j.dump());
+  auto r2 = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(r2.ok()) << r2.status().ToString();
+  EXPECT_EQ(r2.value()->Encode("world"), std::vector<int32_t>{263});
+  EXPECT_EQ(r.value()->Encode("world"), (std::vector<int32_t>{'w', 261, 262}));
+}
+
+TEST(TokenizerLoad, SplitBehaviors) {
+  TempDir dir;
+  auto load = [&](const char* behavior, bool invert) {
+    nlohmann::json j = TinyTokenizer();
+    j["pre_tokenizer"] = {{"type", "Sequence"},
+                          {"pretokenizers",
+                           nlohmann::json::array({{{"type", "Split"}, {"pattern", {{"String", "-"}}},
+                                                   {"behavior", behavior}, {"invert", invert}},
+                                                  {{"type", "ByteLevel"}, {"add_prefix_space", false},
+                                                   {"use_regex", false}}})}};
+    dir.Write(j.dump());
+    auto r = Tokenizer::Load(dir.path());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.value();
+  };
+  // "he-ll": pieces decide which merges can happen.
+  EXPECT_EQ(load("Isolated", false)->Encode("he-ll"), (std::vector<int32_t>{256, '-', 257}));
+  EXPECT_EQ(load("Removed", false)->Encode("he-ll"), (std::vector<int32_t>{256, 257}));
+  EXPECT_EQ(load("MergedWithPrevious", false)->Encode("he-ll"), (std::vector<int32_t>{256, '-', 257}));
+  EXPECT_EQ(load("MergedWithNext", false)->Encode("hel-l"), (std::vector<int32_t>{256, 'l', '-', 'l'}));
+  EXPECT_EQ(load("MergedWithNext", false)->Encode("he-ll"), (std::vector<int32_t>{256, '-', 257}));
+}
+
+}  // namespace
+}  // namespace tandem
