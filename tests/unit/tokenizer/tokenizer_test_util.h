@@ -44,7 +44,7 @@ inline bool IsWellFormedUtf8(const std::string& s) {
     else if (b >= 0xF1 && b <= 0xF3) need = 3;
     else if (b == 0xF4) { need = 3; hi = 0x8F; }
     else return false;
-    if (i + need >= s.size() + (need == 0 ? 1 : 0) && need > 0) return false;
+    if (need > 0 && i + need >= s.size()) return false;
     for (int k = 1; k <= need; ++k) {
       const auto c = static_cast<unsigned char>(s[i + k]);
       if (c < (k == 1 ? lo : 0x80) || c > (k == 1 ? hi : 0xBF)) return false;
