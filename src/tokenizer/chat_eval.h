@@ -1,0 +1,65 @@
+// Private to the chat template renderer: evaluation of a parsed template, and the registries of
+// filters, tests and methods (the parser rejects names that are not registered).
+#pragma once
+
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/chat_ast.h"
+#include "tokenizer/chat_value.h"
+
+namespace tandem::chat {
+
+bool IsKnownFilter(const std::string& name);
+bool IsKnownTest(const std::string& name);
+
+class Evaluator;
+
+// Applies filter `name` (the parser has checked it exists). Throws TemplateError.
+Value ApplyFilter(Evaluator& ev, const std::string& name, const Value& input, CallArgs& args);
+// Applies test `name`; unknown names throw (they can come from select/selectattr arguments).
+bool ApplyTest(const std::string& name, const Value& input, CallArgs& args);
+// obj.name as jinja2's sandboxed getattr: methods of str/dict/list first (as bound callables),
+// then dict items; Undefined when absent. Throws for an attribute of an undefined value.
+Value GetAttr(const Value& obj, const std::string& name);
+// obj[key] as jinja2's getitem: items first, then (for string keys) attributes.
+Value GetItem(const Value& obj, const Value& key);
+// Iterates a value as Python's iter() does (list items, dict keys, string characters,
+// undefined -> nothing). Throws for non-iterables.
+ValueList Iterate(const Value& v);
+// Globals available to every template: range, namespace, dict, raise_exception, strftime_now.
+void AddGlobals(std::unordered_map<std::string, Value>& globals);
+
+using Frame = std::unordered_map<std::string, Value>;
+
+class Evaluator {
+ public:
+  // `root` holds the globals and the render context; top-level {% set %} writes into it.
+  explicit Evaluator(std::shared_ptr<Frame> root);
+
+  void Render(const Body& body, std::string& out);
+  Value Eval(const Expr& e);
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+  Flow Exec(const Body& body, std::string& out);
+  Flow ExecStmt(const Stmt& s, std::string& out);
+  Flow ExecFor(const Stmt& s, std::string& out);
+  void ExecSet(const Stmt& s, Value v);
+  Value MakeMacro(const Stmt& s, const std::string& name);
+  Value CallValue(const Expr& e);
+  Value EvalBinary(const Expr& e);
+  Value EvalCompare(const Expr& e);
+  Value EvalSubscript(const Expr& e);
+  void Assign(const std::string& name, Value v);
+  Value Lookup(const std::string& name) const;
+  void EvalArgs(const Expr& e, size_t first, CallArgs& args);
+
+  std::vector<std::shared_ptr<Frame>> frames_;
+};
+
+// "<message> at line N"
+[[noreturn]] void FailAt(int line, const std::string& message);
+
+}  // namespace tandem::chat

@@ -1,0 +1,130 @@
+// Binary operators and comparisons with Python semantics (int/float promotion, floor division and
+// modulo signs, str/list concatenation and repetition, `in`).
+#include <cmath>
+
+#include "tokenizer/chat_eval.h"
+#include "tokenizer/chat_text.h"
+
+namespace tandem::chat {
+namespace {
+
+[[noreturn]] void Unsupported(const std::string& op, const Value& a, const Value& b) {
+  if (a.is_undefined()) throw TemplateError(a.UndefinedMessage());
+  if (b.is_undefined()) throw TemplateError(b.UndefinedMessage());
+  throw TemplateError("unsupported operand type(s) for " + op + ": '" + a.TypeName() + "' and '" + b.TypeName() + "'");
+}
+
+Value Repeat(const Value& seq, int64_t n) {
+  if (seq.is_string()) {
+    std::string out;
+    for (int64_t k = 0; k < n; ++k) out += seq.str();
+    return Value::Str(std::move(out));
+  }
+  ValueList out;
+  for (int64_t k = 0; k < n; ++k) out.insert(out.end(), seq.list->begin(), seq.list->end());
+  return Value::List(std::move(out), seq.is_tuple);
+}
+
+int64_t FloorDiv(int64_t a, int64_t b) {
+  int64_t q = a / b;
+  if ((a % b != 0) && ((a < 0) != (b < 0))) --q;
+  return q;
+}
+
+bool Contains(const Value& container, const Value& item) {
+  switch (container.type) {
+    case Value::Type::kString:
+      if (!item.is_string())
+        throw TemplateError(std::string("'in <string>' requires string as left operand, not ") + item.TypeName());
+      return container.str().find(item.str()) != std::string::npos;
+    case Value::Type::kList:
+      for (const auto& v : *container.list)
+        if (Equal(v, item)) return true;
+      return false;
+    case Value::Type::kDict: return container.dict->Find(item) != nullptr;
+    case Value::Type::kUndefined: return false;
+    default: throw TemplateError(std::string("argument of type '") + container.TypeName() + "' is not iterable");
+  }
+}
+
+}  // namespace
+
+Value Evaluator::EvalBinary(const Expr& e) {
+  Value a = Eval(*e.args[0]);
+  Value b = Eval(*e.args[1]);
+  const std::string& op = e.name;
+  if (op == "~") return Value::Str(PyStr(a) + PyStr(b));
+  if (a.is_number() && b.is_number()) {
+    bool fl = a.type == Value::Type::kFloat || b.type == Value::Type::kFloat;
+    if (op == "+") return fl ? Value::Float(a.as_double() + b.as_double()) : Value::Int(a.as_int() + b.as_int());
+    if (op == "-") return fl ? Value::Float(a.as_double() - b.as_double()) : Value::Int(a.as_int() - b.as_int());
+    if (op == "*") return fl ? Value::Float(a.as_double() * b.as_double()) : Value::Int(a.as_int() * b.as_int());
+    if (op == "/") {
+      if (b.as_double() == 0) throw TemplateError("division by zero");
+      return Value::Float(a.as_double() / b.as_double());
+    }
+    if (op == "//" || op == "%") {
+      if (b.as_double() == 0) throw TemplateError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
+      if (!fl) {
+        int64_t q = FloorDiv(a.as_int(), b.as_int());
+        return op == "//" ? Value::Int(q) : Value::Int(a.as_int() - q * b.as_int());
+      }
+      double x = a.as_double(), y = b.as_double();
+      double m = std::fmod(x, y);
+      double div = (x - m) / y;
+      if (m != 0 && ((m < 0) != (y < 0))) {
+        m += y;
+        div -= 1.0;
+      }
+      if (op == "%") return Value::Float(m == 0 ? std::copysign(0.0, y) : m);
+      double fd = std::floor(div);
+      if (div - fd > 0.5) fd += 1.0;
+      return Value::Float(div == 0 ? std::copysign(0.0, x / y) : fd);
+    }
+    if (op == "**") {
+      if (!fl && b.as_int() >= 0) {
+        int64_t r = 1, base = a.as_int();
+        for (int64_t k = 0; k < b.as_int(); ++k) r *= base;
+        return Value::Int(r);
+      }
+      return Value::Float(std::pow(a.as_double(), b.as_double()));
+    }
+  }
+  if (op == "+") {
+    if (a.is_string() && b.is_string()) return Value::Str(a.str() + b.str());
+    if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
+      ValueList out = *a.list;
+      out.insert(out.end(), b.list->begin(), b.list->end());
+      return Value::List(std::move(out), a.is_tuple);
+    }
+  }
+  if (op == "*") {
+    if ((a.is_string() || a.is_list()) && b.is_integral()) return Repeat(a, b.as_int());
+    if ((b.is_string() || b.is_list()) && a.is_integral()) return Repeat(b, a.as_int());
+  }
+  if (op == "%" && a.is_string() && !b.is_undefined())
+    throw TemplateError("unsupported construct: printf-style string formatting ('%')");
+  Unsupported(op, a, b);
+}
+
+Value Evaluator::EvalCompare(const Expr& e) {
+  Value a = Eval(*e.args[0]);
+  for (size_t k = 0; k < e.ops.size(); ++k) {
+    Value b = Eval(*e.args[k + 1]);
+    const std::string& op = e.ops[k];
+    bool r;
+    if (op == "==") r = Equal(a, b);
+    else if (op == "!=") r = !Equal(a, b);
+    else if (op == "<") r = Less(a, b);
+    else if (op == ">") r = Less(b, a);
+    else if (op == "<=") r = Less(a, b) || Equal(a, b);
+    else if (op == ">=") r = Less(b, a) || Equal(a, b);
+    else if (op == "in") r = Contains(b, a);
+    else r = !Contains(b, a);
+    if (!r) return Value::Bool(false);
+    a = std::move(b);
+  }
+  return Value::Bool(true);
+}
+
+}  // namespace tandem::chat

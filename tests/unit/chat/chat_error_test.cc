@@ -1,0 +1,114 @@
+// Errors: unsupported constructs are InvalidArgument naming the construct and line; malformed
+// templates fail cleanly (never crash); raise_exception's message is the error.
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "chat_test_util.h"
+#include "tokenizer/chat_template.h"
+
+namespace tandem {
+namespace {
+
+using chat_test::ojson;
+
+Status ParseError(const std::string& src) {
+  auto t = ChatTemplate::Parse(src);
+  if (t.ok()) return Status();
+  return t.status();
+}
+
+Status RenderError(const std::string& src, const ojson& ctx = ojson::object()) {
+  auto t = ChatTemplate::Parse(src);
+  if (!t.ok()) return t.status();
+  auto r = t->Render(ctx);
+  if (r.ok()) return Status();
+  return r.status();
+}
+
+TEST(ChatErrorTest, UnsupportedFilterNamesItAndTheLine) {
+  std::string src;
+  for (int k = 1; k < 12; ++k) src += "line " + std::to_string(k) + "\n";
+  src += "{{ messages | xyz }}";
+  Status st = ParseError(src);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unsupported filter 'xyz' at line 12");
+}
+
+TEST(ChatErrorTest, UnsupportedTagAndTest) {
+  Status st = ParseError("a\n{% include 'x.html' %}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unsupported tag 'include' at line 2");
+  st = ParseError("{% if x is frobnicated %}{% endif %}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unsupported test 'frobnicated' at line 1");
+  EXPECT_NE(ParseError("{% for x in y recursive %}{% endfor %}").message().find("recursive"), std::string::npos);
+  EXPECT_NE(ParseError("{% extends 'base' %}").message().find("'extends'"), std::string::npos);
+}
+
+TEST(ChatErrorTest, UnknownMethodIsARenderErrorWithLine) {
+  Status st = RenderError("\n\n{{ 'abc'.frob() }}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "unsupported method 'frob' on str at line 3");
+}
+
+TEST(ChatErrorTest, RaiseExceptionMessagePropagates) {
+  Status st = RenderError("{% if messages[0].role != 'user' %}{{ raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}{% endif %}",
+                          ojson::parse(R"({"messages": [{"role": "system"}]})"));
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
+}
+
+TEST(ChatErrorTest, UndefinedErrorsNameTheVariable) {
+  Status st = RenderError("\n{{ foo.bar }}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.message(), "'foo' is undefined at line 2");
+}
+
+TEST(ChatErrorTest, MalformedTemplatesAreErrors) {
+  const char* bad[] = {
+      "{{ x",          "{{ x }",       "{% if x %}",     "{% if x",           "{# comment",
+      "{{ 'abc }}",    "{% for x in y %}", "{% endif %}",  "{{ }}",             "{% %}",
+      "{{ (1, 2 }}",   "{{ [1, 2 }}",  "{{ {'a': 1 }}",  "{% set %}",         "{% if %}{% endif %}",
+      "{{ x | }}",     "{{ x. }}",     "{{ 1 + }}",      "{% else %}",        "{% for %}{% endfor %}",
+      "{% macro %}{% endmacro %}", "{% break %}", "{{ x[ }}", "{{ f(a=1, 2) }}",  "{% raw %}never ends",
+      "{{ '\\x4 }}",   "{% if x %}{% elif %}{% endif %}", "{{ x is }}", "{% set x = %}", "{{ @ }}",
+  };
+  for (const char* src : bad) {
+    SCOPED_TRACE(src);
+    Status st = ParseError(src);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument) << st.ToString();
+    EXPECT_NE(st.message().find("line"), std::string::npos) << st.message();
+  }
+}
+
+// Random cuts and splices of the Qwen3 template: every result parses or fails cleanly, and every
+// parsed template renders or fails cleanly.
+TEST(ChatErrorTest, MangledTemplatesNeverCrash) {
+  const std::string src = chat_test::Qwen3Template();
+  ASSERT_FALSE(src.empty());
+  const ojson ctx = ojson::parse(R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "<think>x</think>y"}],
+      "add_generation_prompt": true, "tools": [{"a": 1}]})");
+  std::mt19937 rng(1234);
+  int parsed = 0;
+  for (int k = 0; k < 400; ++k) {
+    std::uniform_int_distribution<size_t> pos(0, src.size());
+    size_t a = pos(rng), b = pos(rng);
+    if (a > b) std::swap(a, b);
+    std::string mangled = (k % 2) ? src.substr(0, a) + src.substr(b) : src.substr(a, b - a);
+    auto t = ChatTemplate::Parse(mangled);
+    if (!t.ok()) {
+      EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+      continue;
+    }
+    ++parsed;
+    auto r = t->Render(ctx);
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_GT(parsed, 0);
+}
+
+}  // namespace
+}  // namespace tandem
