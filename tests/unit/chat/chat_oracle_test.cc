@@ -187,6 +187,54 @@ TEST(ChatOracleTest, FailuresMatch) {
   }));
 }
 
+// Idioms of Mistral- and Qwen2.5-style templates (written for this test): role alternation
+// checks, loop_messages slicing, content given as a list of typed parts.
+const char* kIdioms = R"({%- if messages[0]['role'] == 'system' %}
+    {%- set system_message = messages[0]['content'] %}
+    {%- set loop_messages = messages[1:] %}
+{%- else %}
+    {%- set loop_messages = messages %}
+{%- endif %}
+{{- bos_token }}
+{%- for message in loop_messages %}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}
+        {{- raise_exception('Conversation roles must alternate user/assistant/user/assistant/...') }}
+    {%- endif %}
+    {%- if message['content'] is string %}
+        {%- set content = message['content'] %}
+    {%- else %}
+        {%- set content = message['content'] | selectattr('type', 'equalto', 'text') | map(attribute='text') | join('\n') %}
+    {%- endif %}
+    {%- if message['role'] == 'user' %}
+        {%- if loop.last and system_message is defined %}
+            {{- '[INST] ' + system_message + '\n\n' + content + '[/INST]' }}
+        {%- else %}
+            {{- '[INST] ' + content + '[/INST]' }}
+        {%- endif %}
+    {%- elif message['role'] == 'assistant' %}
+        {{- ' ' + content | trim + eos_token }}
+    {%- endif %}
+{%- endfor %}
+{#- trailing comment #}
+)";
+
+TEST(ChatOracleTest, MistralStyleIdioms) {
+  auto ctx = [](const char* messages) {
+    ojson c = ojson::object();
+    c["messages"] = ojson::parse(messages);
+    c["bos_token"] = "<s>";
+    c["eos_token"] = "</s>";
+    c["add_generation_prompt"] = true;
+    return c;
+  };
+  chat_test::ExpectMatchesOracle({
+      {"plain", kIdioms, ctx(R"([{"role":"user","content":"Hi"},{"role":"assistant","content":" Hello \n"},{"role":"user","content":"Bye"}])")},
+      {"system", kIdioms, ctx(R"([{"role":"system","content":"Sys"},{"role":"user","content":"Hi"}])")},
+      {"parts", kIdioms, ctx(R"([{"role":"user","content":[{"type":"text","text":"a"},{"type":"image"},{"type":"text","text":"b"}]}])")},
+      {"not alternating", kIdioms, ctx(R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])")},
+  });
+}
+
 // A Llama-3-style template written for this test (not copied from a model): system message
 // extraction, bos_token, a date default, tools in the first user turn, tool calls and ipython
 // results.
