@@ -162,7 +162,9 @@ TEST(EngineRealModel, PrefixCacheHitsGiveIdenticalTokens) {
     EXPECT_EQ(first["first"].token_ids, second["second"].token_ids);
     EXPECT_EQ(second["second"].token_ids.size(), 12u);
     EXPECT_EQ(second["second"].num_cached_tokens, (n - 1) / 16 * 16);
-    if (n > 16) EXPECT_GT(second["second"].num_cached_tokens, 0);
+    if (n > 16) {
+      EXPECT_GT(second["second"].num_cached_tokens, 0);
+    }
     EXPECT_EQ(engine->Stats().num_kv_blocks_used, 0);
   }
   // Against an engine without prefix caching.
