@@ -1,6 +1,7 @@
 // tandem generate: runs one prompt through the CPU engine and prints text (streamed) or one JSON
 // object: {prompt_token_ids, token_ids, text, finish_reason, top_logprobs, usage}.
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -44,6 +45,10 @@ int Fail(const Status& status) {
 
 int RunGenerate(const GenerateOptions& opt) {
   const std::string model_dir = opt.model_dir.empty() ? DefaultModelDir() : opt.model_dir;
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return Fail(Err(StatusCode::kNotFound, "model directory not found: {}", model_dir));
+  }
   auto tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) return Fail(tokenizer.status());
 
