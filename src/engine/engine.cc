@@ -79,7 +79,14 @@ class EngineImpl final : public Engine {
         kv_(num_blocks, config.block_size, config.enable_prefix_caching),
         scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, &kv_),
         global_generator_(std::random_device{}()) {
+    // The model's EOS ids (config.json, generation_config.json) and the tokenizer's
+    // end-of-generation tokens (e.g. Qwen's <|endoftext|> besides <|im_end|>).
     for (int id : runner_->config().eos_token_ids) eos_ids_.push_back(id);
+    if (tokenizer_) {
+      for (int32_t id : EndOfGenerationTokenIds(*tokenizer_)) {
+        if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
+      }
+    }
   }
 
   Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,

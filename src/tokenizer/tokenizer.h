@@ -53,6 +53,11 @@ class Tokenizer {
   virtual int32_t vocab_size() const = 0;
 };
 
+// Ids of the special tokens that end generation in chat models, found by their text as llama.cpp
+// does for its end-of-generation set: <|endoftext|>, <|im_end|>, <|eot_id|>, <|eom_id|>,
+// <|end_of_text|>, <|end|>, </s>, <end_of_turn>. Only those present (as special tokens) are returned.
+std::vector<int32_t> EndOfGenerationTokenIds(const Tokenizer& tokenizer);
+
 // Streams text for tokens one at a time: never emits half a UTF-8 character (bytes of an
 // incomplete character are held until it completes) and never re-emits text. The concatenation
 // of all Push() results plus Flush() equals Decode(all ids, skip_special_tokens).

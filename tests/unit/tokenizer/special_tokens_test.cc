@@ -75,3 +75,19 @@ TEST(TokenizerSpecial, InvalidUtf8InputAndOutOfRangeIds) {
 
 }  // namespace
 }  // namespace tandem
+
+namespace tandem {
+namespace {
+
+// DESIGN.md section 7: <|endoftext|> (151643) also ends generation in the golden runs, besides
+// generation_config's <|im_end|> (151645); non-special look-alikes are not included.
+TEST(TokenizerSpecial, EndOfGenerationIdsOfQwen) {
+  auto tok = testing::QwenTokenizer();
+  ASSERT_TRUE(tok);
+  auto ids = EndOfGenerationTokenIds(*tok);
+  std::sort(ids.begin(), ids.end());
+  EXPECT_EQ(ids, (std::vector<int32_t>{151643, 151645}));
+}
+
+}  // namespace
+}  // namespace tandem
