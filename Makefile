@@ -27,7 +27,7 @@ test: build
 	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
 
 bench: build
-	$(BUILD_DIR)/engine_bench
+	$(BUILD_DIR)/bench/engine_bench
 
 format:
 	find src tests bench -name '*.h' -o -name '*.cc' -o -name '*.cu' | xargs clang-format -i
