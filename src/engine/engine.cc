@@ -89,12 +89,9 @@ class EngineImpl final : public Engine {
     }
   }
 
-  Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
-                    const SamplingParams& params) override {
+  Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,
+                         const SamplingParams& params) const override {
     const int vocab = model_config().vocab_size;
-    if (requests_.count(request_id)) {
-      return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request_id);
-    }
     if (prompt_token_ids.empty()) return Status(StatusCode::kInvalidArgument, "the prompt is empty");
     for (size_t i = 0; i < prompt_token_ids.size(); ++i) {
       const int32_t id = prompt_token_ids[i];
@@ -116,6 +113,16 @@ class EngineImpl final : public Engine {
                  "has only {} blocks",
                  num_prompt, kv_.BlocksFor(num_prompt), config_.block_size, kv_.num_blocks());
     }
+    return Status::Ok();
+  }
+
+  Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                    const SamplingParams& params) override {
+    if (requests_.count(request_id)) {
+      return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request_id);
+    }
+    TANDEM_RETURN_IF_ERROR(ValidateRequest(prompt_token_ids, params));
+    const int num_prompt = static_cast<int>(prompt_token_ids.size());
 
     auto entry = std::make_unique<Entry>();
     Request& r = entry->request;
@@ -212,6 +219,7 @@ class EngineImpl final : public Engine {
   }
 
   const ModelConfig& model_config() const override { return runner_->config(); }
+  int max_model_len() const override { return config_.max_model_len; }
 
  private:
   struct Entry {

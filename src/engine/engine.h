@@ -73,6 +73,10 @@ class Engine {
   // a duplicate request id. ResourceExhausted: the KV pool can never hold this request.
   virtual Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                             const SamplingParams& params) = 0;
+  // The checks AddRequest makes, without queuing (same errors). Reads only immutable
+  // configuration: safe to call from any thread while another drives Step().
+  virtual Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,
+                                 const SamplingParams& params) const = 0;
   // Ends a request now (its blocks return to the pool); its next output says kAbort.
   virtual void AbortRequest(const std::string& request_id) = 0;
   // One scheduling step. Outputs only for requests that produced something or finished.
@@ -80,6 +84,8 @@ class Engine {
   virtual bool HasUnfinishedRequests() const = 0;
   virtual EngineStats Stats() const = 0;
   virtual const ModelConfig& model_config() const = 0;
+  // The context length in effect (EngineConfig::max_model_len or the model's).
+  virtual int max_model_len() const = 0;
 };
 
 }  // namespace tandem
