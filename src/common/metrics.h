@@ -5,6 +5,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -16,8 +17,12 @@ namespace tandem::metrics {
 
 using Labels = std::map<std::string, std::string>;
 
+// The Content-Type of RenderText's output.
+inline constexpr char kTextContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
 class Counter {
  public:
+  // Counters only go up: a negative or NaN `v` is ignored.
   void Inc(double v = 1.0);
   double value() const;
 
@@ -38,7 +43,9 @@ class Gauge {
 
 class Histogram {
  public:
+  // Bounds are sorted and de-duplicated here; NaN and +Inf bounds are dropped (+Inf is implicit).
   explicit Histogram(std::vector<double> upper_bounds);  // sorted; +Inf is implicit
+  // Counts `v` in the first bucket with v <= upper bound (NaN: the +Inf bucket).
   void Observe(double v);
   struct Snapshot {
     std::vector<double> upper_bounds;
@@ -61,15 +68,26 @@ std::vector<double> LatencyBuckets();
 
 class Registry {
  public:
+  Registry();
+  ~Registry();  // out of line: Family is defined in metrics.cc
+  Registry(const Registry&) = delete;
+  Registry& operator=(const Registry&) = delete;
+
   // The same (name, labels) returns the same object; a name keeps the help and type of its first
   // registration. References stay valid for the registry's lifetime.
+  // Programming errors throw: an invalid metric or label name (std::invalid_argument; names follow
+  // [a-zA-Z_:][a-zA-Z0-9_:]*, label names [a-zA-Z_][a-zA-Z0-9_]* not starting with "__", and a
+  // histogram may not use the label "le"), or a name already registered with another type
+  // (std::logic_error).
   Counter& GetCounter(const std::string& name, const std::string& help, const Labels& labels = {});
   Gauge& GetGauge(const std::string& name, const std::string& help, const Labels& labels = {});
   Histogram& GetHistogram(const std::string& name, const std::string& help,
                           const std::vector<double>& upper_bounds, const Labels& labels = {});
   // Run before each render (e.g. to set gauges from engine stats).
   void AddCollector(std::function<void()> collector);
-  // Prometheus text format, families sorted by name.
+  // Prometheus text format, families sorted by name; series in label order. Values: integers
+  // without exponent when exact (|v| < 1e15), otherwise the shortest round-trip decimal;
+  // "+Inf", "-Inf", "NaN". Content type: "text/plain; version=0.0.4; charset=utf-8".
   std::string RenderText() const;
 
   static Registry& Default();
