@@ -1,0 +1,420 @@
+#include "frontend/openai_request.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <fmt/format.h>
+
+#include "frontend/errors.h"
+
+namespace tandem::openai {
+
+using ojson = nlohmann::ordered_json;
+
+std::string ApiError::Body() const { return http::OpenAIErrorBody(message, type, param, code); }
+
+namespace {
+
+ApiError InvalidValue(std::string param, std::string message) {
+  ApiError e;
+  e.message = std::move(message);
+  e.param = std::move(param);
+  e.code = "invalid_value";
+  return e;
+}
+
+ApiError InvalidType(const std::string& param, const char* expected, const ojson& got) {
+  ApiError e;
+  const char* what = got.is_array() ? "an array" : got.is_object() ? "an object"
+                     : got.is_null() ? "null" : nullptr;
+  std::string got_name = what ? what : fmt::format("a {}", got.type_name());
+  e.message = fmt::format("Invalid type for '{}': expected {}, but got {} instead.", param,
+                          expected, got_name);
+  e.param = param;
+  e.code = "invalid_type";
+  return e;
+}
+
+// Field readers: absent or null leaves *out as it is; a wrong type is an error.
+const ojson* Field(const ojson& obj, const char* key) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return nullptr;
+  return &*it;
+}
+
+std::optional<ApiError> ReadBool(const ojson& obj, const char* key, bool* out) {
+  const ojson* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_boolean()) return InvalidType(key, "a boolean", *v);
+  *out = v->get<bool>();
+  return std::nullopt;
+}
+
+// Integers; an integral float (10.0) is accepted as pydantic does.
+bool AsInt64(const ojson& v, int64_t* out) {
+  if (v.is_number_unsigned()) {
+    uint64_t u = v.get<uint64_t>();
+    *out = u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+               ? std::numeric_limits<int64_t>::max()
+               : static_cast<int64_t>(u);
+    return true;
+  }
+  if (v.is_number_integer()) {
+    *out = v.get<int64_t>();
+    return true;
+  }
+  if (v.is_number_float()) {
+    double d = v.get<double>();
+    if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9.0e18) {
+      *out = static_cast<int64_t>(d);
+      return true;
+    }
+  }
+  return false;
+}
+
+std::optional<ApiError> ReadInt(const ojson& obj, const char* key, std::optional<int64_t>* out) {
+  const ojson* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  int64_t x = 0;
+  if (!AsInt64(*v, &x)) return InvalidType(key, "an integer", *v);
+  *out = x;
+  return std::nullopt;
+}
+
+std::optional<ApiError> ReadNumber(const ojson& obj, const char* key, std::optional<double>* out) {
+  const ojson* v = Field(obj, key);
+  if (!v) return std::nullopt;
+  if (!v->is_number()) return InvalidType(key, "a number", *v);
+  *out = v->get<double>();
+  return std::nullopt;
+}
+
+#define TANDEM_TRY(expr)                         \
+  do {                                           \
+    if (auto _err = (expr)) return _err;         \
+  } while (0)
+
+int ClampToInt(int64_t v) {
+  return static_cast<int>(std::clamp<int64_t>(v, std::numeric_limits<int>::min(),
+                                              std::numeric_limits<int>::max()));
+}
+
+// A number in [lo, hi] (open ends when lo_open / hi_open).
+std::optional<ApiError> ReadRange(const ojson& obj, const char* key, double lo, bool lo_open,
+                                  double hi, bool hi_open, float* out) {
+  std::optional<double> v;
+  TANDEM_TRY(ReadNumber(obj, key, &v));
+  if (!v) return std::nullopt;
+  bool ok = (lo_open ? *v > lo : *v >= lo) && (hi_open ? *v < hi : *v <= hi);
+  if (!std::isfinite(*v) || !ok)
+    return InvalidValue(key, fmt::format("'{}' must be in {}{}, {}{}, got {}.", key, lo_open ? "(" : "[",
+                                         lo, hi, hi_open ? ")" : "]", *v));
+  *out = static_cast<float>(*v);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& options,
+                                    ParsedRequest* out) {
+  if (const ojson* m = Field(body, "model")) {
+    if (!m->is_string()) return InvalidType("model", "a string", *m);
+    const std::string& name = m->get_ref<const std::string&>();
+    if (name != options.served_model_name) {
+      ApiError e;
+      e.status = 404;
+      e.message = fmt::format("The model `{}` does not exist.", name);
+      e.param = "model";
+      e.code = "model_not_found";
+      return e;
+    }
+  }
+  TANDEM_TRY(ReadBool(body, "stream", &out->stream));
+  if (const ojson* so = Field(body, "stream_options")) {
+    if (!so->is_object()) return InvalidType("stream_options", "an object", *so);
+    bool include_usage = false;
+    if (const ojson* iu = Field(*so, "include_usage")) {
+      if (!iu->is_boolean()) return InvalidType("stream_options.include_usage", "a boolean", *iu);
+      include_usage = iu->get<bool>();
+    }
+    out->include_usage = out->stream && include_usage;
+  }
+
+  std::optional<int64_t> n;
+  TANDEM_TRY(ReadInt(body, "n", &n));
+  if (n) {
+    if (*n < 1 || *n > options.max_n)
+      return InvalidValue("n", fmt::format("'n' must be between 1 and {}, got {}.", options.max_n, *n));
+    out->n = static_cast<int>(*n);
+  }
+
+  // max_completion_tokens (chat) wins over the deprecated max_tokens.
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (std::string_view(key) == "max_completion_tokens" &&
+        out->endpoint != Endpoint::kChatCompletions)
+      continue;
+    std::optional<int64_t> mt;
+    TANDEM_TRY(ReadInt(body, key, &mt));
+    if (!mt) continue;
+    if (*mt <= 0)
+      return InvalidValue(key, fmt::format("'{}' must be at least 1, got {}.", key, *mt));
+    out->max_tokens = ClampToInt(*mt);
+    out->max_tokens_param = key;
+  }
+
+  SamplingParams& p = out->params;
+  TANDEM_TRY(ReadRange(body, "temperature", 0.0, false, 2.0, false, &p.temperature));
+  TANDEM_TRY(ReadRange(body, "top_p", 0.0, true, 1.0, false, &p.top_p));
+  TANDEM_TRY(ReadRange(body, "min_p", 0.0, false, 1.0, false, &p.min_p));
+  TANDEM_TRY(ReadRange(body, "frequency_penalty", -2.0, false, 2.0, false, &p.frequency_penalty));
+  TANDEM_TRY(ReadRange(body, "presence_penalty", -2.0, false, 2.0, false, &p.presence_penalty));
+  TANDEM_TRY(ReadRange(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(),
+                       false, &p.repetition_penalty));
+  std::optional<int64_t> top_k;
+  TANDEM_TRY(ReadInt(body, "top_k", &top_k));
+  if (top_k) {
+    if (*top_k < -1)
+      return InvalidValue("top_k", fmt::format("'top_k' must be -1 (disabled) or at least 0, got {}.", *top_k));
+    p.top_k = ClampToInt(*top_k);
+  }
+  std::optional<int64_t> seed;
+  TANDEM_TRY(ReadInt(body, "seed", &seed));
+  if (seed) p.seed = static_cast<uint64_t>(*seed);
+
+  if (const ojson* stop = Field(body, "stop")) {
+    if (stop->is_string()) {
+      if (!stop->get_ref<const std::string&>().empty()) p.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const ojson& s : *stop) {
+        if (!s.is_string()) return InvalidType("stop", "a string or a list of strings", *stop);
+        if (!s.get_ref<const std::string&>().empty()) p.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      return InvalidType("stop", "a string or a list of strings", *stop);
+    }
+  }
+  if (const ojson* ids = Field(body, "stop_token_ids")) {
+    if (!ids->is_array()) return InvalidType("stop_token_ids", "a list of integers", *ids);
+    for (const ojson& id : *ids) {
+      int64_t x = 0;
+      if (!AsInt64(id, &x)) return InvalidType("stop_token_ids", "a list of integers", *ids);
+      p.stop_token_ids.push_back(ClampToInt(x));
+    }
+  }
+  TANDEM_TRY(ReadBool(body, "ignore_eos", &p.ignore_eos));
+  TANDEM_TRY(ReadBool(body, "skip_special_tokens", &p.skip_special_tokens));
+  if (const ojson* user = Field(body, "user"); user && !user->is_string())
+    return InvalidType("user", "a string", *user);
+  return std::nullopt;
+}
+
+const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
+
+std::optional<ApiError> ParseMessages(const ojson& body, ParsedRequest* out) {
+  const ojson* messages = Field(body, "messages");
+  if (!messages) return InvalidValue("messages", "'messages' is required.");
+  if (!messages->is_array()) return InvalidType("messages", "an array", *messages);
+  if (messages->empty()) return InvalidValue("messages", "'messages' must not be empty.");
+  out->messages = ojson::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const ojson& m = (*messages)[i];
+    std::string where = fmt::format("messages[{}]", i);
+    if (!m.is_object()) return InvalidType(where, "an object", m);
+    const ojson* role = Field(m, "role");
+    if (!role) return InvalidValue(where + ".role", fmt::format("'{}.role' is required.", where));
+    if (!role->is_string()) return InvalidType(where + ".role", "a string", *role);
+    std::string r = role->get<std::string>();
+    bool known = false;
+    for (const char* k : kRoles) known = known || r == k;
+    if (!known)
+      return InvalidValue(where + ".role",
+                          fmt::format("Invalid role '{}' in {}: expected one of system, developer, "
+                                      "user, assistant, tool.", r, where));
+    ojson msg = m;
+    if (r == "developer") msg["role"] = "system";  // OpenAI's newer name for system
+    const ojson* content = Field(m, "content");
+    if (!content) {
+      if (r != "assistant")
+        return InvalidValue(where + ".content", fmt::format("'{}.content' is required.", where));
+      msg["content"] = nullptr;
+    } else if (content->is_array()) {
+      std::string text;
+      for (size_t j = 0; j < content->size(); ++j) {
+        const ojson& part = (*content)[j];
+        std::string pw = fmt::format("{}.content[{}]", where, j);
+        if (!part.is_object()) return InvalidType(pw, "an object", part);
+        const ojson* type = Field(part, "type");
+        if (!type || !type->is_string() || type->get<std::string>() != "text")
+          return InvalidValue(pw + ".type", fmt::format("Only content parts of type 'text' are "
+                                                        "supported ({}).", pw));
+        const ojson* t = Field(part, "text");
+        if (!t || !t->is_string()) return InvalidType(pw + ".text", "a string", t ? *t : ojson());
+        if (j > 0) text += '\n';
+        text += t->get<std::string>();
+      }
+      msg["content"] = text;
+    } else if (!content->is_string()) {
+      return InvalidType(where + ".content", "a string or an array of content parts", *content);
+    }
+    out->messages.push_back(std::move(msg));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseChat(const ojson& body, ParsedRequest* out) {
+  TANDEM_TRY(ParseMessages(body, out));
+  bool logprobs = false;
+  TANDEM_TRY(ReadBool(body, "logprobs", &logprobs));
+  std::optional<int64_t> top;
+  TANDEM_TRY(ReadInt(body, "top_logprobs", &top));
+  if (top) {
+    if (*top < 0 || *top > 20)
+      return InvalidValue("top_logprobs", fmt::format("'top_logprobs' must be between 0 and 20, got {}.", *top));
+    if (!logprobs)
+      return InvalidValue("top_logprobs", "'logprobs' must be true when 'top_logprobs' is set.");
+  }
+  out->params.logprobs = logprobs ? static_cast<int>(top.value_or(0)) : -1;
+  if (const ojson* tools = Field(body, "tools")) {
+    if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
+    if (!tools->empty()) out->chat_options.tools = *tools;
+  }
+  if (const ojson* kw = Field(body, "chat_template_kwargs")) {
+    if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);
+    out->chat_options.extra_kwargs = *kw;
+  }
+  TANDEM_TRY(ReadBool(body, "add_generation_prompt", &out->chat_options.add_generation_prompt));
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseTokenIds(const ojson& list, std::vector<int32_t>* ids) {
+  for (const ojson& v : list) {
+    int64_t x = 0;
+    if (!AsInt64(v, &x)) return InvalidType("prompt", "a string, an array of strings or token ids", list);
+    if (x < 0 || x > std::numeric_limits<int32_t>::max())
+      return InvalidValue("prompt", fmt::format("Token id {} in 'prompt' is out of range.", x));
+    ids->push_back(static_cast<int32_t>(x));
+  }
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseCompletion(const ojson& body, ParsedRequest* out) {
+  const ojson* prompt = Field(body, "prompt");
+  if (!prompt) return InvalidValue("prompt", "'prompt' is required.");
+  if (prompt->is_string()) {
+    out->prompt_text = prompt->get<std::string>();
+  } else if (prompt->is_array()) {
+    if (prompt->empty()) return InvalidValue("prompt", "'prompt' must not be empty.");
+    const ojson& first = (*prompt)[0];
+    if (first.is_string() || first.is_array()) {
+      if (prompt->size() > 1)
+        return InvalidValue("prompt", "Only one prompt per request is supported.");
+      if (first.is_string()) {
+        out->prompt_text = first.get<std::string>();
+      } else {
+        out->prompt_ids.emplace();
+        TANDEM_TRY(ParseTokenIds(first, &*out->prompt_ids));
+      }
+    } else {
+      out->prompt_ids.emplace();
+      TANDEM_TRY(ParseTokenIds(*prompt, &*out->prompt_ids));
+    }
+  } else {
+    return InvalidType("prompt", "a string, an array of strings or token ids", *prompt);
+  }
+  TANDEM_TRY(ReadBool(body, "echo", &out->echo));
+  std::optional<int64_t> logprobs;
+  TANDEM_TRY(ReadInt(body, "logprobs", &logprobs));
+  if (logprobs) {
+    if (*logprobs < 0 || *logprobs > 20)
+      return InvalidValue("logprobs", fmt::format("'logprobs' must be between 0 and 20, got {}.", *logprobs));
+    out->params.logprobs = static_cast<int>(*logprobs);
+  }
+  if (const ojson* suffix = Field(body, "suffix"))
+    if (!suffix->is_string() || !suffix->get_ref<const std::string&>().empty())
+      return InvalidValue("suffix", "'suffix' is not supported.");
+  std::optional<int64_t> best_of;
+  TANDEM_TRY(ReadInt(body, "best_of", &best_of));
+  if (best_of && *best_of != out->n)
+    return InvalidValue("best_of", "'best_of' other than 'n' is not supported.");
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
+                                     const ParseOptions& options, ParsedRequest* out) {
+  out->endpoint = endpoint;
+  ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) {
+    ApiError e;
+    e.message = "We could not parse the JSON body of your request. (The request body is not "
+                "valid JSON.)";
+    return e;
+  }
+  if (!j.is_object()) {
+    ApiError e;
+    e.message = fmt::format("The request body must be a JSON object, got {}.", j.type_name());
+    return e;
+  }
+  TANDEM_TRY(ParseCommon(j, options, out));
+  if (endpoint == Endpoint::kChatCompletions) return ParseChat(j, out);
+  return ParseCompletion(j, out);
+}
+
+std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& tokenizer,
+                                       const ChatRenderer* renderer, int max_model_len,
+                                       std::vector<int32_t>* prompt_ids, std::string* echo_text) {
+  const bool chat = request->endpoint == Endpoint::kChatCompletions;
+  const char* prompt_param = chat ? "messages" : "prompt";
+  if (chat) {
+    if (!renderer) return InvalidValue("messages", "This model has no chat template; use /v1/completions.");
+    auto rendered = renderer->Render(request->messages, request->chat_options);
+    if (!rendered.ok())
+      return InvalidValue("messages", fmt::format("Could not apply the chat template: {}",
+                                                  rendered.status().message()));
+    EncodeOptions eo;
+    eo.parse_special = true;
+    eo.literal_ranges = rendered->literal_ranges;
+    *prompt_ids = tokenizer.Encode(rendered->text, eo);
+  } else if (request->prompt_ids) {
+    *prompt_ids = *request->prompt_ids;
+    for (int32_t id : *prompt_ids)
+      if (id >= tokenizer.vocab_size())
+        return InvalidValue("prompt", fmt::format("Token id {} in 'prompt' is out of vocabulary (size {}).",
+                                                  id, tokenizer.vocab_size()));
+    if (request->echo) *echo_text = tokenizer.Decode(*prompt_ids, false);
+  } else {
+    *prompt_ids = tokenizer.Encode(request->prompt_text, false);
+    if (request->echo) *echo_text = request->prompt_text;
+  }
+  if (prompt_ids->empty()) return InvalidValue(prompt_param, "The prompt is empty.");
+
+  const int prompt_len = static_cast<int>(prompt_ids->size());
+  const char* where = chat ? "messages" : "prompt";
+  if (prompt_len >= max_model_len) {
+    ApiError e = InvalidValue(prompt_param,
+        fmt::format("This model's maximum context length is {} tokens. However, your request has "
+                    "{} input tokens in the {}, leaving no room for the completion. Please reduce "
+                    "the length of the {}.", max_model_len, prompt_len, where, where));
+    e.code = "context_length_exceeded";
+    return e;
+  }
+  if (request->max_tokens) {
+    if (static_cast<int64_t>(prompt_len) + *request->max_tokens > max_model_len) {
+      ApiError e = InvalidValue(request->max_tokens_param,
+          fmt::format("This model's maximum context length is {} tokens. However, you requested "
+                      "{} tokens ({} in the {}, {} in the completion). Please reduce the length "
+                      "of the {} or completion.", max_model_len,
+                      static_cast<int64_t>(prompt_len) + *request->max_tokens, prompt_len, where,
+                      *request->max_tokens, where));
+      e.code = "context_length_exceeded";
+      return e;
+    }
+    request->params.max_tokens = *request->max_tokens;
+  } else {
+    request->params.max_tokens = max_model_len - prompt_len;
+  }
+  return std::nullopt;
+}
+
+}  // namespace tandem::openai

@@ -1,0 +1,84 @@
+// OpenAI API requests: parse and validate the JSON bodies of /v1/chat/completions and
+// /v1/completions (OpenAI's and vLLM's parameter set), then render and tokenize the prompt.
+//
+// Every failure is an ApiError: an HTTP status and the fields of OpenAI's error body
+// {"error":{"message","type","param","code"}}. Codes used: "invalid_type" (a field of the wrong
+// JSON type), "invalid_value" (out of range), "model_not_found" (404), "context_length_exceeded"
+// (prompt or prompt + max_tokens beyond max_model_len, naming the numbers, as vLLM does).
+//
+// Accepted (others are ignored, as vLLM ignores unknown fields):
+//   common: model, stream, stream_options.include_usage (ignored without stream), n (1..max_n),
+//     stop (string or list of strings), stop_token_ids (vLLM), max_tokens, temperature [0,2],
+//     top_p (0,1], top_k (-1 or >= 0), min_p [0,1], seed (integer; choice i of n uses seed + i),
+//     frequency_penalty and presence_penalty [-2,2], repetition_penalty (> 0), ignore_eos,
+//     skip_special_tokens, user (ignored).
+//   chat: messages (roles system, developer (rendered as system), user, assistant, tool; content a
+//     string, null (assistant only) or a list of {"type":"text","text"} parts joined with "\n"),
+//     max_completion_tokens (wins over max_tokens), logprobs (bool), top_logprobs (0..20, needs
+//     logprobs), tools (list, passed to the template), chat_template_kwargs (object, passed as
+//     extra template variables), add_generation_prompt (vLLM, default true).
+//   completions: prompt (a string, a list of one string, a list of token ids, or a list of one such
+//     list), echo, logprobs (integer 0..20).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/sampling_params.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::openai {
+
+struct ApiError {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param;  // empty: null
+  std::string code;   // empty: null
+  std::string Body() const;  // the JSON error body
+};
+
+enum class Endpoint { kChatCompletions, kCompletions };
+
+struct ParseOptions {
+  std::string served_model_name;  // "model" must equal it when present (else 404)
+  int max_n = 16;
+};
+
+struct ParsedRequest {
+  Endpoint endpoint = Endpoint::kChatCompletions;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int n = 1;
+  std::optional<int> max_tokens;  // absent: up to the context (max_model_len - prompt length)
+  std::string max_tokens_param = "max_tokens";  // the field it came from (for errors)
+  SamplingParams params;          // max_tokens set by Tokenize(); logprobs -1 when not asked
+  // Chat only.
+  nlohmann::ordered_json messages;
+  ChatOptions chat_options;
+  // Completions only.
+  std::string prompt_text;                       // when the prompt was text
+  std::optional<std::vector<int32_t>> prompt_ids;  // when the prompt was token ids
+  bool echo = false;
+};
+
+// Parses and validates a request body for `endpoint`. On error returns it and leaves *out partial.
+std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
+                                     const ParseOptions& options, ParsedRequest* out);
+
+// Renders (chat) and tokenizes the prompt, checks it against the context and fixes
+// params.max_tokens. Chat prompts are tokenized with special tokens parsed except inside message
+// text (ChatRenderer's literal ranges), so user text "<|im_end|>" stays plain text; completion
+// prompts without parsing special tokens. For completions with echo, *echo_text receives the
+// prompt text (decoded from the ids for an ids prompt). `renderer` may be null (chat -> 400).
+std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& tokenizer,
+                                       const ChatRenderer* renderer, int max_model_len,
+                                       std::vector<int32_t>* prompt_ids, std::string* echo_text);
+
+}  // namespace tandem::openai
