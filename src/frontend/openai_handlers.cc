@@ -41,7 +41,7 @@ class Flight {
   using Channel =
       asio::experimental::concurrent_channel<void(boost::system::error_code, RequestOutput)>;
 
-  Flight(asio::any_io_executor executor, size_t capacity, std::shared_ptr<EngineClient> engine,
+  Flight(asio::any_io_executor executor, size_t capacity, std::weak_ptr<EngineClient> engine,
          std::vector<std::string> ids)
       : engine_(std::move(engine)), ids_(std::move(ids)),
         channel_(std::make_unique<Channel>(std::move(executor), capacity)) {}
@@ -70,14 +70,14 @@ class Flight {
 
   // Any thread: ends every engine request of this flight (unknown / finished ids are ignored).
   void CancelAll() {
-    for (const std::string& id : ids_) engine_->Cancel(id);
+    if (auto engine = engine_.lock())
+      for (const std::string& id : ids_) engine->Cancel(id);
   }
 
   const std::vector<std::string>& ids() const { return ids_; }
-  EngineClient& engine() { return *engine_; }
 
  private:
-  std::shared_ptr<EngineClient> engine_;
+  std::weak_ptr<EngineClient> engine_;  // weak: callbacks held by the engine must not own it
   const std::vector<std::string> ids_;
   std::mutex mu_;
   std::unique_ptr<Channel> channel_;
@@ -361,7 +361,7 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
   Generation gen(*s, req, id, start, static_cast<int>(prompt_ids.size()), echo_text);
   Finally cleanup{[&] {
     for (int i = 0; i < req.n; ++i)
-      if (!gen.finished(i)) flight->engine().Cancel(flight->ids()[i]);
+      if (!gen.finished(i)) s->engine->Cancel(flight->ids()[i]);
     flight->Close();
   }};
 

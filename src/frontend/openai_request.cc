@@ -108,9 +108,13 @@ std::optional<ApiError> ReadRange(const ojson& obj, const char* key, double lo, 
   TANDEM_TRY(ReadNumber(obj, key, &v));
   if (!v) return std::nullopt;
   bool ok = (lo_open ? *v > lo : *v >= lo) && (hi_open ? *v < hi : *v <= hi);
-  if (!std::isfinite(*v) || !ok)
+  if (!std::isfinite(*v) || !ok) {
+    if (hi == std::numeric_limits<double>::max())
+      return InvalidValue(key, fmt::format("'{}' must be {} {}, got {}.", key,
+                                           lo_open ? "greater than" : "at least", lo, *v));
     return InvalidValue(key, fmt::format("'{}' must be in {}{}, {}{}, got {}.", key, lo_open ? "(" : "[",
                                          lo, hi, hi_open ? ")" : "]", *v));
+  }
   *out = static_cast<float>(*v);
   return std::nullopt;
 }
@@ -236,7 +240,7 @@ std::optional<ApiError> ParseMessages(const ojson& body, ParsedRequest* out) {
     if (!content) {
       if (r != "assistant")
         return InvalidValue(where + ".content", fmt::format("'{}.content' is required.", where));
-      msg["content"] = nullptr;
+      msg["content"] = "";  // templates (Qwen3's) test `'</think>' in content`
     } else if (content->is_array()) {
       std::string text;
       for (size_t j = 0; j < content->size(); ++j) {

@@ -13,7 +13,8 @@
 //     frequency_penalty and presence_penalty [-2,2], repetition_penalty (> 0), ignore_eos,
 //     skip_special_tokens, user (ignored).
 //   chat: messages (roles system, developer (rendered as system), user, assistant, tool; content a
-//     string, null (assistant only) or a list of {"type":"text","text"} parts joined with "\n"),
+//     string, null or absent (assistant only; rendered as "") or a list of {"type":"text","text"}
+//     parts joined with "\n"),
 //     max_completion_tokens (wins over max_tokens), logprobs (bool), top_logprobs (0..20, needs
 //     logprobs), tools (list, passed to the template), chat_template_kwargs (object, passed as
 //     extra template variables), add_generation_prompt (vLLM, default true).

@@ -1,0 +1,212 @@
+// Request validation: every bad input answers an OpenAI-style error with the right status and param.
+#include <string>
+
+#include "openai_test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+struct BadCase {
+  const char* name;
+  const char* path;
+  std::string body;
+  int status;
+  const char* param;  // nullptr: JSON null
+  const char* code = nullptr;  // checked when set
+};
+
+const char* kChat = "/v1/chat/completions";
+const char* kCompl = "/v1/completions";
+const std::string kMsgs = R"("messages":[{"role":"user","content":"hi"}])";
+
+std::string ChatBody(const std::string& extra) { return "{" + kMsgs + "," + extra + "}"; }
+std::string ComplBody(const std::string& extra) { return R"({"prompt":"hi",)" + extra + "}"; }
+
+std::vector<BadCase> Cases() {
+  return {
+      {"malformed", kChat, "{\"messages\": [", 400, nullptr},
+      {"truncated", kChat, R"({"messages":[{"role":"user","content":"hi"}])", 400, nullptr},
+      {"not_json", kChat, "hello", 400, nullptr},
+      {"array_body", kChat, "[1,2]", 400, nullptr},
+      {"string_body", kCompl, "\"hi\"", 400, nullptr},
+      {"messages_string", kChat, R"({"messages":"hi"})", 400, "messages", "invalid_type"},
+      {"messages_missing", kChat, R"({"model":"tiny-qwen3"})", 400, "messages"},
+      {"messages_empty", kChat, R"({"messages":[]})", 400, "messages"},
+      {"message_not_object", kChat, R"({"messages":["hi"]})", 400, "messages[0]"},
+      {"unknown_role", kChat, R"({"messages":[{"role":"wizard","content":"hi"}]})", 400,
+       "messages[0].role"},
+      {"role_not_string", kChat, R"({"messages":[{"role":1,"content":"hi"}]})", 400,
+       "messages[0].role"},
+      {"content_number", kChat, R"({"messages":[{"role":"user","content":5}]})", 400,
+       "messages[0].content"},
+      {"content_missing", kChat, R"({"messages":[{"role":"user"}]})", 400, "messages[0].content"},
+      {"content_image", kChat,
+       R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})",
+       400, "messages[0].content[0].type"},
+      {"max_tokens_string", kChat, ChatBody(R"("max_tokens":"ten")"), 400, "max_tokens",
+       "invalid_type"},
+      {"max_tokens_zero", kChat, ChatBody(R"("max_tokens":0)"), 400, "max_tokens"},
+      {"max_tokens_negative", kCompl, ComplBody(R"("max_tokens":-5)"), 400, "max_tokens"},
+      {"max_tokens_fraction", kChat, ChatBody(R"("max_tokens":1.5)"), 400, "max_tokens"},
+      {"max_completion_tokens_zero", kChat, ChatBody(R"("max_completion_tokens":0)"), 400,
+       "max_completion_tokens"},
+      {"max_tokens_beyond_context", kChat, ChatBody(R"("max_tokens":250)"), 400, "max_tokens",
+       "context_length_exceeded"},
+      {"max_completion_tokens_beyond_context", kChat, ChatBody(R"("max_completion_tokens":1000)"),
+       400, "max_completion_tokens", "context_length_exceeded"},
+      {"stream_string", kChat, ChatBody(R"("stream":"yes")"), 400, "stream", "invalid_type"},
+      {"stream_options_string", kChat, ChatBody(R"("stream":true,"stream_options":"x")"), 400,
+       "stream_options"},
+      {"n_zero", kChat, ChatBody(R"("n":0)"), 400, "n"},
+      {"n_too_large", kCompl, ComplBody(R"("n":17)"), 400, "n"},
+      {"n_string", kChat, ChatBody(R"("n":"2")"), 400, "n"},
+      {"temperature_high", kChat, ChatBody(R"("temperature":2.5)"), 400, "temperature"},
+      {"temperature_negative", kCompl, ComplBody(R"("temperature":-0.1)"), 400, "temperature"},
+      {"temperature_string", kChat, ChatBody(R"("temperature":"hot")"), 400, "temperature"},
+      {"top_p_zero", kChat, ChatBody(R"("top_p":0)"), 400, "top_p"},
+      {"top_p_high", kChat, ChatBody(R"("top_p":1.01)"), 400, "top_p"},
+      {"top_k_low", kChat, ChatBody(R"("top_k":-2)"), 400, "top_k"},
+      {"top_k_float", kChat, ChatBody(R"("top_k":2.5)"), 400, "top_k"},
+      {"min_p_high", kChat, ChatBody(R"("min_p":1.5)"), 400, "min_p"},
+      {"frequency_penalty", kChat, ChatBody(R"("frequency_penalty":2.5)"), 400,
+       "frequency_penalty"},
+      {"presence_penalty", kCompl, ComplBody(R"("presence_penalty":-3)"), 400, "presence_penalty"},
+      {"repetition_penalty", kChat, ChatBody(R"("repetition_penalty":0)"), 400,
+       "repetition_penalty"},
+      {"seed_string", kChat, ChatBody(R"("seed":"x")"), 400, "seed"},
+      {"stop_number", kChat, ChatBody(R"("stop":5)"), 400, "stop"},
+      {"stop_list_of_numbers", kChat, ChatBody(R"("stop":["a",1])"), 400, "stop"},
+      {"logprobs_string", kChat, ChatBody(R"("logprobs":"yes")"), 400, "logprobs"},
+      {"top_logprobs_21", kChat, ChatBody(R"("logprobs":true,"top_logprobs":21)"), 400,
+       "top_logprobs"},
+      {"top_logprobs_without_logprobs", kChat, ChatBody(R"("top_logprobs":2)"), 400,
+       "top_logprobs"},
+      {"completion_logprobs_21", kCompl, ComplBody(R"("logprobs":21)"), 400, "logprobs"},
+      {"completion_logprobs_bool", kCompl, ComplBody(R"("logprobs":true)"), 400, "logprobs"},
+      {"prompt_missing", kCompl, R"({"max_tokens":3})", 400, "prompt"},
+      {"prompt_number", kCompl, R"({"prompt":5})", 400, "prompt"},
+      {"prompt_empty", kCompl, R"({"prompt":""})", 400, "prompt"},
+      {"prompt_two", kCompl, R"({"prompt":["a","b"]})", 400, "prompt"},
+      {"prompt_bad_token", kCompl, R"({"prompt":[1, 99999999]})", 400, "prompt"},
+      {"echo_string", kCompl, ComplBody(R"("echo":"yes")"), 400, "echo"},
+      {"tools_object", kChat, ChatBody(R"("tools":{})"), 400, "tools"},
+      {"chat_template_kwargs_list", kChat, ChatBody(R"("chat_template_kwargs":[])"), 400,
+       "chat_template_kwargs"},
+      {"unknown_model_chat", kChat, ChatBody(R"("model":"gpt-4")"), 404, "model",
+       "model_not_found"},
+      {"unknown_model_completion", kCompl, ComplBody(R"("model":"nope")"), 404, "model",
+       "model_not_found"},
+  };
+}
+
+class ValidationTest : public OpenAITest, public ::testing::WithParamInterface<BadCase> {};
+
+TEST_P(ValidationTest, AnswersOpenAIError) {
+  const BadCase& c = GetParam();
+  auto w = Post(c.path, c.body);
+  EXPECT_EQ(w->status, c.status) << w->body;
+  EXPECT_EQ(w->content_type, "application/json");
+  EXPECT_EQ(w->num_start, 0);
+  json j = json::parse(w->body);
+  ASSERT_TRUE(j.contains("error")) << w->body;
+  const json& e = j["error"];
+  EXPECT_TRUE(e["message"].is_string());
+  EXPECT_FALSE(e["message"].get<std::string>().empty());
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  if (c.param) EXPECT_EQ(e["param"], c.param) << w->body;
+  else EXPECT_TRUE(e["param"].is_null()) << w->body;
+  if (c.code) EXPECT_EQ(e["code"], c.code) << w->body;
+  EXPECT_TRUE(engine->submitted().empty()) << "a rejected request reached the engine";
+  EXPECT_TRUE(w->headers.count("x-request-id"));
+}
+
+INSTANTIATE_TEST_SUITE_P(BadRequests, ValidationTest, ::testing::ValuesIn(Cases()),
+                         [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(OpenAITest, UnknownRoleIsNamed) {
+  auto w = Post(kChat, R"({"messages":[{"role":"wizard","content":"hi"}]})");
+  EXPECT_NE(w->Json()["error"]["message"].get<std::string>().find("wizard"), std::string::npos);
+}
+
+TEST_F(OpenAITest, ContextErrorsNameTheNumbers) {
+  auto w = Post(kCompl, R"({"prompt":"hello there","max_tokens":300})");
+  std::string prompt_len = std::to_string(tokenizer_->Encode("hello there").size());
+  std::string msg = w->Json()["error"]["message"];
+  EXPECT_NE(msg.find("256"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("300"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(prompt_len), std::string::npos) << msg;
+
+  std::string long_text;
+  for (int i = 0; i < 300; ++i) long_text += " hello";
+  w = Complete(json{{"prompt", long_text}});
+  EXPECT_EQ(w->status, 400);
+  EXPECT_EQ(w->Json()["error"]["param"], "prompt");
+  EXPECT_EQ(w->Json()["error"]["code"], "context_length_exceeded");
+  msg = w->Json()["error"]["message"];
+  EXPECT_NE(msg.find("256"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(std::to_string(tokenizer_->Encode(long_text).size())), std::string::npos) << msg;
+
+  w = Chat(json{{"messages", UserMessages(long_text)}});
+  EXPECT_EQ(w->status, 400);
+  EXPECT_EQ(w->Json()["error"]["param"], "messages");
+}
+
+TEST_F(OpenAITest, MaxTokensUpToTheContext) {
+  auto w = Complete(json{{"prompt", "hello there"}, {"max_tokens", 256 - 2}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  w = Complete(json{{"prompt", "hello there"}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  auto subs = engine->submitted();
+  ASSERT_EQ(subs.size(), 2u);
+  EXPECT_EQ(subs[0].params.max_tokens, 254);
+  EXPECT_EQ(subs[1].params.max_tokens, 256 - static_cast<int>(subs[1].prompt_token_ids.size()));
+}
+
+TEST_F(OpenAITest, SamplingParamsReachTheEngine) {
+  auto w = Chat(json{{"messages", UserMessages("hi")},
+                     {"temperature", 0.5},
+                     {"top_p", 0.9},
+                     {"top_k", 40},
+                     {"min_p", 0.05},
+                     {"seed", 7},
+                     {"frequency_penalty", 0.5},
+                     {"presence_penalty", -0.5},
+                     {"repetition_penalty", 1.1},
+                     {"stop", "END"},
+                     {"ignore_eos", true},
+                     {"skip_special_tokens", false},
+                     {"max_completion_tokens", 9},
+                     {"max_tokens", 20},
+                     {"user", "someone"},
+                     {"logprobs", true},
+                     {"top_logprobs", 3},
+                     {"unknown_field", 1}});
+  ASSERT_EQ(w->status, 200) << w->body;
+  auto subs = engine->submitted();
+  ASSERT_EQ(subs.size(), 1u);
+  const SamplingParams& p = subs[0].params;
+  EXPECT_FLOAT_EQ(p.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(p.top_p, 0.9f);
+  EXPECT_EQ(p.top_k, 40);
+  EXPECT_FLOAT_EQ(p.min_p, 0.05f);
+  EXPECT_EQ(p.seed, 7u);
+  EXPECT_FLOAT_EQ(p.frequency_penalty, 0.5f);
+  EXPECT_FLOAT_EQ(p.presence_penalty, -0.5f);
+  EXPECT_FLOAT_EQ(p.repetition_penalty, 1.1f);
+  EXPECT_EQ(p.stop, std::vector<std::string>{"END"});
+  EXPECT_TRUE(p.ignore_eos);
+  EXPECT_FALSE(p.skip_special_tokens);
+  EXPECT_EQ(p.max_tokens, 9);  // max_completion_tokens wins
+  EXPECT_EQ(p.logprobs, 3);
+}
+
+TEST_F(OpenAITest, NullFieldsMeanDefaults) {
+  auto w = Complete(json{{"prompt", "hi"}, {"max_tokens", nullptr}, {"temperature", nullptr},
+                         {"stop", nullptr}, {"logprobs", nullptr}, {"n", nullptr}});
+  ASSERT_EQ(w->status, 200) << w->body;
+  EXPECT_EQ(engine->submitted()[0].params.logprobs, -1);
+  EXPECT_FLOAT_EQ(engine->submitted()[0].params.temperature, 1.0f);
+}
+
+}  // namespace
+}  // namespace tandem::testing
