@@ -13,4 +13,7 @@ using Runner = std::function<int()>;
 // tandem generate: one prompt through the engine on the CPU, text or JSON out.
 Runner RegisterGenerate(CLI::App& app);
 
+// tandem run: the OpenAI-compatible server with its worker(s).
+Runner RegisterRun(CLI::App& app);
+
 }  // namespace tandem::cli

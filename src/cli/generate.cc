@@ -1,7 +1,6 @@
 // tandem generate: runs one prompt through the CPU engine and prints text (streamed) or one JSON
 // object: {prompt_token_ids, token_ids, text, finish_reason, top_logprobs, usage}.
 #include <cstdio>
-#include <filesystem>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -12,8 +11,8 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "cli/model_bundle.h"
+#include "tokenizer/prompt.h"
 
 namespace tandem::cli {
 namespace {
@@ -45,41 +44,29 @@ int Fail(const Status& status) {
 
 int RunGenerate(const GenerateOptions& opt) {
   const std::string model_dir = opt.model_dir.empty() ? DefaultModelDir() : opt.model_dir;
-  std::error_code ec;
-  if (!std::filesystem::is_directory(model_dir, ec)) {
-    return Fail(Err(StatusCode::kNotFound, "model directory not found: {}", model_dir));
-  }
-  auto tokenizer = Tokenizer::Load(model_dir);
-  if (!tokenizer.ok()) return Fail(tokenizer.status());
-
-  std::vector<int32_t> prompt_ids;
-  if (opt.chat) {
-    auto renderer = ChatRenderer::Load(model_dir);
-    if (!renderer.ok()) return Fail(renderer.status());
-    ChatOptions chat_options;
-    chat_options.extra_kwargs = {{"enable_thinking", opt.thinking}};
-    nlohmann::json messages = nlohmann::json::array();
-    if (!opt.system.empty()) messages.push_back({{"role", "system"}, {"content", opt.system}});
-    messages.push_back({{"role", "user"}, {"content", opt.prompt}});
-    auto rendered = renderer->Render(messages, chat_options);
-    if (!rendered.ok()) return Fail(rendered.status());
-    EncodeOptions enc;
-    enc.parse_special = true;  // the template's control tokens; user content stays literal
-    enc.literal_ranges = rendered->literal_ranges;
-    prompt_ids = (*tokenizer)->Encode(rendered->text, enc);
-  } else {
-    prompt_ids = (*tokenizer)->Encode(opt.prompt, /*parse_special=*/false);
-  }
-
-  auto runner = LoadCpuModelRunner(model_dir);
-  if (!runner.ok()) return Fail(runner.status());
   EngineConfig config;
   config.block_size = opt.block_size;
   config.max_num_batched_tokens = opt.max_num_batched_tokens;
   config.num_kv_blocks = opt.num_kv_blocks;
   config.max_model_len = opt.max_model_len;
-  auto engine = Engine::Create(std::move(runner).value(), *tokenizer, config);
-  if (!engine.ok()) return Fail(engine.status());
+  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat);
+  if (!bundle.ok()) return Fail(bundle.status());
+  const Tokenizer& tokenizer = *bundle->tokenizer;
+  Engine& engine = *bundle->engine;
+
+  std::vector<int32_t> prompt_ids;
+  if (opt.chat) {
+    ChatOptions chat_options;
+    chat_options.extra_kwargs = {{"enable_thinking", opt.thinking}};
+    nlohmann::json messages = nlohmann::json::array();
+    if (!opt.system.empty()) messages.push_back({{"role", "system"}, {"content", opt.system}});
+    messages.push_back({{"role", "user"}, {"content", opt.prompt}});
+    auto rendered = bundle->renderer->Render(messages, chat_options);
+    if (!rendered.ok()) return Fail(rendered.status());
+    prompt_ids = EncodeChatPrompt(tokenizer, *rendered);
+  } else {
+    prompt_ids = tokenizer.Encode(opt.prompt, /*parse_special=*/false);
+  }
 
   SamplingParams params;
   params.max_tokens = opt.max_tokens;
@@ -89,7 +76,7 @@ int RunGenerate(const GenerateOptions& opt) {
   params.ignore_eos = opt.ignore_eos;
   if (opt.seed >= 0) params.seed = static_cast<uint64_t>(opt.seed);
   params.logprobs = opt.top_logprobs;
-  Status added = (*engine)->AddRequest("generate-0", prompt_ids, params);
+  Status added = engine.AddRequest("generate-0", prompt_ids, params);
   if (!added.ok()) return Fail(added);
 
   const bool json_out = opt.output == "json";
@@ -99,8 +86,8 @@ int RunGenerate(const GenerateOptions& opt) {
   FinishReason finish = FinishReason::kNone;
   std::string error;
   int num_cached = 0;
-  while ((*engine)->HasUnfinishedRequests()) {
-    for (const RequestOutput& out : (*engine)->Step()) {
+  while (engine.HasUnfinishedRequests()) {
+    for (const RequestOutput& out : engine.Step()) {
       token_ids.insert(token_ids.end(), out.new_token_ids.begin(), out.new_token_ids.end());
       text += out.new_text;
       for (const TokenLogprob& lp : out.new_logprobs) {
@@ -152,9 +139,9 @@ Runner RegisterGenerate(CLI::App& app) {
   app.add_flag("--chat", opt->chat, "Render the prompt as one user message with the chat template");
   app.add_flag("--thinking", opt->thinking, "With --chat: enable_thinking=true");
   app.add_option("--max-tokens", opt->max_tokens, "Generated tokens at most")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--temperature", opt->temperature, "0 = greedy (default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0.0, 2.0));
   app.add_option("--top-p", opt->top_p, "Nucleus sampling")->check(CLI::Range(0.0, 1.0));
   app.add_option("--top-k", opt->top_k, "Top-k sampling (0 = off)");
   app.add_option("--seed", opt->seed, "Sampling seed");
@@ -165,15 +152,15 @@ Runner RegisterGenerate(CLI::App& app) {
   app.add_option("--output", opt->output, "text or json")
       ->check(CLI::IsMember({"text", "json"}));
   app.add_option("--block-size", opt->block_size, "KV block size in tokens")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-num-batched-tokens", opt->max_num_batched_tokens,
                  "Token budget of one engine step (chunked prefill)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(1, 1 << 30));
   app.add_option("--num-kv-blocks", opt->num_kv_blocks, "KV pool size in blocks (0 = default)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0 = the model's max_position_embeddings)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Range(0, 1 << 30));
   return [opt] { return RunGenerate(*opt); };
 }
 

@@ -15,10 +15,21 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand("generate", "Generate text for one prompt (CPU engine)");
     runners[sub] = tandem::cli::RegisterGenerate(*sub);
   }
+  {
+    CLI::App* sub = app.add_subcommand("run", "Serve a model over the OpenAI API");
+    runners[sub] = tandem::cli::RegisterRun(*sub);
+  }
+  bool known = false;
+  for (const auto& [sub, run] : runners) known = known || (argc > 1 && sub->get_name() == argv[1]);
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "tandem: unknown command '%s' (see tandem --help)\n", argv[1]);
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // --help and --version exit 0; every usage error exits 2.
+    return app.exit(e) == 0 ? 0 : 2;
   }
   for (auto& [sub, run] : runners) {
     if (sub->parsed()) return run();

@@ -1,0 +1,31 @@
+#include "cli/model_bundle.h"
+
+#include <filesystem>
+
+#include "common/logging.h"
+
+namespace tandem::cli {
+
+Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
+                                    bool need_chat_template) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(model_dir, ec)) {
+    return Err(StatusCode::kNotFound, "model directory not found: {}", model_dir);
+  }
+  ModelBundle bundle;
+  bundle.model_dir = model_dir;
+  TANDEM_ASSIGN_OR_RETURN(bundle.tokenizer, Tokenizer::Load(model_dir));
+  auto renderer = ChatRenderer::Load(model_dir);
+  if (renderer.ok()) {
+    bundle.renderer = std::make_shared<const ChatRenderer>(std::move(renderer).value());
+  } else if (need_chat_template) {
+    return renderer.status();
+  } else {
+    log::warn("no chat template: {}", renderer.status().ToString());
+  }
+  TANDEM_ASSIGN_OR_RETURN(auto runner, LoadCpuModelRunner(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
+  return bundle;
+}
+
+}  // namespace tandem::cli

@@ -1,0 +1,194 @@
+// tandem run --mode agg: one process holding the OpenAI-compatible frontend and one aggregated
+// worker (the CPU engine on its own thread). /health answers 503 until the model is loaded.
+#include <csignal>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <pthread.h>
+
+#include "cli/commands.h"
+#include "cli/model_bundle.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "engine/async_engine.h"
+#include "frontend/errors.h"
+#include "frontend/http_server.h"
+#include "frontend/openai_server.h"
+
+namespace tandem::cli {
+namespace {
+
+struct RunOptions {
+  std::string mode = "agg";
+  std::string model_dir;
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;
+  int max_num_seqs = 64;
+  int max_waiting_requests = 256;
+  int max_num_batched_tokens = 2048;
+  int block_size = 16;
+  int num_kv_blocks = 0;
+  double kv_cache_gib = 1.0;
+  int max_model_len = 0;
+  int http_threads = 2;
+  size_t max_body_bytes = 8u << 20;
+};
+
+// Routes registered before the server starts, bound to the OpenAI service once the model loaded.
+// Until then /health and every other route answer 503 "loading".
+class LateRoutes {
+ public:
+  http::Handler Forward(const std::string& method, const std::string& path) {
+    return [this, key = method + " " + path](const http::Request& req,
+                                            http::ResponseWriter& w) -> boost::asio::awaitable<void> {
+      http::Handler live;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        auto it = live_.find(key);
+        if (it != live_.end()) live = it->second;
+      }
+      if (live) {
+        co_await live(req, w);
+        co_return;
+      }
+      co_await w.WriteFull(503, "application/json",
+                           http::OpenAIErrorBody("the model is still loading", "server_error", "",
+                                           "model_loading"));
+    };
+  }
+  void Bind(std::string method, std::string path, http::Handler handler) {
+    std::lock_guard<std::mutex> lock(mu_);
+    live_[method + " " + path] = std::move(handler);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, http::Handler> live_;
+};
+
+int RunAggregated(const RunOptions& opt) {
+  if (opt.mode != "agg") {
+    std::fprintf(stderr, "tandem run: --mode %s is not available yet; use --mode agg\n",
+                 opt.mode.c_str());
+    return 2;
+  }
+  const std::string model_dir = opt.model_dir.empty() ? DefaultModelDir() : opt.model_dir;
+  std::string api_key = opt.api_key;
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("TANDEM_API_KEY")) api_key = env;
+  }
+  std::string served_name = opt.served_model_name;
+  if (served_name.empty()) {
+    served_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
+    if (served_name.empty()) served_name = std::filesystem::path(model_dir).parent_path().filename();
+  }
+
+  // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  http::HttpServer::Options http_options;
+  http_options.host = opt.host;
+  http_options.port = opt.port;
+  http_options.num_threads = opt.http_threads;
+  http_options.max_body_bytes = opt.max_body_bytes;
+  http::HttpServer server(http_options);
+  LateRoutes routes;
+  const std::pair<const char*, const char*> kRoutes[] = {
+      {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"GET", "/v1/models"},
+      {"GET", "/health"}, {"GET", "/metrics"}};
+  for (const auto& [method, path] : kRoutes) server.Route(method, path, routes.Forward(method, path));
+  if (Status st = server.Start(); !st.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  log::info("listening on http://{}:{} (loading the model from {})", opt.host, server.port(),
+            model_dir);
+
+  EngineConfig config;
+  config.block_size = opt.block_size;
+  config.num_kv_blocks = opt.num_kv_blocks;
+  config.kv_cache_bytes = static_cast<size_t>(opt.kv_cache_gib * (1ull << 30));
+  config.max_num_seqs = opt.max_num_seqs;
+  config.max_num_batched_tokens = opt.max_num_batched_tokens;
+  config.max_model_len = opt.max_model_len;
+  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false);
+  if (!bundle.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", bundle.status().ToString().c_str());
+    server.Stop();
+    return 1;
+  }
+  const EngineStats stats = bundle->engine->Stats();
+  auto engine = std::make_shared<AsyncEngine>(
+      std::move(bundle->engine), AsyncEngineOptions{served_name, opt.max_waiting_requests});
+  OpenAIServiceOptions service_options;
+  service_options.served_model_name = served_name;
+  service_options.api_key = api_key;
+  auto service = std::make_shared<OpenAIService>(engine, bundle->tokenizer, bundle->renderer,
+                                                 service_options);
+  service->Register([&routes](std::string method, std::string path, http::Handler handler) {
+    routes.Bind(std::move(method), std::move(path), std::move(handler));
+  });
+  service->SetReady(true);
+  log::info("serving '{}' (max_model_len {}, {} KV blocks of {} tokens{}) on http://{}:{}",
+            served_name, engine->model_info().max_model_len, stats.num_kv_blocks_total,
+            opt.block_size, api_key.empty() ? "" : ", API key required", opt.host, server.port());
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  log::info("received signal {}, shutting down", signal_number);
+  service->SetReady(false);
+  server.Stop();   // closes connections: running handlers cancel their engine requests
+  engine.reset();  // stops the engine thread (after the handlers' io_context stopped running)
+  return 0;
+}
+
+}  // namespace
+
+Runner RegisterRun(CLI::App& app) {
+  auto opt = std::make_shared<RunOptions>();
+  app.add_option("--mode", opt->mode, "agg: one process, frontend + one aggregated worker")
+      ->check(CLI::IsMember({"agg", "disagg"}));
+  app.add_option("--model", opt->model_dir,
+                 "Hugging Face model directory (default: the bundled tiny Qwen3)");
+  app.add_option("--served-model-name", opt->served_model_name,
+                 "Model id in the API (default: the model directory's name)");
+  app.add_option("--host", opt->host, "Address to listen on");
+  app.add_option("--port", opt->port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--api-key", opt->api_key,
+                 "Require 'Authorization: Bearer KEY' on /v1 (env TANDEM_API_KEY)");
+  app.add_option("--max-num-seqs", opt->max_num_seqs, "Running requests at most")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-waiting-requests", opt->max_waiting_requests,
+                 "Waiting requests at most; beyond it requests get 503")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-num-batched-tokens", opt->max_num_batched_tokens,
+                 "Token budget of one engine step (chunked prefill)")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--block-size", opt->block_size, "KV block size in tokens")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--num-kv-blocks", opt->num_kv_blocks, "KV pool size in blocks (0: from --kv-cache-gib)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--kv-cache-gib", opt->kv_cache_gib, "KV pool size in GiB when --num-kv-blocks is 0")
+      ->check(CLI::Range(0.001, 1e6));
+  app.add_option("--max-model-len", opt->max_model_len,
+                 "Context length (0: the model's max_position_embeddings)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--http-threads", opt->http_threads, "Threads serving HTTP")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (else 413)")
+      ->check(CLI::Range(1, 1 << 30));
+  return [opt] { return RunAggregated(*opt); };
+}
+
+}  // namespace tandem::cli
