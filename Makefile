@@ -1,4 +1,4 @@
-# tandem: `make run` serves/generates with the bundled model, `make test` builds and runs every test.
+# tandem: `make run` serves the bundled model on :8000, `make test` builds and runs every test.
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
@@ -11,16 +11,18 @@ all: build
 setup:
 	@bash scripts/setup.sh
 
+# Re-running CMake is cheap once configured, and applies CMAKE_FLAGS given on a later call.
 configure: setup
-	@if [ ! -f $(BUILD_DIR)/build.ninja ]; then \
-	  cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS); \
-	fi
+	@cmake -S . -B $(BUILD_DIR) -G Ninja -DCMAKE_BUILD_TYPE=$(BUILD_TYPE) $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log \
+	  || (cat $(BUILD_DIR).configure.log; exit 1)
 
 build: configure
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
+HOST ?= 127.0.0.1
+PORT ?= 8000
 run: build
-	$(BUILD_DIR)/tandem generate --prompt "The jury said" --max-tokens 32
+	$(BUILD_DIR)/tandem run --mode agg --host $(HOST) --port $(PORT)
 
 test: build
 	bash scripts/test-setup.sh
