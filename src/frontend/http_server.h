@@ -5,10 +5,11 @@
 // path (unknown -> 404, other method -> 405 with Allow); all error bodies OpenAI-style JSON
 // (errors.h). Each connection runs on its own strand; the handler runs there as a coroutine while
 // the server watches the socket, so ResponseWriter::OnDisconnect fires when the peer closes even
-// if the handler is only waiting (a client that half-closes its sending side counts as gone, as
-// with uvicorn; pipelined bytes are read ahead, up to 1 MiB, and kept for the next request). A handler that throws gets a 500 (if nothing was written yet)
-// and a log line; a handler that returns without a response gets a 500 too; a stream left open is
-// ended. Each request is logged at debug level: method, path, status, duration.
+// if the handler is only waiting. A client that half-closes its sending side counts as gone (as
+// with uvicorn); pipelined bytes are read ahead (up to 1 MiB) and kept for the next request.
+// A handler that throws gets a 500 (if nothing was written yet) and a log line; a handler that
+// returns without a response gets a 500 too; a stream left open is ended. Each request is logged
+// at debug level: method, path, status, duration.
 #pragma once
 
 #include <chrono>
