@@ -344,6 +344,10 @@ asio::awaitable<void> Connection::CallHandler(const Handler& handler, const Requ
   try {
     switch (writer.state()) {
       case ConnectionWriter::State::kNone:
+        if (writer.client_gone()) {  // nobody to answer: a handler may stop without writing
+          writer.ForbidReuse();
+          break;
+        }
         if (error.empty()) {
           log::error("http: handler for {} {} wrote no response", request.method, request.target);
         }
