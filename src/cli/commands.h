@@ -16,4 +16,7 @@ Runner RegisterGenerate(CLI::App& app);
 // tandem run: the OpenAI-compatible server with its worker(s).
 Runner RegisterRun(CLI::App& app);
 
+// tandem bench: load generator and report against an OpenAI-compatible server (src/bench/).
+Runner RegisterBench(CLI::App& app);
+
 }  // namespace tandem::cli

@@ -19,6 +19,10 @@ int main(int argc, char** argv) {
     CLI::App* sub = app.add_subcommand("run", "Serve a model over the OpenAI API");
     runners[sub] = tandem::cli::RegisterRun(*sub);
   }
+  {
+    CLI::App* sub = app.add_subcommand("bench", "Benchmark an OpenAI-compatible server");
+    runners[sub] = tandem::cli::RegisterBench(*sub);
+  }
   bool known = false;
   for (const auto& [sub, run] : runners) known = known || (argc > 1 && sub->get_name() == argv[1]);
   if (argc > 1 && argv[1][0] != '-' && !known) {
