@@ -1,0 +1,28 @@
+// The "tcp" backend: host memory over its own TCP data connections (tcp_wire.h has the format).
+//
+// Each agent listens on host:port (port 0: ephemeral) and publishes "host:port" in its metadata.
+// Toward each peer it keeps num_connections connections (opened lazily on the first transfer, and
+// again after one broke); a transfer of at least stripe_min_bytes is split over all of them.
+// WRITE: header, remote ranges, payload; the target receives straight into its registered memory
+// (after re-checking the ranges against its registrations; a refused payload is drained, never
+// written) and acknowledges. READ: the target checks, then sends the bytes back.
+//
+// Failures: a connection that closes or resets fails its in-flight transfers at once; a transfer
+// past its deadline fails within a tick (20 ms) and takes its connection down; the target drops a
+// connection that stalls mid-message for io_timeout_ms. The next transfer reconnects.
+//
+// Params: "host" (default 127.0.0.1), "port" (0), "advertise_host" (default host),
+// "num_connections" (2), "stripe_min_bytes" (4194304), "io_timeout_ms" (30000),
+// "connect_timeout_ms" (5000).
+#pragma once
+
+#include <memory>
+
+#include "common/status.h"
+#include "transfer/backend.h"
+
+namespace tandem::transfer {
+
+Result<std::unique_ptr<Backend>> MakeTcpBackend(BackendHost& host, const BackendParams& params);
+
+}  // namespace tandem::transfer
