@@ -1,0 +1,257 @@
+// The tcp backend between two processes: fork() a child that runs an agent; metadata and commands
+// travel through pipes. The child is forked before the parent creates any agent (no threads yet).
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "transfer_test_util.h"
+
+namespace tandem::transfer {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using testing::Checksum;
+using testing::FillRandom;
+using testing::MakeAgent;
+using testing::WaitEnd;
+
+bool WriteMsg(int fd, const std::string& s) {
+  uint32_t n = static_cast<uint32_t>(s.size());
+  std::string buf(reinterpret_cast<char*>(&n), 4);
+  buf += s;
+  size_t off = 0;
+  while (off < buf.size()) {
+    ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
+    if (w <= 0) return false;
+    off += static_cast<size_t>(w);
+  }
+  return true;
+}
+
+bool ReadAll(int fd, char* p, size_t n) {
+  while (n > 0) {
+    ssize_t r = ::read(fd, p, n);
+    if (r <= 0) return false;
+    p += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+std::optional<std::string> ReadMsg(int fd) {
+  uint32_t n = 0;
+  if (!ReadAll(fd, reinterpret_cast<char*>(&n), 4)) return std::nullopt;
+  std::string s(n, '\0');
+  if (!ReadAll(fd, s.data(), n)) return std::nullopt;
+  return s;
+}
+
+// The child: an agent named `name` with one registered buffer of `size` bytes (pattern `seed`).
+// Commands: "wait" -> the first notification's message and the buffer's checksum; "quit".
+[[noreturn]] void ChildMain(const std::string& name, int in_fd, int out_fd, uint64_t size, uint64_t seed) {
+  AgentOptions o;
+  o.name = name;
+  o.backends = {"tcp"};
+  auto agent = Agent::Create(o);
+  if (!agent.ok()) _exit(3);
+  std::vector<uint8_t> buf(size);
+  FillRandom(buf, seed);
+  auto reg = (*agent)->RegisterMemory(buf.data(), buf.size());
+  if (!reg.ok()) _exit(4);
+  if (!WriteMsg(out_fd, (*agent)->ExportMetadata())) _exit(5);
+  for (;;) {
+    auto cmd = ReadMsg(in_fd);
+    if (!cmd || *cmd == "quit") _exit(0);
+    if (*cmd == "wait") {
+      std::string message = "(none)";
+      for (auto until = Clock::now() + 10s; Clock::now() < until;) {
+        auto notes = (*agent)->GetNotifications();
+        if (!notes.empty()) {
+          message = notes[0].peer + "/" + notes[0].message;
+          break;
+        }
+        std::this_thread::sleep_for(1ms);
+      }
+      WriteMsg(out_fd, message + " " + std::to_string(Checksum(buf.data(), buf.size())));
+    }
+  }
+}
+
+struct Child {
+  pid_t pid = -1;
+  int to = -1, from = -1;
+  std::string metadata;
+
+  static Child Spawn(const std::string& name, uint64_t size, uint64_t seed) {
+    int down[2], up[2];
+    EXPECT_EQ(pipe(down), 0);
+    EXPECT_EQ(pipe(up), 0);
+    Child c;
+    c.pid = fork();
+    if (c.pid == 0) {
+      ::close(down[1]);
+      ::close(up[0]);
+      ChildMain(name, down[0], up[1], size, seed);
+    }
+    ::close(down[0]);
+    ::close(up[1]);
+    c.to = down[1];
+    c.from = up[0];
+    return c;
+  }
+  bool ReadMetadata() {
+    auto md = ReadMsg(from);
+    if (md) metadata = *md;
+    return md.has_value();
+  }
+  std::string Ask(const std::string& cmd) {
+    if (!WriteMsg(to, cmd)) return "";
+    return ReadMsg(from).value_or("");
+  }
+  void Kill() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+    pid = -1;
+  }
+  ~Child() {
+    if (pid > 0) {
+      WriteMsg(to, "quit");
+      int status = 0;
+      for (int i = 0; i < 200 && waitpid(pid, &status, WNOHANG) == 0; ++i) std::this_thread::sleep_for(10ms);
+      Kill();
+    }
+    if (to >= 0) ::close(to);
+    if (from >= 0) ::close(from);
+  }
+};
+
+TEST(TransferProcessTest, WriteAndReadAcrossProcesses) {
+  constexpr uint64_t kSize = 16 << 20;
+  Child child = Child::Spawn("decode-child", kSize, 77);
+  ASSERT_TRUE(child.ReadMetadata());
+  auto agent = MakeAgent("prefill-parent");  // local + tcp: tcp is the one that reaches the child
+  std::vector<uint8_t> src(kSize), back(kSize, 0);
+  FillRandom(src, 5);
+  auto rs = std::move(agent->RegisterMemory(src.data(), src.size()).value());
+  auto rb = std::move(agent->RegisterMemory(back.data(), back.size()).value());
+  auto peer = agent->LoadPeerMetadata(child.metadata);
+  ASSERT_TRUE(peer.ok()) << peer.status().ToString();
+  EXPECT_EQ(agent->BackendFor(*peer).value(), "tcp");
+  uint64_t remote = 0;  // the child's buffer address, from its metadata
+  {
+    auto md = DecodeMetadata(child.metadata);
+    ASSERT_TRUE(md.ok());
+    ASSERT_EQ(md->regions.size(), 1u);
+    remote = md->regions[0].addr;
+    EXPECT_EQ(LocalityOf(*md), Locality::kSameNode);
+  }
+  // READ the child's seeded pattern first, then overwrite it with ours.
+  DescList l, r;
+  l.Add(back.data(), kSize);
+  r.Add(remote, kSize);
+  auto rd = agent->Post(Op::kRead, l, r, *peer);
+  ASSERT_TRUE(rd.ok());
+  ASSERT_EQ(WaitEnd(*rd), TransferState::kDone) << rd->status().ToString();
+  std::vector<uint8_t> expected(kSize);
+  FillRandom(expected, 77);
+  EXPECT_EQ(Checksum(back.data(), kSize), Checksum(expected.data(), kSize));
+
+  DescList wl, wr;
+  for (uint64_t off = 0; off < kSize; off += kSize / 64) {  // 64 descriptors, coalesced into one region
+    wl.Add(src.data() + off, kSize / 64);
+    wr.Add(remote + off, kSize / 64);
+  }
+  auto w = agent->Post(Op::kWrite, wl, wr, *peer, "done:7");
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(WaitEnd(*w), TransferState::kDone) << w->status().ToString();
+  EXPECT_EQ(w->num_regions(), 1u);
+  EXPECT_EQ(child.Ask("wait"), "prefill-parent/done:7 " + std::to_string(Checksum(src.data(), kSize)));
+}
+
+// A child that is stopped (SIGSTOP) takes data until its socket buffers fill; a large WRITE then
+// stays in flight. Killing the child must end it in an error at once; a short timeout must end
+// another one; a restarted peer (new metadata, same name) then works.
+TEST(TransferProcessTest, PeerKilledOrStalledMidTransferEndsInAnError) {
+  constexpr uint64_t kSize = 256 << 20;
+  Child first = Child::Spawn("decode-x", kSize, 1);
+  Child second = Child::Spawn("decode-x", kSize, 2);  // the "restarted" worker, same name
+  ASSERT_TRUE(first.ReadMetadata());
+  ASSERT_TRUE(second.ReadMetadata());
+  auto agent = MakeAgent("prefill-y", {"tcp"});
+  std::vector<uint8_t> src(kSize);
+  FillRandom(src, 9);
+  auto rs = std::move(agent->RegisterMemory(src.data(), src.size()).value());
+  ASSERT_TRUE(agent->LoadPeerMetadata(first.metadata).ok());
+  uint64_t remote = DecodeMetadata(first.metadata)->regions[0].addr;
+  DescList l, r;
+  l.Add(src.data(), kSize);
+  r.Add(remote, kSize);
+
+  ASSERT_EQ(::kill(first.pid, SIGSTOP), 0);
+  auto h = agent->Post(Op::kWrite, l, r, "decode-x", "never");
+  ASSERT_TRUE(h.ok());
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(h->Check(), TransferState::kInProgress);
+  // A second transfer with a short timeout, queued behind the first.
+  PostOptions short_timeout;
+  short_timeout.timeout = 400ms;
+  auto t0 = Clock::now();
+  auto h2 = agent->Post(Op::kWrite, l, r, "decode-x", std::nullopt, short_timeout);
+  ASSERT_TRUE(h2.ok());
+  EXPECT_EQ(WaitEnd(*h2, 5s), TransferState::kError);
+  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 2.0);
+  EXPECT_NE(h2->status().message().find("timed out"), std::string::npos) << h2->status().ToString();
+  // The timeout took the connection down: the first transfer (on it or striped over it) may have
+  // failed too; kill the child for whichever is still in flight.
+  t0 = Clock::now();
+  first.Kill();
+  EXPECT_EQ(WaitEnd(*h, 5s), TransferState::kError);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);
+
+  // Same name, new instance: transfers work again.
+  auto peer = agent->LoadPeerMetadata(second.metadata);
+  ASSERT_TRUE(peer.ok());
+  uint64_t remote2 = DecodeMetadata(second.metadata)->regions[0].addr;
+  DescList r2;
+  r2.Add(remote2, kSize);
+  auto h3 = agent->Post(Op::kWrite, l, r2, "decode-x", "again");
+  ASSERT_TRUE(h3.ok());
+  ASSERT_EQ(WaitEnd(*h3), TransferState::kDone) << h3->status().ToString();
+  EXPECT_EQ(second.Ask("wait"), "prefill-y/again " + std::to_string(Checksum(src.data(), kSize)));
+  TransferStats s = agent->stats();
+  EXPECT_EQ(s.num_transfers, 1u);
+  EXPECT_EQ(s.num_errors, 2u);
+}
+
+TEST(TransferProcessTest, PeerKilledMidTransferWithoutTimeout) {
+  constexpr uint64_t kSize = 256 << 20;
+  Child child = Child::Spawn("decode-z", kSize, 1);
+  ASSERT_TRUE(child.ReadMetadata());
+  auto agent = MakeAgent("prefill-z", {"tcp"}, {{"num_connections", "1"}});
+  std::vector<uint8_t> src(kSize, 1);
+  auto rs = std::move(agent->RegisterMemory(src.data(), src.size()).value());
+  ASSERT_TRUE(agent->LoadPeerMetadata(child.metadata).ok());
+  DescList l, r;
+  l.Add(src.data(), kSize);
+  r.Add(DecodeMetadata(child.metadata)->regions[0].addr, kSize);
+  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
+  auto h = agent->Post(Op::kRead, l, r, "decode-z");  // READ this time: the child owes us the data
+  ASSERT_TRUE(h.ok());
+  std::this_thread::sleep_for(200ms);
+  ASSERT_EQ(h->Check(), TransferState::kInProgress);
+  auto t0 = Clock::now();
+  child.Kill();
+  EXPECT_EQ(WaitEnd(*h, 5s), TransferState::kError);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+  EXPECT_FALSE(h->status().ok());
+}
+
+}  // namespace
+}  // namespace tandem::transfer
