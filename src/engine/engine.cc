@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <optional>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "common/logging.h"
 #include "engine/kv_cache_manager.h"
@@ -77,7 +79,9 @@ class EngineImpl final : public Engine {
         tokenizer_(std::move(tokenizer)),
         config_(config),
         kv_(num_blocks, config.block_size, config.enable_prefix_caching),
-        scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens}, &kv_),
+        scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens,
+                                   config.max_local_prefill_tokens},
+                   &kv_),
         global_generator_(std::random_device{}()) {
     // The model's EOS ids (config.json, generation_config.json) and the tokenizer's
     // end-of-generation tokens (e.g. Qwen's <|endoftext|> besides <|im_end|>).
@@ -118,7 +122,12 @@ class EngineImpl final : public Engine {
 
   Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                     const SamplingParams& params) override {
-    if (requests_.count(request_id)) {
+    return AddRequest(request_id, std::move(prompt_token_ids), params, RequestOptions{});
+  }
+
+  Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                    const SamplingParams& params, const RequestOptions& options) override {
+    if (requests_.count(request_id) || held_.count(request_id)) {
       return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request_id);
     }
     TANDEM_RETURN_IF_ERROR(ValidateRequest(prompt_token_ids, params));
@@ -130,6 +139,8 @@ class EngineImpl final : public Engine {
     r.token_ids = std::move(prompt_token_ids);
     r.num_prompt_tokens = num_prompt;
     r.params = params;
+    r.allow_remote_prefill = options.allow_remote_prefill;
+    r.hold_blocks = options.hold_blocks;
     // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
     r.generator.seed(params.seed ? *params.seed : global_generator_());
     if (tokenizer_) entry->text = std::make_unique<TextStream>(tokenizer_, params);
@@ -155,6 +166,15 @@ class EngineImpl final : public Engine {
     pending_.clear();
 
     SchedulerOutput sched = scheduler_.Schedule();
+    for (Request* r : sched.remote_prefills) {
+      RemotePrefillTask task;
+      task.request_id = r->request_id;
+      task.prompt_token_ids.assign(r->token_ids.begin(), r->token_ids.end());
+      task.params = r->params;
+      task.block_ids = kv_.GetBlockIds(r->request_id);
+      task.num_cached_tokens = r->num_computed_tokens;
+      remote_tasks_.push_back(std::move(task));
+    }
     for (Request* r : sched.unfittable) {
       // Its tokens need more KV blocks than the pool has: the effective context limit.
       log::warn("request {}: {} tokens need more than the {} KV blocks of the pool; stopping",
@@ -205,11 +225,47 @@ class EngineImpl final : public Engine {
     return outputs;
   }
 
-  bool HasUnfinishedRequests() const override { return !scheduler_.empty() || !pending_.empty(); }
+  bool HasUnfinishedRequests() const override {
+    return scheduler_.has_schedulable() || !pending_.empty();
+  }
+
+  std::vector<RemotePrefillTask> TakeRemotePrefillTasks() override {
+    std::vector<RemotePrefillTask> tasks;
+    tasks.swap(remote_tasks_);
+    return tasks;
+  }
+
+  Status CompleteRemotePrefill(const std::string& request_id, int32_t first_token,
+                               const std::vector<TokenLogprob>& logprobs) override {
+    Entry* e = AwaitingRemote(request_id);
+    if (!e) return Err(StatusCode::kNotFound, "request {} is not awaiting remote KV", request_id);
+    if (first_token < 0 || first_token >= model_config().vocab_size) {
+      return Err(StatusCode::kInvalidArgument, "first token {} is outside the vocabulary",
+                 first_token);
+    }
+    scheduler_.OnRemotePrefillDone(&e->request);
+    // The prefill worker drew this token from the same seed: keep the generator in step.
+    if (e->request.params.temperature > 0.0f) e->request.generator.discard(1);
+    std::optional<TokenLogprob> logprob;
+    if (!logprobs.empty()) logprob = logprobs.front();
+    pending_.push_back(ProcessToken(*e, first_token, std::move(logprob)));
+    return Status::Ok();
+  }
+
+  Status FailRemotePrefill(const std::string& request_id) override {
+    Entry* e = AwaitingRemote(request_id);
+    if (!e) return Err(StatusCode::kNotFound, "request {} is not awaiting remote KV", request_id);
+    scheduler_.OnRemotePrefillFailed(&e->request);
+    return Status::Ok();
+  }
+
+  void ReleaseHeldBlocks(const std::string& request_id) override {
+    if (held_.erase(request_id)) kv_.Free(request_id);
+  }
 
   EngineStats Stats() const override {
     EngineStats s;
-    s.num_running = scheduler_.num_running();
+    s.num_running = scheduler_.num_running() + scheduler_.num_remote_prefill();
     s.num_waiting = scheduler_.num_waiting();
     s.num_kv_blocks_total = kv_.num_blocks();
     s.num_kv_blocks_used = kv_.num_used_blocks();
@@ -240,8 +296,14 @@ class EngineImpl final : public Engine {
   RequestOutput Finish(const std::string& request_id, FinishReason reason) {
     auto it = requests_.find(request_id);
     Entry& e = *it->second;
-    scheduler_.FinishRequest(&e.request);
+    const bool hold = e.request.hold_blocks && reason != FinishReason::kError &&
+                      reason != FinishReason::kAbort;
     RequestOutput out = BaseOutput(e);
+    if (hold) {
+      out.held_block_ids = kv_.GetBlockIds(request_id);
+      held_.insert(request_id);
+    }
+    scheduler_.FinishRequest(&e.request, /*keep_blocks=*/hold);
     out.finished = true;
     out.finish_reason = reason;
     if (e.text && reason != FinishReason::kError) out.new_text = e.text->Finish();
@@ -258,15 +320,23 @@ class EngineImpl final : public Engine {
     if (p.logprobs >= 0 && penalties) raw.assign(logits.begin(), logits.end());
     if (penalties) ApplyPenalties(logits, r.prompt_token_ids(), r.output_token_ids(), p);
     const int32_t token = SampleToken(logits, p, r.generator);
-    r.token_ids.push_back(token);
-
-    RequestOutput out = BaseOutput(e);
-    out.new_token_ids.push_back(token);
+    std::optional<TokenLogprob> logprob;
     if (p.logprobs >= 0) {
       const std::span<const float> model_logits =
           raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw);
-      out.new_logprobs.push_back(ComputeLogprobs(model_logits, token, p.logprobs));
+      logprob = ComputeLogprobs(model_logits, token, p.logprobs);
     }
+    return ProcessToken(e, token, std::move(logprob));
+  }
+
+  // Appends a sampled token and runs the stop checks; finishes the request when one holds.
+  RequestOutput ProcessToken(Entry& e, int32_t token, std::optional<TokenLogprob> logprob) {
+    Request& r = e.request;
+    const SamplingParams& p = r.params;
+    r.token_ids.push_back(token);
+    RequestOutput out = BaseOutput(e);
+    out.new_token_ids.push_back(token);
+    if (logprob && p.logprobs >= 0) out.new_logprobs.push_back(std::move(*logprob));
 
     FinishReason reason = FinishReason::kNone;
     const bool is_eos =
@@ -287,11 +357,20 @@ class EngineImpl final : public Engine {
     if (reason == FinishReason::kNone) return out;
 
     const bool stopped_by_string = reason == FinishReason::kStop && !is_eos && !is_stop_token;
-    std::string rest = Finish(r.request_id, reason).new_text;  // e is gone from here on
-    if (!stopped_by_string) out.new_text += rest;
+    RequestOutput last = Finish(r.request_id, reason);  // e is gone from here on
+    if (!stopped_by_string) out.new_text += last.new_text;
+    out.held_block_ids = std::move(last.held_block_ids);
     out.finished = true;
     out.finish_reason = reason;
     return out;
+  }
+
+  Entry* AwaitingRemote(const std::string& request_id) {
+    auto it = requests_.find(request_id);
+    if (it == requests_.end() || it->second->request.status != RequestStatus::kRemotePrefill) {
+      return nullptr;
+    }
+    return it->second.get();
   }
 
   std::unique_ptr<ModelRunner> runner_;
@@ -301,6 +380,8 @@ class EngineImpl final : public Engine {
   Scheduler scheduler_;
   std::mt19937_64 global_generator_;
   std::vector<int32_t> eos_ids_;
+  std::vector<RemotePrefillTask> remote_tasks_;  // admitted, not yet taken
+  std::unordered_set<std::string> held_;         // finished hold_blocks requests' ids
   std::unordered_map<std::string, std::unique_ptr<Entry>> requests_;
   std::vector<RequestOutput> pending_;  // outputs of aborted requests, returned by the next Step
   std::vector<float> logits_;

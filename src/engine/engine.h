@@ -26,6 +26,33 @@ struct EngineConfig {
   int max_num_batched_tokens = 2048;   // token budget of one step (chunked prefill splits prompts)
   int max_model_len = 0;               // 0: the model's max_position_embeddings
   bool enable_prefix_caching = true;
+  // Conditional disaggregation (decode worker): a request added with allow_remote_prefill whose
+  // uncached prompt tokens exceed this is prefilled remotely (see RemotePrefillTask); at or under
+  // it, locally.
+  int max_local_prefill_tokens = 0;
+};
+
+// Per-request roles in disaggregated serving (DESIGN.md section 1).
+struct RequestOptions {
+  // Decode worker: at admission, if the prompt's uncached tokens exceed
+  // EngineConfig::max_local_prefill_tokens, reserve KV blocks for the whole prompt and hand out a
+  // RemotePrefillTask instead of computing it; the request then waits for CompleteRemotePrefill or
+  // FailRemotePrefill (which falls back to local prefill).
+  bool allow_remote_prefill = false;
+  // Prefill worker: when the request finishes, keep its KV blocks (RequestOutput::held_block_ids)
+  // until ReleaseHeldBlocks, so they can be transferred.
+  bool hold_blocks = false;
+};
+
+// A prompt whose KV must be written into this engine's blocks by a prefill worker.
+struct RemotePrefillTask {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;
+  std::vector<int> block_ids;   // the request's block table covering the whole prompt
+  int num_cached_tokens = 0;    // leading prompt tokens whose KV this engine already has
+                                // (a multiple of block_size): blocks from
+                                // num_cached_tokens / block_size on must be written
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };
@@ -49,6 +76,9 @@ struct RequestOutput {
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;    // prompt tokens served from the prefix cache
   int num_output_tokens = 0;    // total so far
+  // RequestOptions::hold_blocks: the finished request's block table, held until
+  // Engine::ReleaseHeldBlocks.
+  std::vector<int> held_block_ids;
 };
 
 struct EngineStats {
@@ -73,6 +103,23 @@ class Engine {
   // a duplicate request id. ResourceExhausted: the KV pool can never hold this request.
   virtual Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                             const SamplingParams& params) = 0;
+  // The same with disaggregation roles.
+  virtual Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
+                            const SamplingParams& params, const RequestOptions& options) = 0;
+
+  // Decode side: the remote prefills that admissions since the last call asked for.
+  virtual std::vector<RemotePrefillTask> TakeRemotePrefillTasks() = 0;
+  // Decode side: the prefill worker wrote the task's blocks and sampled `first_token` (with its
+  // logprobs when the request asked for them). The token goes through the usual stop checks; its
+  // output comes with the next Step(). NotFound when the request is not awaiting remote KV.
+  virtual Status CompleteRemotePrefill(const std::string& request_id, int32_t first_token,
+                                       const std::vector<TokenLogprob>& logprobs) = 0;
+  // Decode side: the remote prefill failed; the request is prefilled locally instead (its cached
+  // prefix kept). NotFound when the request is not awaiting remote KV.
+  virtual Status FailRemotePrefill(const std::string& request_id) = 0;
+  // Prefill side: frees blocks held for a finished hold_blocks request. Unknown ids are ignored.
+  virtual void ReleaseHeldBlocks(const std::string& request_id) = 0;
+
   // The checks AddRequest makes, without queuing (same errors). Reads only immutable
   // configuration: safe to call from any thread while another drives Step().
   virtual Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,

@@ -11,7 +11,9 @@
 
 namespace tandem {
 
-enum class RequestStatus { kWaiting, kRunning, kPreempted, kFinished };
+// kRemotePrefill: holds KV blocks for its whole prompt and waits for a prefill worker to write
+// them (disaggregated decode); never scheduled for compute, never preempted.
+enum class RequestStatus { kWaiting, kRunning, kPreempted, kRemotePrefill, kFinished };
 
 struct Request {
   std::string request_id;
@@ -26,6 +28,8 @@ struct Request {
   int num_preemptions = 0;
   std::vector<uint64_t> block_hashes;  // chained hashes of the full blocks of token_ids
   std::mt19937_64 generator;           // per-request sampling generator
+  bool allow_remote_prefill = false;   // RequestOptions (engine.h)
+  bool hold_blocks = false;
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

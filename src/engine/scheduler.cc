@@ -63,7 +63,7 @@ SchedulerOutput Scheduler::Schedule() {
 
   // 2. Waiting requests, unless this step had to preempt.
   while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size()) < config_.max_num_seqs) {
+         static_cast<int>(running_.size() + remote_.size()) < config_.max_num_seqs) {
     Request* req = waiting_.front();
     if (kv_->BlocksFor(req->num_tokens()) > kv_->num_blocks()) {
       waiting_.pop_front();
@@ -73,14 +73,22 @@ SchedulerOutput Scheduler::Schedule() {
     }
     update_hashes(req);
     const CachedPrefix prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
+    if (req->allow_remote_prefill && req->num_output_tokens() == 0 &&
+        req->num_tokens() - prefix.num_tokens > config_.max_local_prefill_tokens) {
+      // Disaggregated: reserve the whole prompt's blocks; a prefill worker fills them.
+      if (!kv_->AllocateSlots(req->request_id, req->num_tokens(), &prefix)) break;
+      waiting_.pop_front();
+      CountPrefixLookup(req, prefix);
+      req->num_computed_tokens = prefix.num_tokens;
+      req->status = RequestStatus::kRemotePrefill;
+      remote_.push_back(req);
+      out.remote_prefills.push_back(req);
+      continue;
+    }
     const int num_new = std::min(req->num_tokens() - prefix.num_tokens, budget);
     if (!kv_->AllocateSlots(req->request_id, prefix.num_tokens + num_new, &prefix)) break;
     waiting_.pop_front();
-    if (req->num_cached_tokens < 0) {  // first admission: count it for the hit ratio
-      req->num_cached_tokens = prefix.num_tokens;
-      prefix_cache_queries_ += static_cast<uint64_t>(req->num_prompt_tokens);
-      prefix_cache_hits_ += static_cast<uint64_t>(prefix.num_tokens);
-    }
+    CountPrefixLookup(req, prefix);
     req->num_computed_tokens = prefix.num_tokens;
     req->status = RequestStatus::kRunning;
     running_.push_back(req);
@@ -104,13 +112,46 @@ void Scheduler::OnStepComputed(const SchedulerOutput& output) {
   }
 }
 
-void Scheduler::FinishRequest(Request* request) {
+void Scheduler::CountPrefixLookup(Request* req, const CachedPrefix& prefix) {
+  if (req->num_cached_tokens >= 0) return;  // counted at its first admission only
+  req->num_cached_tokens = prefix.num_tokens;
+  prefix_cache_queries_ += static_cast<uint64_t>(req->num_prompt_tokens);
+  prefix_cache_hits_ += static_cast<uint64_t>(prefix.num_tokens);
+}
+
+void Scheduler::FinishRequest(Request* request, bool keep_blocks) {
   auto r = std::find(running_.begin(), running_.end(), request);
   if (r != running_.end()) running_.erase(r);
   auto w = std::find(waiting_.begin(), waiting_.end(), request);
   if (w != waiting_.end()) waiting_.erase(w);
-  kv_->Free(request->request_id);
+  auto m = std::find(remote_.begin(), remote_.end(), request);
+  if (m != remote_.end()) remote_.erase(m);
+  if (!keep_blocks) kv_->Free(request->request_id);
   request->status = RequestStatus::kFinished;
+}
+
+void Scheduler::OnRemotePrefillDone(Request* request) {
+  auto m = std::find(remote_.begin(), remote_.end(), request);
+  if (m == remote_.end()) return;
+  remote_.erase(m);
+  request->num_computed_tokens = request->num_prompt_tokens;
+  if (kv_->prefix_caching()) {
+    ExtendBlockHashes(request->token_ids, kv_->block_size(), &request->block_hashes);
+    kv_->CacheComputedBlocks(request->request_id, request->block_hashes,
+                             request->num_computed_tokens);
+  }
+  request->status = RequestStatus::kRunning;
+  running_.push_back(request);
+}
+
+void Scheduler::OnRemotePrefillFailed(Request* request) {
+  auto m = std::find(remote_.begin(), remote_.end(), request);
+  if (m == remote_.end()) return;
+  remote_.erase(m);
+  // Its blocks stay: the cached prefix is valid, the rest is recomputed over whatever arrived.
+  request->allow_remote_prefill = false;
+  request->status = RequestStatus::kRunning;
+  running_.push_back(request);
 }
 
 }  // namespace tandem

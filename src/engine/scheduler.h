@@ -29,6 +29,9 @@ namespace tandem {
 struct SchedulerConfig {
   int max_num_seqs = 64;
   int max_num_batched_tokens = 2048;
+  // Waiting requests with allow_remote_prefill whose uncached prompt is longer than this go to
+  // remote prefill at admission (blocks for the whole prompt reserved, no compute).
+  int max_local_prefill_tokens = 0;
 };
 
 struct ScheduledRequest {
@@ -43,6 +46,7 @@ struct SchedulerOutput {
   std::vector<ScheduledRequest> scheduled;  // the batch, in order
   std::vector<Request*> preempted;
   std::vector<Request*> unfittable;  // removed from the scheduler; the caller finishes them
+  std::vector<Request*> remote_prefills;  // admitted this step to await remote KV
   int num_batched_tokens = 0;
 };
 
@@ -55,21 +59,32 @@ class Scheduler {
   // After the model ran the step: registers the newly computed full blocks in the prefix cache.
   void OnStepComputed(const SchedulerOutput& output);
   // Removes a request (finished, aborted, failed) and frees its blocks.
-  void FinishRequest(Request* request);
+  // Removes the request; frees its blocks unless keep_blocks (the caller frees them later with
+  // KVCacheManager::Free).
+  void FinishRequest(Request* request, bool keep_blocks = false);
+  // A kRemotePrefill request whose KV arrived: its whole prompt is computed (hashes cached) and it
+  // runs from now on. A failed remote prefill: it runs, computing what its cached prefix lacks.
+  void OnRemotePrefillDone(Request* request);
+  void OnRemotePrefillFailed(Request* request);
 
   int num_running() const { return static_cast<int>(running_.size()); }
+  int num_remote_prefill() const { return static_cast<int>(remote_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
-  bool empty() const { return running_.empty() && waiting_.empty(); }
+  bool empty() const { return running_.empty() && waiting_.empty() && remote_.empty(); }
+  // Something for Schedule() to do (requests awaiting remote KV need no step).
+  bool has_schedulable() const { return !running_.empty() || !waiting_.empty(); }
   uint64_t prefix_cache_queries() const { return prefix_cache_queries_; }
   uint64_t prefix_cache_hits() const { return prefix_cache_hits_; }
 
  private:
   void Preempt(Request* request);
+  void CountPrefixLookup(Request* request, const CachedPrefix& prefix);
 
   SchedulerConfig config_;
   KVCacheManager* kv_;
   std::vector<Request*> running_;  // admission order
   std::deque<Request*> waiting_;
+  std::vector<Request*> remote_;   // kRemotePrefill, holding blocks
   uint64_t prefix_cache_queries_ = 0;
   uint64_t prefix_cache_hits_ = 0;
 };

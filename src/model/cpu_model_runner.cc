@@ -76,6 +76,15 @@ class CpuModelRunner final : public ModelRunner {
     return Status::Ok();
   }
 
+  KVCacheLayout kv_cache_layout() override {
+    KVCacheLayout layout;
+    if (kv_.empty()) return layout;
+    for (auto& pool : kv_) layout.layer_base.push_back(pool.data());
+    layout.block_bytes = KVBlockBytes(block_size_) / kv_.size();
+    layout.num_blocks = num_blocks_;
+    return layout;
+  }
+
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
 
  private:

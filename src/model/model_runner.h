@@ -28,6 +28,16 @@ struct SequenceSlice {
   enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
 };
 
+// Where the KV pool lives, for the transfer agent: layer l's block b is the
+// `block_bytes` bytes at layer_base[l] + b * block_bytes ([2, block_size, num_kv_heads, head_dim]
+// of the runner's KV dtype), so a run of consecutive block ids is one contiguous region.
+struct KVCacheLayout {
+  std::vector<void*> layer_base;  // [num_layers]
+  size_t block_bytes = 0;         // one block of one layer
+  int num_blocks = 0;
+  int device_id = -1;             // -1: host memory; else the CUDA device
+};
+
 struct ForwardBatch {
   std::vector<SequenceSlice> seqs;
 };
@@ -41,6 +51,9 @@ class ModelRunner {
   virtual Status AllocateKVCache(int num_blocks, int block_size) = 0;
   // Bytes one block takes across all layers (K and V), for sizing the pool.
   virtual size_t KVBlockBytes(int block_size) const = 0;
+
+  // Empty (no layers) before AllocateKVCache.
+  virtual KVCacheLayout kv_cache_layout() = 0;
 
   // Runs one step. `logits` is resized to [num_rows, vocab_size] row-major, fp32, where the rows
   // are, in the order of batch.seqs: one row per seq with Logits::kLast (its last token), and

@@ -73,6 +73,17 @@ class FakeModelRunner : public ModelRunner {
     return Status::Ok();
   }
 
+  // One "layer" of trivially copyable slots: copying a block's bytes between two fakes moves its
+  // KV, as a transfer agent would.
+  KVCacheLayout kv_cache_layout() override {
+    KVCacheLayout layout;
+    if (slots_.empty()) return layout;
+    layout.layer_base = {slots_.data()};
+    layout.block_bytes = sizeof(Slot) * block_size_;
+    layout.num_blocks = num_blocks_;
+    return layout;
+  }
+
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
     ++num_steps;
     int step_tokens = 0;
