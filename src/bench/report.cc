@@ -200,10 +200,10 @@ Result<std::vector<std::string>> WriteSvgCharts(const std::string& dir,
     }
     const std::string label = FileLabel(summaries[i].label);
     Status st = write("ttft_hist_" + label + ".svg",
-                      HistogramChart("TTFT, " + summaries[i].label, "time to first token, ms", ttft));
+                      HistogramChart("TTFT, " + summaries[i].label, "time to first token, ms", "requests", ttft));
     if (st.ok())
       st = write("itl_hist_" + label + ".svg",
-                 HistogramChart("ITL, " + summaries[i].label, "inter-token latency, ms", itl));
+                 HistogramChart("ITL, " + summaries[i].label, "inter-token latency, ms", "token gaps", itl));
     if (!st.ok()) return st;
   }
   return written;

@@ -185,9 +185,9 @@ std::string LineChart(const std::string& title, const std::string& x_label,
 }
 
 std::string HistogramChart(const std::string& title, const std::string& x_label,
-                           const std::vector<double>& values, int bins) {
+                           const std::string& y_label, const std::vector<double>& values, int bins) {
   SvgWriter svg(kW, kH);
-  DrawFrame(svg, title, x_label, "requests / gaps");
+  DrawFrame(svg, title, x_label, y_label);
   Frame f;
   if (values.empty()) {
     svg.Text(kW / 2, kH / 2, "no data", 14, "middle");
@@ -223,10 +223,13 @@ std::string HistogramChart(const std::string& title, const std::string& x_label,
   for (int b = 0; b < bins; ++b)
     if (counts[b] > 0) svg.Rect(f.x0 + b * bw + 0.5, Y(counts[b]), bw - 1, f.y0 - Y(counts[b]), "#4c78a8");
   const double p50 = Percentile(sorted, 50), p99 = Percentile(sorted, 99);
+  double label_y = f.y1 + 14;
   for (auto [name, v, color] : {std::tuple{"p50", p50, "#2ca02c"}, std::tuple{"p99", p99, "#d62728"}}) {
     if (v < lo || v > hi) continue;
     svg.Line(X(v), f.y0, X(v), f.y1, color, 2, "6,4");
-    svg.Text(X(v) + 4, f.y1 + 14, name, 11, "start", 0, color);
+    const bool right_edge = X(v) > f.x1 - 40;  // label inside the plot
+    svg.Text(X(v) + (right_edge ? -4 : 4), label_y, name, 11, right_edge ? "end" : "start", 0, color);
+    label_y += 14;
   }
   const double ly = kTop + 14;
   svg.Text(f.x1 + 14, ly, fmt::format("n = {}", sorted.size()), 12);

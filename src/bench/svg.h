@@ -51,6 +51,7 @@ std::string LineChart(const std::string& title, const std::string& x_label,
 // A histogram of `values` in `bins` equal bins from min to max (p99.5 when the tail is long),
 // values beyond the last bin counted in it; the caption notes count, p50, p99.
 std::string HistogramChart(const std::string& title, const std::string& x_label,
-                           const std::vector<double>& values, int bins = 40);
+                           const std::string& y_label, const std::vector<double>& values,
+                           int bins = 40);
 
 }  // namespace tandem::bench

@@ -86,11 +86,11 @@ TEST(Svg, ChartsAreWellFormed) {
   }
   std::vector<double> values;
   for (int i = 0; i < 500; ++i) values.push_back(10 + (i % 37) * 0.7 + (i == 499 ? 1000 : 0));
-  const std::string hist = HistogramChart("TTFT", "ms", values);
+  const std::string hist = HistogramChart("TTFT", "ms", "requests", values);
   EXPECT_TRUE(WellFormed(hist));
   XmllintIfAvailable(hist);
-  EXPECT_TRUE(WellFormed(HistogramChart("empty", "ms", {})));
-  EXPECT_TRUE(WellFormed(HistogramChart("one", "ms", {3})));
+  EXPECT_TRUE(WellFormed(HistogramChart("empty", "ms", "n", {})));
+  EXPECT_TRUE(WellFormed(HistogramChart("one", "ms", "n", {3})));
   EXPECT_TRUE(WellFormed(LineChart("empty", "x", "y", {}, true)));
   EXPECT_FALSE(WellFormed("<svg><g></svg>"));
   EXPECT_FALSE(WellFormed("<svg a=1/>"));

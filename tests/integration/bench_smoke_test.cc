@@ -1,0 +1,176 @@
+// `tandem bench` against `tandem run --mode agg` (the bundled tiny model on the CPU): a short closed
+// loop run whose JSON report must be present and plausible.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "subprocess.h"
+
+extern char** environ;
+
+namespace tandem::testing {
+namespace {
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// "GET /health" on 127.0.0.1:port; the status code, or 0 when nothing answered.
+int HealthStatus(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{2, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  int status = 0;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+      char buf[64] = {};
+      if (read(fd, buf, sizeof buf - 1) > 12) status = std::atoi(buf + 9);  // "HTTP/1.1 200"
+    }
+  }
+  close(fd);
+  return status;
+}
+
+class Server {
+ public:
+  explicit Server(const std::string& log_path) : log_path_(log_path) {
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+    std::vector<std::string> args = {TANDEM_BINARY, "run", "--mode", "agg", "--port", "0",
+                                     "--kv-cache-gib", "0.25"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid_, TANDEM_BINARY, &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+  }
+  ~Server() { Stop(); }
+
+  // Waits (bounded) for the port in the log and /health 200.
+  int WaitReady(std::chrono::seconds limit) {
+    const auto deadline = std::chrono::steady_clock::now() + limit;
+    const std::regex listening(R"(listening on http://127\.0\.0\.1:(\d+))");
+    int port = 0;
+    while (pid_ > 0 && std::chrono::steady_clock::now() < deadline) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+      std::smatch m;
+      const std::string log = Slurp(log_path_);
+      if (port == 0 && std::regex_search(log, m, listening)) port = std::stoi(m[1]);
+      if (port > 0 && HealthStatus(port) == 200) return port;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return 0;
+  }
+
+  void Stop() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGTERM);
+    for (int i = 0; i < 100; ++i) {
+      int status;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  std::string log_path_;
+  pid_t pid_ = -1;
+};
+
+TEST(BenchSmoke, ClosedLoopAgainstTandemRun) {
+  const std::string dir = ::testing::TempDir() + "/bench_smoke";
+  std::filesystem::create_directories(dir);
+  Server server(dir + "/server.log");
+  const int port = server.WaitReady(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << Slurp(dir + "/server.log");
+
+  const std::string json_path = dir + "/report.json";
+  std::filesystem::remove(json_path);
+  const std::string cmd = std::string(TANDEM_BINARY) + " bench --url http://127.0.0.1:" +
+                          std::to_string(port) +
+                          " --concurrency 4 --num-requests 12 --warmup 2 --input-len 32"
+                          " --output-len 16 --slo ttft=60s --output-json " + ShellQuote(json_path) +
+                          " --output-csv " + ShellQuote(dir + "/report.csv") +
+                          " --output-svg " + ShellQuote(dir + "/svg") + " --no-progress";
+  CommandResult r = RunCommand(cmd, 300);
+  server.Stop();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("| c=4"), std::string::npos) << r.out;
+
+  nlohmann::json report = nlohmann::json::parse(Slurp(json_path));
+  ASSERT_EQ(report["runs"].size(), 1u);
+  const auto& run = report["runs"][0];
+  EXPECT_EQ(run["num_requests"], 12);
+  EXPECT_EQ(run["num_errors"], 0) << run["errors"].dump();
+  EXPECT_EQ(run["num_ok"], 12);
+  EXPECT_GT(run["request_throughput"].get<double>(), 0);
+  EXPECT_GT(run["output_throughput"].get<double>(), 0);
+  EXPECT_EQ(run["total_output_tokens"], 12 * 16);
+  EXPECT_EQ(run["output_len_mismatch"], 0);
+  EXPECT_EQ(run["usage_missing"], 0);
+  EXPECT_EQ(run["num_slo_met"], 12);
+  for (const char* q : {"mean", "p50", "p90", "p99"}) {
+    EXPECT_GT(run["ttft_ms"][q].get<double>(), 0) << q;
+    EXPECT_LE(run["ttft_ms"][q].get<double>(), run["e2e_ms"][q].get<double>()) << q;
+  }
+  ASSERT_EQ(run["requests"].size(), 12u);
+  for (const auto& req : run["requests"]) {
+    EXPECT_TRUE(req["error"].is_null()) << req.dump();
+    ASSERT_TRUE(req["ttft_ms"].is_number()) << req.dump();
+    EXPECT_GT(req["ttft_ms"].get<double>(), 0);
+    EXPECT_LE(req["ttft_ms"].get<double>(), req["e2e_ms"].get<double>());
+    EXPECT_EQ(req["completion_tokens"], 16) << req.dump();
+    EXPECT_EQ(req["completion_tokens"], req["expected_output_tokens"]);
+    // Every token streamed as its own chunk, except where a chunk waited for the rest of a
+    // UTF-8 character; never more chunks than tokens.
+    EXPECT_LE(req["num_chunks"].get<int>(), req["completion_tokens"].get<int>());
+    EXPECT_GE(req["num_chunks"].get<int>(), 1);
+    // The prompt: 32 tokens from the vocabulary plus the chat template's own tokens.
+    EXPECT_GE(req["prompt_tokens"].get<int>(), 32);
+    EXPECT_LE(req["prompt_tokens"].get<int>(), 32 + 16);
+  }
+  EXPECT_TRUE(std::filesystem::exists(dir + "/report.csv"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/svg/latency_vs_throughput.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/svg/ttft_hist_c4.svg"));
+  EXPECT_TRUE(std::filesystem::exists(dir + "/svg/itl_hist_c4.svg"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
