@@ -1,0 +1,43 @@
+// Conversions between the request-plane messages (tandem.proto, package tandem.v1) and the
+// engine's C++ structs. The one place that knows both; include it only from .cc files (it pulls
+// in the generated protobuf header).
+//
+// Round trips are exact: every field of GenerateRequest / SamplingParams / RequestOutput /
+// TokenLogprob / EngineClientStats + ServedModelInfo has a proto field (an unset seed stays unset).
+#pragma once
+
+#include <grpcpp/support/status.h>
+
+#include "engine/engine_client.h"
+#include "runtime/tandem.pb.h"
+
+namespace tandem::runtime {
+
+void ToProto(const SamplingParams& in, v1::SamplingParams* out);
+SamplingParams FromProto(const v1::SamplingParams& in);
+
+void ToProto(const GenerateRequest& in, v1::GenerateRequest* out);
+GenerateRequest FromProto(const v1::GenerateRequest& in);
+
+void ToProto(const RequestOutput& in, v1::GenerateOutput* out);
+RequestOutput FromProto(const v1::GenerateOutput& in);
+
+v1::FinishReason ToProto(FinishReason reason);
+FinishReason FromProto(v1::FinishReason reason);
+
+// Health: the engine's load and the model it serves.
+void ToProto(const EngineClientStats& stats, const ServedModelInfo& info, bool ready,
+             v1::HealthResponse* out);
+EngineClientStats StatsFromProto(const v1::HealthResponse& in);
+ServedModelInfo ModelInfoFromProto(const v1::HealthResponse& in);
+
+// Status codes across the wire: kInvalidArgument <-> INVALID_ARGUMENT, kNotFound <-> NOT_FOUND,
+// kOutOfRange <-> OUT_OF_RANGE, kResourceExhausted <-> RESOURCE_EXHAUSTED, kFailedPrecondition <->
+// FAILED_PRECONDITION, kUnimplemented <-> UNIMPLEMENTED, kDataLoss <-> DATA_LOSS, others INTERNAL.
+// From gRPC, UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED / ABORTED become kFailedPrecondition.
+grpc::Status ToGrpcStatus(const Status& status);
+Status FromGrpcStatus(const grpc::Status& status);
+// "UNAVAILABLE", "DEADLINE_EXCEEDED", ...
+const char* GrpcCodeName(grpc::StatusCode code);
+
+}  // namespace tandem::runtime

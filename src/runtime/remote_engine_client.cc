@@ -1,0 +1,371 @@
+#include "runtime/remote_engine_client.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "runtime/proto_convert.h"
+#include "runtime/tandem.grpc.pb.h"
+
+namespace tandem::runtime {
+namespace {
+
+struct Worker {
+  InstanceInfo instance;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Worker::Stub> stub;
+  bool healthy = true;      // guarded by Impl::mu
+  EngineClientStats stats;  // guarded by Impl::mu
+
+  std::string Name() const { return instance.instance_id + " (" + instance.endpoint + ")"; }
+};
+
+std::shared_ptr<Worker> Connect(const InstanceInfo& instance) {
+  grpc::ChannelArguments args;
+  // A worker whose host vanishes without closing the connection is noticed by keep-alive pings.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  auto w = std::make_shared<Worker>();
+  w->instance = instance;
+  w->channel = grpc::CreateCustomChannel(instance.endpoint, grpc::InsecureChannelCredentials(), args);
+  w->stub = v1::Worker::NewStub(w->channel);
+  return w;
+}
+
+ServedModelInfo InfoFromMetadata(const InstanceInfo& instance) {
+  ServedModelInfo info;
+  const nlohmann::json& m = instance.metadata;
+  if (!m.is_object()) return info;
+  info.name = m.value("model", std::string());
+  info.max_model_len = m.value("max_model_len", 0);
+  info.vocab_size = m.value("vocab_size", 0);
+  return info;
+}
+
+// A call in flight, shared by the id map (for Cancel) and the reactor.
+struct CallEntry {
+  std::shared_ptr<grpc::ClientContext> context = std::make_shared<grpc::ClientContext>();
+  std::atomic<bool> cancelled{false};
+};
+
+}  // namespace
+
+struct RemoteEngineClient::Impl {
+  std::shared_ptr<Discovery> discovery;
+  RemoteEngineClientOptions options;
+
+  mutable std::mutex mu;
+  std::condition_variable drained;
+  std::vector<std::shared_ptr<Worker>> workers;  // sorted by instance_id
+  size_t next = 0;                               // round-robin position
+  std::unordered_map<std::string, std::shared_ptr<CallEntry>> calls;
+  int num_active = 0;                            // reactors not yet done
+  ServedModelInfo info;
+  int last_num_workers = -1;
+
+  // The refresh thread (started and stopped by RemoteEngineClient).
+  std::mutex refresh_mu;
+  std::condition_variable refresh_cv;
+  bool refresh_stop = false;
+  std::thread refresher;
+  std::mutex refresh_serial;  // one Refresh at a time (the thread's and Refresh()'s)
+
+  void Refresh();
+  Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
+                OutputCallback on_output);
+
+  void CallDone(const std::string& id, const CallEntry* entry, bool reactor_done) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = calls.find(id);
+    if (it != calls.end() && it->second.get() == entry) calls.erase(it);
+    if (reactor_done && --num_active == 0) drained.notify_all();
+  }
+};
+
+namespace {
+
+class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
+ public:
+  GenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner, std::shared_ptr<Worker> worker,
+               std::shared_ptr<CallEntry> entry, const GenerateRequest& request,
+               OutputCallback on_output)
+      : owner_(std::move(owner)), worker_(std::move(worker)), entry_(std::move(entry)),
+        request_id_(request.request_id), on_output_(std::move(on_output)),
+        timeout_(owner_->options.request_timeout) {
+    ToProto(request, &request_);
+    entry_->context->set_deadline(std::chrono::system_clock::now() + timeout_);
+  }
+
+  void Start() {
+    worker_->stub->async()->Generate(entry_->context.get(), &request_, this);
+    StartRead(&response_);
+    StartCall();
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return;  // OnDone follows with the status
+    RequestOutput out = FromProto(response_);
+    out.request_id = request_id_;
+    if (out.finished) {
+      final_delivered_ = true;
+      owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
+    }
+    on_output_(std::move(out));
+    if (!final_delivered_) StartRead(&response_);
+  }
+
+  void OnDone(const grpc::Status& status) override {
+    if (!final_delivered_) {
+      owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
+      RequestOutput out;
+      out.request_id = request_id_;
+      out.finished = true;
+      if (entry_->cancelled.load()) {
+        out.finish_reason = FinishReason::kAbort;
+      } else {
+        out.finish_reason = FinishReason::kError;
+        out.error = ErrorMessage(status);
+        log::warn("[{}] {}", request_id_, out.error);
+      }
+      on_output_(std::move(out));
+    }
+    auto owner = owner_;  // keeps Impl alive past `delete this`
+    const std::string id = request_id_;
+    const CallEntry* entry = entry_.get();
+    delete this;
+    owner->CallDone(id, entry, /*reactor_done=*/true);
+  }
+
+ private:
+  std::string ErrorMessage(const grpc::Status& status) const {
+    const std::string code = GrpcCodeName(status.error_code());
+    switch (status.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        return fmt::format("the request exceeded its deadline of {} s on worker {}",
+                           std::chrono::duration<double>(timeout_).count(), worker_->Name());
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::CANCELLED:
+        return fmt::format("worker {} went away during the request ({}: {})", worker_->Name(),
+                           code, status.error_message());
+      case grpc::StatusCode::OK:
+        return fmt::format("worker {} ended the stream without a final output", worker_->Name());
+      default:
+        return fmt::format("worker {} failed the request ({}: {})", worker_->Name(), code,
+                           status.error_message());
+    }
+  }
+
+  std::shared_ptr<RemoteEngineClient::Impl> owner_;
+  std::shared_ptr<Worker> worker_;
+  std::shared_ptr<CallEntry> entry_;
+  std::string request_id_;
+  OutputCallback on_output_;
+  std::chrono::milliseconds timeout_;
+  v1::GenerateRequest request_;
+  v1::GenerateOutput response_;
+  bool final_delivered_ = false;
+};
+
+}  // namespace
+
+void RemoteEngineClient::Impl::Refresh() {
+  std::lock_guard<std::mutex> serial(refresh_serial);
+  auto listed = discovery->List(options.namespace_name, options.component);
+  if (!listed.ok()) {
+    log::warn("remote engine client: {}", listed.status().ToString());
+    return;
+  }
+  std::vector<std::shared_ptr<Worker>> current;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    current = workers;
+  }
+  std::vector<std::shared_ptr<Worker>> fresh;
+  for (const InstanceInfo& instance : *listed) {
+    if (!options.served_model_name.empty() &&
+        InfoFromMetadata(instance).name != options.served_model_name) {
+      continue;
+    }
+    std::shared_ptr<Worker> w;
+    for (const auto& c : current) {
+      if (c->instance.instance_id == instance.instance_id &&
+          c->instance.endpoint == instance.endpoint) {
+        w = c;
+      }
+    }
+    if (!w) {
+      w = Connect(instance);
+      log::info("worker {} joined ({}/{})", w->Name(), options.namespace_name, options.component);
+    }
+    fresh.push_back(std::move(w));
+  }
+  for (const auto& c : current) {
+    bool kept = false;
+    for (const auto& f : fresh) kept = kept || f == c;
+    if (!kept) log::info("worker {} left", c->Name());
+  }
+  // Health of each (outside the lock; a dead worker answers UNAVAILABLE at once).
+  struct Poll {
+    bool ok;
+    EngineClientStats stats;
+  };
+  std::vector<Poll> polls;
+  for (const auto& w : fresh) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+    v1::HealthRequest request;
+    v1::HealthResponse response;
+    grpc::Status st = w->stub->Health(&context, request, &response);
+    polls.push_back({st.ok() && response.ready(), StatsFromProto(response)});
+  }
+  int num_healthy = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      fresh[i]->healthy = polls[i].ok;
+      if (polls[i].ok) {
+        fresh[i]->stats = polls[i].stats;
+        ++num_healthy;
+        ServedModelInfo seen = InfoFromMetadata(fresh[i]->instance);
+        if (!seen.name.empty()) info.name = seen.name;
+        if (seen.max_model_len > 0) info.max_model_len = seen.max_model_len;
+        if (seen.vocab_size > 0) info.vocab_size = seen.vocab_size;
+      }
+    }
+    workers = std::move(fresh);
+    if (num_healthy == last_num_workers) return;
+    last_num_workers = num_healthy;
+  }
+  if (options.on_workers_changed) options.on_workers_changed(num_healthy);
+}
+
+Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
+                                        OutputCallback on_output) {
+  std::shared_ptr<Worker> worker;
+  auto entry = std::make_shared<CallEntry>();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (size_t i = 0; i < workers.size() && !worker; ++i) {
+      const auto& w = workers[(next + i) % workers.size()];
+      if (w->healthy) {
+        worker = w;
+        next = (next + i + 1) % workers.size();
+      }
+    }
+    if (!worker) {
+      return Err(StatusCode::kFailedPrecondition,
+                 "no worker available: no live '{}' worker in namespace '{}'{}",
+                 options.component, options.namespace_name,
+                 options.served_model_name.empty()
+                     ? std::string()
+                     : fmt::format(" serving model '{}'", options.served_model_name));
+    }
+    if (!calls.emplace(request.request_id, entry).second) {
+      return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request.request_id);
+    }
+    ++num_active;
+  }
+  auto* call = new GenerateCall(self, std::move(worker), entry, request, std::move(on_output));
+  call->Start();  // deletes itself in OnDone
+  return Status::Ok();
+}
+
+RemoteEngineClient::RemoteEngineClient(std::shared_ptr<Discovery> discovery,
+                                       RemoteEngineClientOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  impl_->discovery = std::move(discovery);
+  impl_->options = std::move(options);
+  impl_->info = impl_->options.fallback_model_info;
+  if (impl_->info.name.empty()) impl_->info.name = impl_->options.served_model_name;
+  Impl* impl = impl_.get();
+  impl_->refresher = std::thread([impl] {
+    std::unique_lock<std::mutex> lock(impl->refresh_mu);
+    while (!impl->refresh_stop) {
+      lock.unlock();
+      impl->Refresh();
+      lock.lock();
+      impl->refresh_cv.wait_for(lock, impl->options.refresh_interval,
+                                [impl] { return impl->refresh_stop; });
+    }
+  });
+}
+
+RemoteEngineClient::~RemoteEngineClient() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->refresh_mu);
+    impl_->refresh_stop = true;
+  }
+  impl_->refresh_cv.notify_all();
+  impl_->refresher.join();
+
+  std::vector<std::shared_ptr<CallEntry>> entries;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (auto& [id, e] : impl_->calls) entries.push_back(e);
+  }
+  for (auto& e : entries) {
+    e->cancelled = true;
+    e->context->TryCancel();
+  }
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  if (!impl_->drained.wait_for(lock, std::chrono::seconds(5),
+                               [this] { return impl_->num_active == 0; })) {
+    log::error("remote engine client: {} calls still running at shutdown", impl_->num_active);
+  }
+}
+
+Status RemoteEngineClient::Submit(GenerateRequest request, OutputCallback on_output) {
+  return impl_->Submit(impl_, std::move(request), std::move(on_output));
+}
+
+void RemoteEngineClient::Cancel(const std::string& request_id) {
+  std::shared_ptr<CallEntry> entry;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    auto it = impl_->calls.find(request_id);
+    if (it == impl_->calls.end()) return;
+    entry = it->second;
+  }
+  entry->cancelled = true;
+  entry->context->TryCancel();
+}
+
+EngineClientStats RemoteEngineClient::Stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  EngineClientStats s;
+  for (const auto& w : impl_->workers) {
+    if (!w->healthy) continue;
+    s.engine.num_running += w->stats.engine.num_running;
+    s.engine.num_waiting += w->stats.engine.num_waiting;
+    s.engine.num_kv_blocks_total += w->stats.engine.num_kv_blocks_total;
+    s.engine.num_kv_blocks_used += w->stats.engine.num_kv_blocks_used;
+    s.engine.prefix_cache_queries += w->stats.engine.prefix_cache_queries;
+    s.engine.prefix_cache_hits += w->stats.engine.prefix_cache_hits;
+  }
+  s.num_pending = static_cast<int>(impl_->calls.size());
+  return s;
+}
+
+ServedModelInfo RemoteEngineClient::model_info() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->info;
+}
+
+std::vector<RemoteWorkerStatus> RemoteEngineClient::Workers() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  std::vector<RemoteWorkerStatus> out;
+  for (const auto& w : impl_->workers) out.push_back({w->instance, w->healthy, w->stats});
+  return out;
+}
+
+void RemoteEngineClient::Refresh() { impl_->Refresh(); }
+
+}  // namespace tandem::runtime

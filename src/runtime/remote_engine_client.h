@@ -1,0 +1,73 @@
+// RemoteEngineClient: the frontend's EngineClient over the request plane. Each request goes to one
+// live worker of a component found in Discovery (round-robin for now; issue 8 brings the KV
+// router), as one Worker.Generate stream (tandem.proto) with a deadline.
+//
+//   Submit   picks a worker and opens the stream; returns at once. FailedPrecondition ("no worker
+//            available ...", HTTP 503) when discovery lists none; InvalidArgument for a request id
+//            already in flight. Refusals of the worker's engine (queue full, bad request) arrive
+//            as the final output: kError with the worker's message.
+//   outputs  delivered on gRPC's threads, in order, ending with exactly one finished output:
+//            the worker's; kAbort after Cancel; kError with a message naming the worker when the
+//            worker dies or goes away mid-stream (UNAVAILABLE) or the deadline passes. Never a hang:
+//            a dead connection fails at once, a silent one by keep-alive (~15 s) or the deadline.
+//   Cancel   cancels the call (ClientContext::TryCancel); the worker cancels the engine request,
+//            so its KV blocks return to the pool.
+//   Stats    the sum of the workers' last Health answers (polled every refresh_interval) plus
+//            num_pending = calls in flight from this client.
+//   model_info  from the registration metadata of a worker ("model", "max_model_len",
+//            "vocab_size"); the last one seen, or `fallback_model_info` before any.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine_client.h"
+#include "runtime/discovery.h"
+
+namespace tandem::runtime {
+
+struct RemoteEngineClientOptions {
+  std::string namespace_name = "tandem";
+  std::string component = kComponentAgg;
+  // Non-empty: only workers whose metadata "model" equals it serve this client.
+  std::string served_model_name;
+  std::chrono::milliseconds request_timeout{std::chrono::hours(1)};  // each Generate's deadline
+  std::chrono::milliseconds refresh_interval{500};  // discovery List and Health polls
+  ServedModelInfo fallback_model_info;              // model_info() before any worker was seen
+  // Called on the refresh thread whenever the number of live workers changes (and once at start).
+  std::function<void(int num_workers)> on_workers_changed;
+};
+
+// One worker as this client sees it.
+struct RemoteWorkerStatus {
+  InstanceInfo instance;
+  bool healthy = true;     // its last Health call succeeded (true before the first one)
+  EngineClientStats stats;  // from its last successful Health call
+};
+
+class RemoteEngineClient final : public EngineClient {
+ public:
+  RemoteEngineClient(std::shared_ptr<Discovery> discovery, RemoteEngineClientOptions options);
+  // Stops the refresh thread, cancels every call in flight and waits (up to 5 s) until each has
+  // delivered its final output.
+  ~RemoteEngineClient() override;
+
+  Status Submit(GenerateRequest request, OutputCallback on_output) override;
+  void Cancel(const std::string& request_id) override;
+  EngineClientStats Stats() const override;
+  ServedModelInfo model_info() const override;
+
+  std::vector<RemoteWorkerStatus> Workers() const;
+  // Re-reads discovery and polls Health now (the refresh thread does it every refresh_interval).
+  void Refresh();
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::runtime

@@ -1,0 +1,82 @@
+#include "runtime/worker_server.h"
+
+#include <chrono>
+#include <mutex>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "runtime/worker_service.h"
+
+namespace tandem::runtime {
+
+struct WorkerServer::Impl {
+  WorkerServerOptions options;
+  WorkerService service;
+  std::mutex mu;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  bool stopped = false;
+
+  Impl(std::shared_ptr<EngineClient> engine, WorkerServerOptions o)
+      : options(std::move(o)), service(std::move(engine)) {}
+};
+
+WorkerServer::WorkerServer(std::shared_ptr<EngineClient> engine, WorkerServerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(engine), std::move(options))) {}
+
+WorkerServer::~WorkerServer() { Stop(); }
+
+Status WorkerServer::Start() {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  if (impl_->server || impl_->stopped) {
+    return Status(StatusCode::kFailedPrecondition, "the worker server was already started");
+  }
+  const std::string address = impl_->options.host + ":" + std::to_string(impl_->options.port);
+  grpc::ServerBuilder builder;
+  int selected_port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  builder.RegisterService(&impl_->service);
+  // Frontends ping idle connections (remote_engine_client.cc) to notice a vanished host.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.SetMaxReceiveMessageSize(64 << 20);
+  builder.SetMaxSendMessageSize(64 << 20);
+  impl_->server = builder.BuildAndStart();
+  if (!impl_->server || selected_port == 0) {
+    impl_->server.reset();
+    return Err(StatusCode::kFailedPrecondition, "cannot serve gRPC on {} (in use or bad address)",
+               address);
+  }
+  impl_->port = selected_port;
+  return Status::Ok();
+}
+
+int WorkerServer::port() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->port;
+}
+
+std::string WorkerServer::endpoint() const {
+  std::string host = impl_->options.host;
+  if (host == "0.0.0.0" || host == "::" || host == "[::]") host = "127.0.0.1";
+  if (host.find(':') != std::string::npos && host.front() != '[') host = "[" + host + "]";
+  return host + ":" + std::to_string(port());
+}
+
+void WorkerServer::SetReady(bool ready) { impl_->service.SetReady(ready); }
+
+void WorkerServer::Stop(int grace_ms) {
+  std::unique_ptr<grpc::Server> server;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopped = true;
+    server = std::move(impl_->server);
+  }
+  if (!server) return;
+  // Calls still running at the deadline are cancelled (OnCancel -> EngineClient::Cancel).
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
+  server->Wait();
+}
+
+}  // namespace tandem::runtime

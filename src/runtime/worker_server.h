@@ -1,0 +1,50 @@
+// WorkerServer: a worker's gRPC server (service tandem.v1.Worker, tandem.proto) over an
+// EngineClient (an AsyncEngine in `tandem worker`).
+//
+//   Generate  submits the request and streams every output; a refused Submit ends the call with
+//             the matching status (proto_convert.h, ToGrpcStatus). A call that is cancelled (the
+//             client went away, its deadline passed, the server stops) cancels the engine request,
+//             so its KV blocks return to the pool.
+//   Health    the engine's Stats() and model_info() (ready = SetReady's value).
+//
+// The service lives in worker_service.cc (callback API); RPCs added to the proto later (e.g.
+// RemotePrefill) are implemented there. This header keeps gRPC's headers out of its includers.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "engine/engine_client.h"
+
+namespace tandem::runtime {
+
+struct WorkerServerOptions {
+  std::string host = "127.0.0.1";  // address to bind
+  int port = 0;                    // 0: an ephemeral port (see port())
+};
+
+class WorkerServer {
+ public:
+  // `engine` must stay usable until Stop() returned.
+  WorkerServer(std::shared_ptr<EngineClient> engine, WorkerServerOptions options);
+  ~WorkerServer();  // Stop()
+  WorkerServer(const WorkerServer&) = delete;
+  WorkerServer& operator=(const WorkerServer&) = delete;
+
+  // Binds and serves on gRPC's threads. FailedPrecondition: cannot bind (port in use, bad host)
+  // or already started.
+  Status Start();
+  int port() const;              // the bound port; 0 before Start()
+  std::string endpoint() const;  // "host:port" to publish in discovery
+  void SetReady(bool ready);     // reported by Health (default true)
+  // Stops accepting calls, cancels those in flight (their engine requests are cancelled), waits
+  // for them up to `grace_ms`. Idempotent.
+  void Stop(int grace_ms = 2000);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::runtime

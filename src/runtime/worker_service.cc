@@ -1,0 +1,136 @@
+#include "runtime/worker_service.h"
+
+#include <deque>
+#include <mutex>
+
+#include "common/logging.h"
+#include "runtime/proto_convert.h"
+
+namespace tandem::runtime {
+namespace {
+
+// One Generate call. The engine callback (engine thread) queues outputs; one write is in flight at
+// a time; OnWriteDone (gRPC thread) starts the next or finishes. gRPC methods are called without
+// the lock held. The reactor lives until OnDone, which comes only after Finish, and Finish is
+// never called while a write is in flight; the engine callback holds only `Shared`, so outputs
+// that arrive after Finish are dropped without touching the reactor.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput> {
+ public:
+  GenerateReactor(std::shared_ptr<EngineClient> engine, const v1::GenerateRequest& request)
+      : engine_(std::move(engine)), shared_(std::make_shared<Shared>()) {
+    shared_->reactor = this;
+    request_id_ = request.request_id();
+    Status st = engine_->Submit(FromProto(request), [shared = shared_](RequestOutput out) {
+      shared->Push(std::move(out));
+    });
+    if (!st.ok()) {
+      log::info("[{}] refused: {}", request_id_, st.ToString());
+      {
+        std::lock_guard<std::mutex> lock(shared_->mu);
+        shared_->finish_called = true;
+        shared_->submitted = false;
+      }
+      Finish(ToGrpcStatus(st));
+    }
+  }
+
+  void OnWriteDone(bool ok) override {
+    const v1::GenerateOutput* next = nullptr;
+    bool finish = false;
+    grpc::Status status = grpc::Status::OK;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      const bool was_last = shared_->queue.front().finished();
+      shared_->queue.pop_front();
+      if (!ok || shared_->cancelled) {
+        finish = !shared_->finish_called;
+        status = grpc::Status(grpc::StatusCode::CANCELLED, "the stream broke");
+      } else if (was_last) {
+        finish = !shared_->finish_called;
+      } else if (!shared_->queue.empty()) {
+        next = &shared_->queue.front();
+      }
+      if (finish) shared_->finish_called = true;
+      shared_->writing = next != nullptr;
+    }
+    if (!ok) engine_->Cancel(request_id_);
+    if (next) StartWrite(next);
+    else if (finish) Finish(status);
+  }
+
+  void OnCancel() override {
+    // The client went away, its deadline passed, or the server is stopping.
+    engine_->Cancel(request_id_);
+    bool finish = false;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      shared_->cancelled = true;
+      if (!shared_->writing && !shared_->finish_called) finish = shared_->finish_called = true;
+    }
+    if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
+  }
+
+  void OnDone() override {
+    bool unfinished = false;
+    {
+      std::lock_guard<std::mutex> lock(shared_->mu);
+      unfinished = shared_->submitted && !shared_->final_seen;
+      shared_->reactor = nullptr;
+    }
+    if (unfinished) engine_->Cancel(request_id_);  // no-op for ids the engine no longer has
+    delete this;
+  }
+
+ private:
+  struct Shared {
+    std::mutex mu;
+    GenerateReactor* reactor = nullptr;  // null after OnDone
+    std::deque<v1::GenerateOutput> queue;  // front = the write in flight (references stay valid)
+    bool writing = false;
+    bool finish_called = false;
+    bool cancelled = false;
+    bool submitted = true;
+    bool final_seen = false;
+
+    void Push(RequestOutput out) {
+      const v1::GenerateOutput* start = nullptr;
+      GenerateReactor* r = nullptr;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (out.finished) final_seen = true;
+        if (finish_called || cancelled || reactor == nullptr) return;
+        queue.emplace_back();
+        ToProto(out, &queue.back());
+        if (!writing) {
+          writing = true;
+          start = &queue.front();
+          r = reactor;
+        }
+      }
+      // Alive: Finish is not called while `writing`, so OnDone cannot have run.
+      if (start) r->StartWrite(start);
+    }
+  };
+
+  std::shared_ptr<EngineClient> engine_;
+  std::shared_ptr<Shared> shared_;
+  std::string request_id_;
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::GenerateOutput>* WorkerService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return new GenerateReactor(engine_, *request);
+}
+
+grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
+                                                const v1::HealthRequest* request,
+                                                v1::HealthResponse* response) {
+  ToProto(engine_->Stats(), engine_->model_info(), ready_.load(), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace tandem::runtime
