@@ -57,7 +57,7 @@ std::string FormatTable(const std::vector<RunSummary>& summaries) {
   for (size_t c = 0; c < head.size(); ++c) out += " " + Pad(head[c], width[c], c > 0) + " |";
   out += "\n|";
   for (size_t c = 0; c < head.size(); ++c)
-    out += (c == 0 ? " :" : " ") + std::string(width[c] - 1, '-') + (c == 0 ? "-" : ":") + " |";
+    out += c == 0 ? " :" + std::string(width[c] - 1, '-') + " |" : " " + std::string(width[c] - 1, '-') + ": |";
   out += "\n";
   for (const auto& r : rows) {
     out += "|";

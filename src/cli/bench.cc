@@ -185,6 +185,9 @@ int RunBench(const BenchOptions& o) {
     runs.push_back(std::move(*run));
   }
   std::fputs(bench::FormatTable(summaries).c_str(), stdout);
+  int rc = 0;
+  for (const bench::RunSummary& s : summaries)
+    if (s.num_requests > 0 && s.num_ok == 0) rc = Fail("every request of " + s.label + " failed");
 
   nlohmann::json config{{"url", o.url},
                         {"endpoint", o.endpoint},
@@ -204,7 +207,6 @@ int RunBench(const BenchOptions& o) {
                         {"seed", o.seed},
                         {"ignore_eos", client.ignore_eos},
                         {"slo", slo.ToString()}};
-  int rc = 0;
   if (!o.output_json.empty()) {
     auto j = bench::ReportToJson(config, runs, summaries);
     if (Status st = bench::WriteTextFile(o.output_json, j.dump(2) + "\n"); !st.ok())
