@@ -16,6 +16,12 @@ Runner RegisterGenerate(CLI::App& app);
 // tandem run: the OpenAI-compatible server with its worker(s).
 Runner RegisterRun(CLI::App& app);
 
+// tandem worker: one worker process (gRPC request plane, registered in discovery).
+Runner RegisterWorker(CLI::App& app);
+
+// tandem frontend: the OpenAI-compatible server over the workers found in discovery.
+Runner RegisterFrontend(CLI::App& app);
+
 // tandem bench: load generator and report against an OpenAI-compatible server (src/bench/).
 Runner RegisterBench(CLI::App& app);
 

@@ -20,6 +20,14 @@ int main(int argc, char** argv) {
     runners[sub] = tandem::cli::RegisterRun(*sub);
   }
   {
+    CLI::App* sub = app.add_subcommand("worker", "Run one worker (gRPC, found through discovery)");
+    runners[sub] = tandem::cli::RegisterWorker(*sub);
+  }
+  {
+    CLI::App* sub = app.add_subcommand("frontend", "Serve the OpenAI API over the workers");
+    runners[sub] = tandem::cli::RegisterFrontend(*sub);
+  }
+  {
     CLI::App* sub = app.add_subcommand("bench", "Benchmark an OpenAI-compatible server");
     runners[sub] = tandem::cli::RegisterBench(*sub);
   }

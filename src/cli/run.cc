@@ -11,6 +11,7 @@
 #include <pthread.h>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "cli/model_bundle.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -24,18 +25,10 @@ namespace {
 
 struct RunOptions {
   std::string mode = "agg";
-  std::string model_dir;
-  std::string served_model_name;
+  EngineOptions engine;
   std::string host = "127.0.0.1";
   int port = 8000;
   std::string api_key;
-  int max_num_seqs = 64;
-  int max_waiting_requests = 256;
-  int max_num_batched_tokens = 2048;
-  int block_size = 16;
-  int num_kv_blocks = 0;
-  double kv_cache_gib = 1.0;
-  int max_model_len = 0;
   int http_threads = 2;
   size_t max_body_bytes = 8u << 20;
 };
@@ -78,16 +71,12 @@ int RunAggregated(const RunOptions& opt) {
                  opt.mode.c_str());
     return 2;
   }
-  const std::string model_dir = opt.model_dir.empty() ? DefaultModelDir() : opt.model_dir;
+  const std::string model_dir = opt.engine.ModelDir();
   std::string api_key = opt.api_key;
   if (api_key.empty()) {
     if (const char* env = std::getenv("TANDEM_API_KEY")) api_key = env;
   }
-  std::string served_name = opt.served_model_name;
-  if (served_name.empty()) {
-    served_name = std::filesystem::path(model_dir).lexically_normal().filename().string();
-    if (served_name.empty()) served_name = std::filesystem::path(model_dir).parent_path().filename();
-  }
+  const std::string served_name = opt.engine.ServedModelName();
 
   // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
   sigset_t signals;
@@ -114,13 +103,7 @@ int RunAggregated(const RunOptions& opt) {
   log::info("listening on http://{}:{} (loading the model from {})", opt.host, server.port(),
             model_dir);
 
-  EngineConfig config;
-  config.block_size = opt.block_size;
-  config.num_kv_blocks = opt.num_kv_blocks;
-  config.kv_cache_bytes = static_cast<size_t>(opt.kv_cache_gib * (1ull << 30));
-  config.max_num_seqs = opt.max_num_seqs;
-  config.max_num_batched_tokens = opt.max_num_batched_tokens;
-  config.max_model_len = opt.max_model_len;
+  const EngineConfig config = opt.engine.ToEngineConfig();
   auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false);
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem run: %s\n", bundle.status().ToString().c_str());
@@ -129,7 +112,7 @@ int RunAggregated(const RunOptions& opt) {
   }
   const EngineStats stats = bundle->engine->Stats();
   auto engine = std::make_shared<AsyncEngine>(
-      std::move(bundle->engine), AsyncEngineOptions{served_name, opt.max_waiting_requests});
+      std::move(bundle->engine), AsyncEngineOptions{served_name, opt.engine.max_waiting_requests});
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
@@ -141,7 +124,7 @@ int RunAggregated(const RunOptions& opt) {
   service->SetReady(true);
   log::info("serving '{}' (max_model_len {}, {} KV blocks of {} tokens{}) on http://{}:{}",
             served_name, engine->model_info().max_model_len, stats.num_kv_blocks_total,
-            opt.block_size, api_key.empty() ? "" : ", API key required", opt.host, server.port());
+            opt.engine.block_size, api_key.empty() ? "" : ", API key required", opt.host, server.port());
 
   int signal_number = 0;
   sigwait(&signals, &signal_number);
@@ -158,32 +141,12 @@ Runner RegisterRun(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   app.add_option("--mode", opt->mode, "agg: one process, frontend + one aggregated worker")
       ->check(CLI::IsMember({"agg", "disagg"}));
-  app.add_option("--model", opt->model_dir,
-                 "Hugging Face model directory (default: the bundled tiny Qwen3)");
-  app.add_option("--served-model-name", opt->served_model_name,
-                 "Model id in the API (default: the model directory's name)");
   app.add_option("--host", opt->host, "Address to listen on");
   app.add_option("--port", opt->port, "Port to listen on (0: any free port)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--api-key", opt->api_key,
                  "Require 'Authorization: Bearer KEY' on /v1 (env TANDEM_API_KEY)");
-  app.add_option("--max-num-seqs", opt->max_num_seqs, "Running requests at most")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--max-waiting-requests", opt->max_waiting_requests,
-                 "Waiting requests at most; beyond it requests get 503")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--max-num-batched-tokens", opt->max_num_batched_tokens,
-                 "Token budget of one engine step (chunked prefill)")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--block-size", opt->block_size, "KV block size in tokens")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--num-kv-blocks", opt->num_kv_blocks, "KV pool size in blocks (0: from --kv-cache-gib)")
-      ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--kv-cache-gib", opt->kv_cache_gib, "KV pool size in GiB when --num-kv-blocks is 0")
-      ->check(CLI::Range(0.001, 1e6));
-  app.add_option("--max-model-len", opt->max_model_len,
-                 "Context length (0: the model's max_position_embeddings)")
-      ->check(CLI::Range(0, 1 << 30));
+  AddEngineOptions(app, &opt->engine);
   app.add_option("--http-threads", opt->http_threads, "Threads serving HTTP")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (else 413)")

@@ -1,0 +1,197 @@
+// tandem frontend: the OpenAI-compatible HTTP server over the request plane. Tokenizer and chat
+// template from --model (only those files are read; no weights), requests to the workers found in
+// discovery (runtime/remote_engine_client.h, round-robin). /health answers 200 while at least one
+// worker is live, 503 otherwise; requests with no worker get 503.
+//
+// /metrics: the OpenAI metrics (frontend/openai_metrics.h) with tandem_kv_blocks_used/_total and
+// the request gauges summed over the workers (their Health RPC, polled every 0.5 s), plus per
+// worker: tandem_worker_kv_blocks_used{worker="<instance_id>"}, tandem_worker_kv_blocks_total,
+// tandem_worker_num_requests_running, and tandem_workers (live workers).
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <pthread.h>
+
+#include "cli/commands.h"
+#include "cli/engine_options.h"
+#include "common/file_util.h"
+#include "common/logging.h"
+#include "common/metrics.h"
+#include "frontend/http_server.h"
+#include "frontend/openai_server.h"
+#include "runtime/file_discovery.h"
+#include "runtime/remote_engine_client.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace tandem::cli {
+namespace {
+
+struct FrontendOptions {
+  std::string model_dir;
+  std::string served_model_name;
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string namespace_name = "tandem";
+  std::string component = "agg";
+  std::string api_key;
+  double request_timeout_s = 3600;
+  int http_threads = 2;
+  size_t max_body_bytes = 8u << 20;
+};
+
+// Readiness follows the number of live workers; the service may not exist yet when it changes.
+class Readiness {
+ public:
+  void SetWorkers(int n) {
+    std::lock_guard<std::mutex> lock(mu_);
+    num_workers_ = n;
+    if (service_) service_->SetReady(n > 0);
+  }
+  void Attach(OpenAIService* service) {
+    std::lock_guard<std::mutex> lock(mu_);
+    service_ = service;
+    if (service_) service_->SetReady(num_workers_ > 0);
+  }
+
+ private:
+  std::mutex mu_;
+  int num_workers_ = 0;
+  OpenAIService* service_ = nullptr;
+};
+
+int RunFrontend(const FrontendOptions& opt) {
+  EngineOptions names;
+  names.model_dir = opt.model_dir;
+  names.served_model_name = opt.served_model_name;
+  const std::string model_dir = names.ModelDir();
+  const std::string served_name = names.ServedModelName();
+  std::string api_key = opt.api_key;
+  if (api_key.empty()) {
+    if (const char* env = std::getenv("TANDEM_API_KEY")) api_key = env;
+  }
+  sigset_t signals;  // taken by sigwait below: blocked before any thread starts
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto tokenizer = Tokenizer::Load(model_dir);
+  if (!tokenizer.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", tokenizer.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<const ChatRenderer> renderer;
+  if (auto r = ChatRenderer::Load(model_dir); r.ok()) {
+    renderer = std::make_shared<const ChatRenderer>(std::move(r).value());
+  } else {
+    log::warn("no chat template: {}", r.status().ToString());
+  }
+  runtime::RemoteEngineClientOptions client_options;
+  client_options.namespace_name = opt.namespace_name;
+  client_options.component = opt.component;
+  client_options.served_model_name = served_name;
+  client_options.request_timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1000));
+  client_options.fallback_model_info.name = served_name;
+  client_options.fallback_model_info.vocab_size = (*tokenizer)->vocab_size();
+  // Until a worker says otherwise: the model's own context length.
+  client_options.fallback_model_info.max_model_len = 1 << 30;
+  if (auto config = ReadJsonFile(model_dir + "/config.json"); config.ok()) {
+    client_options.fallback_model_info.max_model_len =
+        config->value("max_position_embeddings", 1 << 30);
+  }
+  auto readiness = std::make_shared<Readiness>();
+  client_options.on_workers_changed = [readiness, served_name](int n) {
+    log::info("{} live worker(s) for '{}'", n, served_name);
+    readiness->SetWorkers(n);
+  };
+
+  http::HttpServer::Options http_options;
+  http_options.host = opt.host;
+  http_options.port = opt.port;
+  http_options.num_threads = opt.http_threads;
+  http_options.max_body_bytes = opt.max_body_bytes;
+  http::HttpServer server(http_options);
+
+  std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
+  auto client = std::make_shared<runtime::RemoteEngineClient>(discovery, client_options);
+  OpenAIServiceOptions service_options;
+  service_options.served_model_name = served_name;
+  service_options.api_key = api_key;
+  metrics::Registry& registry = metrics::Registry::Default();
+  auto service = std::make_shared<OpenAIService>(client, *tokenizer, renderer, service_options,
+                                                 &registry);
+  std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;
+  registry.AddCollector([weak_client, &registry] {
+    auto c = weak_client.lock();
+    if (!c) return;
+    int live = 0;
+    for (const runtime::RemoteWorkerStatus& w : c->Workers()) {
+      const metrics::Labels labels{{"worker", w.instance.instance_id}};
+      const EngineStats& s = w.stats.engine;
+      live += w.healthy;
+      registry.GetGauge("tandem_worker_kv_blocks_used", "KV blocks in use, per worker", labels)
+          .Set(w.healthy ? s.num_kv_blocks_used : 0);
+      registry.GetGauge("tandem_worker_kv_blocks_total", "KV pool size in blocks, per worker",
+                        labels).Set(w.healthy ? s.num_kv_blocks_total : 0);
+      registry.GetGauge("tandem_worker_num_requests_running", "Running requests, per worker",
+                        labels).Set(w.healthy ? s.num_running : 0);
+    }
+    registry.GetGauge("tandem_workers", "Live workers this frontend sends requests to").Set(live);
+  });
+  service->Register([&server](std::string method, std::string path, http::Handler handler) {
+    server.Route(std::move(method), std::move(path), std::move(handler));
+  });
+  readiness->Attach(service.get());
+  if (Status st = server.Start(); !st.ok()) {
+    readiness->Attach(nullptr);
+    std::fprintf(stderr, "tandem frontend: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}{})", served_name,
+            opt.host, server.port(), opt.namespace_name, opt.component,
+            runtime::DefaultDiscoveryDir(), api_key.empty() ? "" : ", API key required");
+
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  log::info("received signal {}, shutting down", signal_number);
+  readiness->Attach(nullptr);
+  service->SetReady(false);
+  server.Stop();  // closes connections: running handlers cancel their requests
+  return 0;       // then the client cancels what is left and waits for it
+}
+
+}  // namespace
+
+Runner RegisterFrontend(CLI::App& app) {
+  auto opt = std::make_shared<FrontendOptions>();
+  app.add_option("--model", opt->model_dir,
+                 "Model directory for the tokenizer and chat template (default: the bundled "
+                 "tiny Qwen3)");
+  app.add_option("--served-model-name", opt->served_model_name,
+                 "Model id in the API; only workers serving it are used (default: the model "
+                 "directory's name)");
+  app.add_option("--host", opt->host, "Address to listen on");
+  app.add_option("--port", opt->port, "Port to listen on (0: any free port)")
+      ->check(CLI::Range(0, 65535));
+  app.add_option("--namespace", opt->namespace_name, "Discovery namespace of the workers");
+  app.add_option("--component", opt->component, "Worker component to send requests to")
+      ->check(CLI::IsMember({"agg", "decode"}));
+  app.add_option("--api-key", opt->api_key,
+                 "Require 'Authorization: Bearer KEY' on /v1 (env TANDEM_API_KEY)");
+  app.add_option("--request-timeout-s", opt->request_timeout_s,
+                 "Deadline of each request at the workers, in seconds")
+      ->check(CLI::Range(0.001, 1e9));
+  app.add_option("--http-threads", opt->http_threads, "Threads serving HTTP")
+      ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (else 413)")
+      ->check(CLI::Range(1, 1 << 30));
+  return [opt] { return RunFrontend(*opt); };
+}
+
+}  // namespace tandem::cli
