@@ -1,0 +1,126 @@
+// Child processes for multi-process tests: start with extra environment and a log file, check,
+// signal, reap (every wait bounded). The destructor SIGKILLs and reaps a child still running.
+// Also: a free TCP port on 127.0.0.1 and a bounded polling helper.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+namespace tandem::testing {
+
+class ChildProcess {
+ public:
+  // argv[0] is looked up in PATH. stdout and stderr go to `log_path` (appended).
+  static std::unique_ptr<ChildProcess> Start(const std::vector<std::string>& argv,
+                                             const std::vector<std::pair<std::string, std::string>>& env,
+                                             const std::string& log_path) {
+    pid_t pid = fork();
+    if (pid < 0) return nullptr;
+    if (pid == 0) {
+      for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+      int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      if (fd >= 0) {
+        dup2(fd, 1);
+        dup2(fd, 2);
+        close(fd);
+      }
+      std::vector<char*> args;
+      for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+    return std::unique_ptr<ChildProcess>(new ChildProcess(pid, log_path));
+  }
+
+  ~ChildProcess() {
+    if (Running()) Signal(SIGKILL);
+    WaitExit(std::chrono::seconds(10));
+  }
+
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+
+  bool Running() {
+    if (exited_) return false;
+    int status = 0;
+    pid_t r = waitpid(pid_, &status, WNOHANG);
+    if (r == pid_) {
+      exited_ = true;
+      status_ = status;
+    }
+    return !exited_;
+  }
+  void Signal(int sig) {
+    if (!exited_) kill(pid_, sig);
+  }
+  // True when the child exited (and was reaped) within `timeout`.
+  bool WaitExit(std::chrono::milliseconds timeout) {
+    const auto end = std::chrono::steady_clock::now() + timeout;
+    while (Running()) {
+      if (std::chrono::steady_clock::now() >= end) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return true;
+  }
+  int exit_status() const { return status_; }  // raw waitpid status once exited
+
+  std::string Log() const {
+    std::ifstream in(log_path_);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+ private:
+  ChildProcess(pid_t pid, std::string log_path) : pid_(pid), log_path_(std::move(log_path)) {}
+  pid_t pid_;
+  std::string log_path_;
+  bool exited_ = false;
+  int status_ = 0;
+};
+
+// A port that was free a moment ago (bind 127.0.0.1:0, read it, close).
+inline int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    socklen_t len = sizeof addr;
+    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) port = ntohs(addr.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+// Polls `f` every 50 ms until it is true or `timeout` passed; returns its last value.
+template <typename F>
+bool Eventually(F f, std::chrono::milliseconds timeout) {
+  const auto end = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < end) {
+    if (f()) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return f();
+}
+
+}  // namespace tandem::testing
