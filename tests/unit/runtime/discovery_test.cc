@@ -87,16 +87,16 @@ TEST_F(DiscoveryTest, DestroyingTheLeaseDeregistersAtOnce) {
 }
 
 TEST_F(DiscoveryTest, TheHeartbeatKeepsALeaseAlivePastItsTtl) {
-  auto d = Make(400ms, 100ms);
+  auto d = Make(1000ms, 100ms);
   auto lease = d->Register(Worker("w1", "h:1"));
   ASSERT_TRUE(lease.ok());
-  std::this_thread::sleep_for(1200ms);
+  std::this_thread::sleep_for(2500ms);
   EXPECT_EQ(d->List("ns", kComponentAgg)->size(), 1u);
   EXPECT_TRUE((*lease)->status().ok());
 }
 
 TEST_F(DiscoveryTest, AnEntryThatIsNotRefreshedExpires) {
-  auto d = Make(300ms, 100ms);
+  auto d = Make(1000ms, 100ms);
   // Write an entry by hand for a live process (this one) whose expiry passes.
   auto lease = d->Register(Worker("w1", "h:1"));
   ASSERT_TRUE(lease.ok());
@@ -111,7 +111,7 @@ TEST_F(DiscoveryTest, AnEntryThatIsNotRefreshedExpires) {
   j["instance_id"] = "stale";
   { std::ofstream(root_ / "ns" / "agg" / "stale.json") << j.dump(); }
   EXPECT_EQ(d->List("ns", kComponentAgg)->size(), 2u);
-  std::this_thread::sleep_for(600ms);
+  std::this_thread::sleep_for(1500ms);
   auto list = d->List("ns", kComponentAgg);
   ASSERT_EQ(list->size(), 1u);
   EXPECT_EQ((*list)[0].instance_id, "w1");
