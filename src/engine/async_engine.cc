@@ -1,5 +1,6 @@
 #include "engine/async_engine.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/logging.h"
@@ -33,7 +34,8 @@ Status AsyncEngine::Submit(GenerateRequest request, OutputCallback on_output) {
     if (callbacks_.count(request.request_id)) {
       return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request.request_id);
     }
-    const int num_waiting = static_cast<int>(inbox_.size()) + last_stats_.num_waiting;
+    const int num_unfinished = static_cast<int>(callbacks_.size());
+    const int num_waiting = std::max(0, num_unfinished - engine_->config().max_num_seqs);
     if (num_waiting >= options_.max_waiting_requests) {
       return Err(StatusCode::kResourceExhausted,
                  "the server is busy: {} requests are waiting (limit {})", num_waiting,

@@ -20,7 +20,9 @@ namespace tandem {
 
 struct AsyncEngineOptions {
   std::string served_model_name;
-  // Requests submitted and not yet running at most; Submit answers ResourceExhausted beyond it.
+  // Requests waiting for a running slot at most: Submit answers ResourceExhausted once the
+  // unfinished requests reach the engine's max_num_seqs plus this (a burst fills the running
+  // slots first, whatever the engine thread has admitted so far).
   int max_waiting_requests = 256;
 };
 

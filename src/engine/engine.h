@@ -133,6 +133,8 @@ class Engine {
   virtual const ModelConfig& model_config() const = 0;
   // The context length in effect (EngineConfig::max_model_len or the model's).
   virtual int max_model_len() const = 0;
+  // The configuration in effect (defaults resolved).
+  virtual const EngineConfig& config() const = 0;
 };
 
 }  // namespace tandem
