@@ -7,17 +7,16 @@
 // the request gauges summed over the workers (their Health RPC, polled every 0.5 s), plus per
 // worker: tandem_worker_kv_blocks_used{worker="<instance_id>"}, tandem_worker_kv_blocks_total,
 // tandem_worker_num_requests_running, and tandem_workers (live workers).
-#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <string>
 
-#include <pthread.h>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/metrics.h"
@@ -34,14 +33,10 @@ namespace {
 struct FrontendOptions {
   std::string model_dir;
   std::string served_model_name;
-  std::string host = "127.0.0.1";
-  int port = 8000;
   std::string namespace_name = "tandem";
   std::string component = "agg";
-  std::string api_key;
   double request_timeout_s = 3600;
-  int http_threads = 2;
-  size_t max_body_bytes = 8u << 20;
+  HttpOptions http;
 };
 
 // Readiness follows the number of live workers; the service may not exist yet when it changes.
@@ -70,15 +65,8 @@ int RunFrontend(const FrontendOptions& opt) {
   names.served_model_name = opt.served_model_name;
   const std::string model_dir = names.ModelDir();
   const std::string served_name = names.ServedModelName();
-  std::string api_key = opt.api_key;
-  if (api_key.empty()) {
-    if (const char* env = std::getenv("TANDEM_API_KEY")) api_key = env;
-  }
-  sigset_t signals;  // taken by sigwait below: blocked before any thread starts
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  const std::string api_key = opt.http.ApiKey();
+  ShutdownSignals signals;  // before any thread starts
 
   auto tokenizer = Tokenizer::Load(model_dir);
   if (!tokenizer.ok()) {
@@ -111,12 +99,7 @@ int RunFrontend(const FrontendOptions& opt) {
     readiness->SetWorkers(n);
   };
 
-  http::HttpServer::Options http_options;
-  http_options.host = opt.host;
-  http_options.port = opt.port;
-  http_options.num_threads = opt.http_threads;
-  http_options.max_body_bytes = opt.max_body_bytes;
-  http::HttpServer server(http_options);
+  http::HttpServer server(opt.http.ToServerOptions());
 
   std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
   auto client = std::make_shared<runtime::RemoteEngineClient>(discovery, client_options);
@@ -154,12 +137,10 @@ int RunFrontend(const FrontendOptions& opt) {
     return 1;
   }
   log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}{})", served_name,
-            opt.host, server.port(), opt.namespace_name, opt.component,
+            opt.http.host, server.port(), opt.namespace_name, opt.component,
             runtime::DefaultDiscoveryDir(), api_key.empty() ? "" : ", API key required");
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  log::info("received signal {}, shutting down", signal_number);
+  log::info("received signal {}, shutting down", signals.Wait());
   readiness->Attach(nullptr);
   service->SetReady(false);
   server.Stop();  // closes connections: running handlers cancel their requests
@@ -176,21 +157,13 @@ Runner RegisterFrontend(CLI::App& app) {
   app.add_option("--served-model-name", opt->served_model_name,
                  "Model id in the API; only workers serving it are used (default: the model "
                  "directory's name)");
-  app.add_option("--host", opt->host, "Address to listen on");
-  app.add_option("--port", opt->port, "Port to listen on (0: any free port)")
-      ->check(CLI::Range(0, 65535));
+  AddHttpOptions(app, &opt->http);
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace of the workers");
   app.add_option("--component", opt->component, "Worker component to send requests to")
       ->check(CLI::IsMember({"agg", "decode"}));
-  app.add_option("--api-key", opt->api_key,
-                 "Require 'Authorization: Bearer KEY' on /v1 (env TANDEM_API_KEY)");
   app.add_option("--request-timeout-s", opt->request_timeout_s,
                  "Deadline of each request at the workers, in seconds")
       ->check(CLI::Range(0.001, 1e9));
-  app.add_option("--http-threads", opt->http_threads, "Threads serving HTTP")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (else 413)")
-      ->check(CLI::Range(1, 1 << 30));
   return [opt] { return RunFrontend(*opt); };
 }
 

@@ -1,6 +1,5 @@
 // tandem run --mode agg: one process holding the OpenAI-compatible frontend and one aggregated
 // worker (the CPU engine on its own thread). /health answers 503 until the model is loaded.
-#include <csignal>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -8,11 +7,11 @@
 #include <mutex>
 #include <string>
 
-#include <pthread.h>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
+#include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "engine/async_engine.h"
@@ -26,11 +25,7 @@ namespace {
 struct RunOptions {
   std::string mode = "agg";
   EngineOptions engine;
-  std::string host = "127.0.0.1";
-  int port = 8000;
-  std::string api_key;
-  int http_threads = 2;
-  size_t max_body_bytes = 8u << 20;
+  HttpOptions http;
 };
 
 // Routes registered before the server starts, bound to the OpenAI service once the model loaded.
@@ -72,25 +67,11 @@ int RunAggregated(const RunOptions& opt) {
     return 2;
   }
   const std::string model_dir = opt.engine.ModelDir();
-  std::string api_key = opt.api_key;
-  if (api_key.empty()) {
-    if (const char* env = std::getenv("TANDEM_API_KEY")) api_key = env;
-  }
+  const std::string api_key = opt.http.ApiKey();
   const std::string served_name = opt.engine.ServedModelName();
 
-  // SIGINT/SIGTERM are taken by sigwait below: block them before any thread starts.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
-
-  http::HttpServer::Options http_options;
-  http_options.host = opt.host;
-  http_options.port = opt.port;
-  http_options.num_threads = opt.http_threads;
-  http_options.max_body_bytes = opt.max_body_bytes;
-  http::HttpServer server(http_options);
+  ShutdownSignals signals;  // before any thread starts
+  http::HttpServer server(opt.http.ToServerOptions());
   LateRoutes routes;
   const std::pair<const char*, const char*> kRoutes[] = {
       {"POST", "/v1/chat/completions"}, {"POST", "/v1/completions"}, {"GET", "/v1/models"},
@@ -100,7 +81,7 @@ int RunAggregated(const RunOptions& opt) {
     std::fprintf(stderr, "tandem run: %s\n", st.ToString().c_str());
     return 1;
   }
-  log::info("listening on http://{}:{} (loading the model from {})", opt.host, server.port(),
+  log::info("listening on http://{}:{} (loading the model from {})", opt.http.host, server.port(),
             model_dir);
 
   const EngineConfig config = opt.engine.ToEngineConfig();
@@ -124,11 +105,9 @@ int RunAggregated(const RunOptions& opt) {
   service->SetReady(true);
   log::info("serving '{}' (max_model_len {}, {} KV blocks of {} tokens{}) on http://{}:{}",
             served_name, engine->model_info().max_model_len, stats.num_kv_blocks_total,
-            opt.engine.block_size, api_key.empty() ? "" : ", API key required", opt.host, server.port());
+            opt.engine.block_size, api_key.empty() ? "" : ", API key required", opt.http.host, server.port());
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  log::info("received signal {}, shutting down", signal_number);
+  log::info("received signal {}, shutting down", signals.Wait());
   service->SetReady(false);
   server.Stop();   // closes connections: running handlers cancel their engine requests
   engine.reset();  // stops the engine thread (after the handlers' io_context stopped running)
@@ -141,16 +120,8 @@ Runner RegisterRun(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
   app.add_option("--mode", opt->mode, "agg: one process, frontend + one aggregated worker")
       ->check(CLI::IsMember({"agg", "disagg"}));
-  app.add_option("--host", opt->host, "Address to listen on");
-  app.add_option("--port", opt->port, "Port to listen on (0: any free port)")
-      ->check(CLI::Range(0, 65535));
-  app.add_option("--api-key", opt->api_key,
-                 "Require 'Authorization: Bearer KEY' on /v1 (env TANDEM_API_KEY)");
+  AddHttpOptions(app, &opt->http);
   AddEngineOptions(app, &opt->engine);
-  app.add_option("--http-threads", opt->http_threads, "Threads serving HTTP")
-      ->check(CLI::Range(1, 1 << 30));
-  app.add_option("--max-body-bytes", opt->max_body_bytes, "Largest request body (else 413)")
-      ->check(CLI::Range(1, 1 << 30));
   return [opt] { return RunAggregated(*opt); };
 }
 

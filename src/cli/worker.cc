@@ -2,16 +2,15 @@
 // (AsyncEngine) behind a gRPC server (runtime/worker_server.h), registered in discovery as
 // <namespace>/agg/<instance_id> with its model in the metadata, so that `tandem frontend` finds it.
 // Prefill and decode modes come with the disaggregated flow (issue 5, items 3-4).
-#include <csignal>
 #include <cstdio>
 #include <memory>
 #include <string>
 
-#include <pthread.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/serve_options.h"
 #include "cli/model_bundle.h"
 #include "common/logging.h"
 #include "engine/async_engine.h"
@@ -42,11 +41,7 @@ int RunWorker(const WorkerOptions& opt) {
                  opt.device.c_str());
     return 2;
   }
-  sigset_t signals;  // taken by sigwait below: blocked before any thread starts
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  ShutdownSignals signals;  // before any thread starts
 
   const std::string model_dir = opt.engine.ModelDir();
   const std::string served_name = opt.engine.ServedModelName();
@@ -90,9 +85,7 @@ int RunWorker(const WorkerOptions& opt) {
             opt.namespace_name, stats.num_kv_blocks_total, opt.engine.block_size,
             runtime::DefaultDiscoveryDir());
 
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
-  log::info("received signal {}, shutting down", signal_number);
+  log::info("received signal {}, shutting down", signals.Wait());
   lease->reset();   // leave discovery first: no new requests
   server.Stop();    // running calls get a grace period, then are cancelled
   return 0;         // the engine stops after the server (declared before it)

@@ -1,0 +1,41 @@
+// What the long-running commands (`tandem run`, `tandem frontend`, `tandem worker`) share: the
+// HTTP front's flags and the shutdown signals.
+#pragma once
+
+#include <csignal>
+#include <cstddef>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "frontend/http_server.h"
+
+namespace tandem::cli {
+
+struct HttpOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000;
+  std::string api_key;  // empty: the environment variable TANDEM_API_KEY, if set
+  int http_threads = 2;
+  size_t max_body_bytes = 8u << 20;
+
+  http::HttpServer::Options ToServerOptions() const;
+  std::string ApiKey() const;  // --api-key, else TANDEM_API_KEY, else empty (no auth)
+};
+
+// --host, --port, --api-key, --http-threads, --max-body-bytes.
+void AddHttpOptions(CLI::App& app, HttpOptions* options);
+
+// SIGINT and SIGTERM end a serving process. The constructor blocks them in the calling thread:
+// construct it before starting any thread, so every thread inherits the mask and Wait() (sigwait)
+// is the one place they are taken.
+class ShutdownSignals {
+ public:
+  ShutdownSignals();
+  int Wait();  // the signal number
+
+ private:
+  sigset_t signals_;
+};
+
+}  // namespace tandem::cli
