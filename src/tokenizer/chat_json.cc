@@ -39,6 +39,20 @@ Value FromJson(const nlohmann::ordered_json& j) {
 
 namespace {
 
+// JSON's two-character escapes (json.dumps writes these; other control characters as \uXXXX).
+const char* ShortEscape(char32_t c) {
+  switch (c) {
+    case '"': return "\\\"";
+    case '\\': return "\\\\";
+    case '\n': return "\\n";
+    case '\r': return "\\r";
+    case '\t': return "\\t";
+    case '\b': return "\\b";
+    case '\f': return "\\f";
+    default: return nullptr;
+  }
+}
+
 void AppendJsonString(std::string& out, const std::string& s, bool ensure_ascii) {
   out.push_back('"');
   auto hex4 = [&](unsigned v) {
@@ -49,39 +63,22 @@ void AppendJsonString(std::string& out, const std::string& s, bool ensure_ascii)
   if (!ensure_ascii) {
     for (char ch : s) {
       unsigned char c = static_cast<unsigned char>(ch);
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20) hex4(c);
-          else out.push_back(ch);
-      }
+      if (const char* e = ShortEscape(c)) out += e;
+      else if (c < 0x20) hex4(c);
+      else out.push_back(ch);
     }
   } else {
     for (char32_t c : Utf8Decode(s)) {
-      switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
-        case '\b': out += "\\b"; break;
-        case '\f': out += "\\f"; break;
-        default:
-          if (c < 0x20 || (c >= 0x7F && c < 0x10000)) {
-            hex4(c);
-          } else if (c >= 0x10000) {
-            char32_t v = c - 0x10000;
-            hex4(0xD800 + (v >> 10));
-            hex4(0xDC00 + (v & 0x3FF));
-          } else {
-            out.push_back(static_cast<char>(c));
-          }
+      if (const char* e = ShortEscape(c)) {
+        out += e;
+      } else if (c < 0x20 || (c >= 0x7F && c < 0x10000)) {
+        hex4(c);
+      } else if (c >= 0x10000) {
+        char32_t v = c - 0x10000;
+        hex4(0xD800 + (v >> 10));
+        hex4(0xDC00 + (v & 0x3FF));
+      } else {
+        out.push_back(static_cast<char>(c));
       }
     }
   }
