@@ -10,7 +10,7 @@ namespace tandem {
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions options)
     : engine_(std::move(engine)), options_(std::move(options)) {
   info_.name = options_.served_model_name;
-  info_.max_model_len = engine_->max_model_len();
+  info_.max_model_len = engine_->config().max_model_len;
   info_.vocab_size = engine_->model_config().vocab_size;
   last_stats_ = engine_->Stats();
   thread_ = std::thread([this] { Loop(); });

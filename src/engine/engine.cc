@@ -275,7 +275,6 @@ class EngineImpl final : public Engine {
   }
 
   const ModelConfig& model_config() const override { return runner_->config(); }
-  int max_model_len() const override { return config_.max_model_len; }
   const EngineConfig& config() const override { return config_; }
 
  private:

@@ -131,9 +131,7 @@ class Engine {
   virtual bool HasUnfinishedRequests() const = 0;
   virtual EngineStats Stats() const = 0;
   virtual const ModelConfig& model_config() const = 0;
-  // The context length in effect (EngineConfig::max_model_len or the model's).
-  virtual int max_model_len() const = 0;
-  // The configuration in effect (defaults resolved).
+  // The configuration in effect (defaults resolved: max_model_len is the model's when 0 was given).
   virtual const EngineConfig& config() const = 0;
 };
 

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "frontend/errors.h"
+#include "tokenizer/prompt.h"
 
 namespace tandem::openai {
 
@@ -376,10 +377,7 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
     if (!rendered.ok())
       return InvalidValue("messages", fmt::format("Could not apply the chat template: {}",
                                                   rendered.status().message()));
-    EncodeOptions eo;
-    eo.parse_special = true;
-    eo.literal_ranges = rendered->literal_ranges;
-    *prompt_ids = tokenizer.Encode(rendered->text, eo);
+    *prompt_ids = EncodeChatPrompt(tokenizer, *rendered);
   } else if (request->prompt_ids) {
     *prompt_ids = *request->prompt_ids;
     for (int32_t id : *prompt_ids)
