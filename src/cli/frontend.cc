@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/model_bundle.h"
 #include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -68,17 +69,12 @@ int RunFrontend(const FrontendOptions& opt) {
   const std::string api_key = opt.http.ApiKey();
   ShutdownSignals signals;  // before any thread starts
 
-  auto tokenizer = Tokenizer::Load(model_dir);
-  if (!tokenizer.ok()) {
-    std::fprintf(stderr, "tandem frontend: %s\n", tokenizer.status().ToString().c_str());
+  auto text = LoadTextBundle(model_dir, /*need_chat_template=*/false);
+  if (!text.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", text.status().ToString().c_str());
     return 1;
   }
-  std::shared_ptr<const ChatRenderer> renderer;
-  if (auto r = ChatRenderer::Load(model_dir); r.ok()) {
-    renderer = std::make_shared<const ChatRenderer>(std::move(r).value());
-  } else {
-    log::warn("no chat template: {}", r.status().ToString());
-  }
+  const std::shared_ptr<const Tokenizer> tokenizer = text->tokenizer;
   runtime::RemoteEngineClientOptions client_options;
   client_options.namespace_name = opt.namespace_name;
   client_options.component = opt.component;
@@ -86,7 +82,7 @@ int RunFrontend(const FrontendOptions& opt) {
   client_options.request_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1000));
   client_options.fallback_model_info.name = served_name;
-  client_options.fallback_model_info.vocab_size = (*tokenizer)->vocab_size();
+  client_options.fallback_model_info.vocab_size = tokenizer->vocab_size();
   // Until a worker says otherwise: the model's own context length.
   client_options.fallback_model_info.max_model_len = 1 << 30;
   if (auto config = ReadJsonFile(model_dir + "/config.json"); config.ok()) {
@@ -107,7 +103,7 @@ int RunFrontend(const FrontendOptions& opt) {
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
   metrics::Registry& registry = metrics::Registry::Default();
-  auto service = std::make_shared<OpenAIService>(client, *tokenizer, renderer, service_options,
+  auto service = std::make_shared<OpenAIService>(client, tokenizer, text->renderer, service_options,
                                                  &registry);
   std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;
   registry.AddCollector([weak_client, &registry] {

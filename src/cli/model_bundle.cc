@@ -6,8 +6,7 @@
 
 namespace tandem::cli {
 
-Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
-                                    bool need_chat_template) {
+Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_template) {
   std::error_code ec;
   if (!std::filesystem::is_directory(model_dir, ec)) {
     return Err(StatusCode::kNotFound, "model directory not found: {}", model_dir);
@@ -23,6 +22,12 @@ Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineCo
   } else {
     log::warn("no chat template: {}", renderer.status().ToString());
   }
+  return bundle;
+}
+
+Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
+                                    bool need_chat_template) {
+  TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, need_chat_template));
   TANDEM_ASSIGN_OR_RETURN(auto runner, LoadCpuModelRunner(model_dir));
   TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
   return bundle;

@@ -19,8 +19,13 @@ struct ModelBundle {
   std::unique_ptr<Engine> engine;
 };
 
-// Errors: NotFound (no such directory or file), and whatever loading the tokenizer, the weights or
-// creating the engine reports. A missing or unreadable chat template is not an error (logged).
+// The text side only (no weights; `engine` stays null): what a frontend needs.
+// Errors: NotFound (no such directory or file) and the tokenizer's; a missing or unreadable chat
+// template is an error only when need_chat_template (else logged).
+Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_template);
+
+// LoadTextBundle plus the weights and an Engine on the CPU runner. Errors: LoadTextBundle's, and
+// whatever loading the weights or creating the engine reports.
 Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
                                     bool need_chat_template);
 
