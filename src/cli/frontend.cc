@@ -35,7 +35,7 @@ struct FrontendOptions {
   std::string model_dir;
   std::string served_model_name;
   std::string namespace_name = "tandem";
-  std::string component = "agg";
+  std::string component = "auto";
   double request_timeout_s = 3600;
   HttpOptions http;
 };
@@ -77,7 +77,7 @@ int RunFrontend(const FrontendOptions& opt) {
   const std::shared_ptr<const Tokenizer> tokenizer = text->tokenizer;
   runtime::RemoteEngineClientOptions client_options;
   client_options.namespace_name = opt.namespace_name;
-  client_options.component = opt.component;
+  if (opt.component != "auto") client_options.components = {opt.component};
   client_options.served_model_name = served_name;
   client_options.request_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1000));
@@ -133,7 +133,7 @@ int RunFrontend(const FrontendOptions& opt) {
     return 1;
   }
   log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}{})", served_name,
-            opt.http.host, server.port(), opt.namespace_name, opt.component,
+            opt.http.host, server.port(), opt.namespace_name, opt.component == "auto" ? "agg|decode" : opt.component,
             runtime::DefaultDiscoveryDir(), api_key.empty() ? "" : ", API key required");
 
   log::info("received signal {}, shutting down", signals.Wait());
@@ -155,8 +155,9 @@ Runner RegisterFrontend(CLI::App& app) {
                  "directory's name)");
   AddHttpOptions(app, &opt->http);
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace of the workers");
-  app.add_option("--component", opt->component, "Worker component to send requests to")
-      ->check(CLI::IsMember({"agg", "decode"}));
+  app.add_option("--component", opt->component,
+                 "Worker component to send requests to (auto: agg and decode workers)")
+      ->check(CLI::IsMember({"auto", "agg", "decode"}));
   app.add_option("--request-timeout-s", opt->request_timeout_s,
                  "Deadline of each request at the workers, in seconds")
       ->check(CLI::Range(0.001, 1e9));

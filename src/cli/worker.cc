@@ -1,21 +1,38 @@
-// tandem worker --mode agg: one aggregated worker process. The CPU engine on its own thread
+// tandem worker --mode agg|prefill|decode: one worker process. The CPU engine on its own thread
 // (AsyncEngine) behind a gRPC server (runtime/worker_server.h), registered in discovery as
-// <namespace>/agg/<instance_id> with its model in the metadata, so that `tandem frontend` finds it.
-// Prefill and decode modes come with the disaggregated flow (issue 5, items 3-4).
+// <namespace>/<mode>/<instance_id> with its model in the metadata.
+//
+//   agg      prefill and decode here; the frontend sends it requests.
+//   decode   the frontend sends it requests; prompts whose uncached part exceeds
+//            --max-local-prefill-tokens are prefilled by a prefill worker (found in discovery),
+//            which writes the KV into this worker's blocks through the transfer agent
+//            (worker/decode_disagg.h); anything failing on the way falls back to local prefill.
+//   prefill  serves Worker.RemotePrefill (worker/prefill_handler.h).
+// Prefill and decode workers register their KV pool with a transfer agent (src/transfer; tcp
+// backend on --kv-transfer-host). --metrics-port serves this worker's /metrics and /health.
 #include <cstdio>
 #include <memory>
+#include <random>
 #include <string>
 
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
-#include "cli/serve_options.h"
 #include "cli/model_bundle.h"
+#include "cli/serve_options.h"
 #include "common/logging.h"
+#include "common/metrics.h"
 #include "engine/async_engine.h"
+#include "frontend/http_server.h"
 #include "runtime/file_discovery.h"
+#include "runtime/remote_prefill_client.h"
 #include "runtime/worker_server.h"
+#include "transfer/agent.h"
+#include "worker/decode_disagg.h"
+#include "worker/prefill_handler.h"
+#include "worker/worker_metrics.h"
 
 namespace tandem::cli {
 namespace {
@@ -28,40 +45,129 @@ struct WorkerOptions {
   std::string namespace_name = "tandem";
   std::string device = "cpu";
   std::string instance_id;
+  int metrics_port = -1;
+  int max_local_prefill_tokens = 1000;
+  double remote_prefill_timeout_s = 120;
+  std::string kv_transfer_host = "127.0.0.1";
+  std::string kv_transfer_backend;  // "" = the agent's choice
+  double stats_interval_s = 5;
 };
 
-int RunWorker(const WorkerOptions& opt) {
-  if (opt.mode != "agg") {
-    std::fprintf(stderr, "tandem worker: --mode %s is not available yet; use --mode agg\n",
-                 opt.mode.c_str());
-    return 2;
+std::string AgentName(const std::string& mode) {
+  std::random_device rd;
+  return fmt::format("{}-{}-{:08x}", mode, getpid(), rd());
+}
+
+// /metrics and /health of this worker on its own port.
+std::unique_ptr<http::HttpServer> StartMetricsServer(const WorkerOptions& opt) {
+  http::HttpServer::Options o;
+  o.host = opt.host;
+  o.port = opt.metrics_port;
+  o.num_threads = 1;
+  auto server = std::make_unique<http::HttpServer>(o);
+  server->Route("GET", "/metrics", [](const http::Request&, http::ResponseWriter& w)
+                                       -> boost::asio::awaitable<void> {
+    co_await w.WriteFull(200, metrics::kTextContentType, metrics::Registry::Default().RenderText());
+  });
+  server->Route("GET", "/health", [](const http::Request&, http::ResponseWriter& w)
+                                      -> boost::asio::awaitable<void> {
+    co_await w.WriteFull(200, "application/json", "{\"status\":\"ok\"}");
+  });
+  if (Status st = server->Start(); !st.ok()) {
+    std::fprintf(stderr, "tandem worker: metrics server: %s\n", st.ToString().c_str());
+    return nullptr;
   }
+  return server;
+}
+
+int RunWorker(const WorkerOptions& opt) {
   if (opt.device != "cpu") {
     std::fprintf(stderr, "tandem worker: --device %s is not available yet; use --device cpu\n",
                  opt.device.c_str());
     return 2;
   }
+  const bool decode = opt.mode == "decode", prefill = opt.mode == "prefill";
   ShutdownSignals signals;  // before any thread starts
 
   const std::string model_dir = opt.engine.ModelDir();
   const std::string served_name = opt.engine.ServedModelName();
   log::info("worker ({}): loading the model from {}", opt.mode, model_dir);
-  auto bundle = LoadModelBundle(model_dir, opt.engine.ToEngineConfig(), /*need_chat_template=*/false);
+  EngineConfig config = opt.engine.ToEngineConfig();
+  if (decode) config.max_local_prefill_tokens = opt.max_local_prefill_tokens;
+  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false);
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", bundle.status().ToString().c_str());
     return 1;
   }
   const EngineStats stats = bundle->engine->Stats();
-  auto engine = std::make_shared<AsyncEngine>(
-      std::move(bundle->engine), AsyncEngineOptions{served_name, opt.engine.max_waiting_requests});
-  const ServedModelInfo info = engine->model_info();
+  const KVCacheLayout layout = bundle->engine->kv_cache_layout();
 
-  runtime::WorkerServer server(engine, runtime::WorkerServerOptions{opt.host, opt.port});
+  // The transfer agent and the KV pool's registration (prefill and decode).
+  std::unique_ptr<transfer::Agent> agent;
+  std::vector<transfer::Registration> kv_registrations;
+  if (decode || prefill) {
+    transfer::AgentOptions agent_options;
+    agent_options.name = AgentName(opt.mode);
+    agent_options.backend_params["tcp"]["host"] = opt.kv_transfer_host;
+    agent_options.backend_override = opt.kv_transfer_backend;
+    agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
+    auto created = transfer::Agent::Create(std::move(agent_options));
+    if (!created.ok()) {
+      std::fprintf(stderr, "tandem worker: transfer agent: %s\n", created.status().ToString().c_str());
+      return 1;
+    }
+    agent = std::move(*created);
+    auto regs = worker::RegisterKVCache(*agent, layout);
+    if (!regs.ok()) {
+      std::fprintf(stderr, "tandem worker: %s\n", regs.status().ToString().c_str());
+      return 1;
+    }
+    kv_registrations = std::move(*regs);
+  }
+
+  std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
+  std::shared_ptr<worker::DecodeDisagg> disagg;
+  AsyncEngineOptions engine_options{served_name, opt.engine.max_waiting_requests};
+  if (decode) {
+    runtime::RemotePrefillClientOptions client_options;
+    client_options.namespace_name = opt.namespace_name;
+    client_options.served_model_name = served_name;
+    auto client = std::make_shared<runtime::RemotePrefillClient>(discovery, client_options);
+    worker::DecodeDisaggOptions disagg_options;
+    disagg_options.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(opt.remote_prefill_timeout_s * 1000));
+    disagg_options.write_margin = std::min(disagg_options.write_margin, disagg_options.timeout / 4);
+    disagg = std::make_shared<worker::DecodeDisagg>(agent.get(), layout, config.block_size, client,
+                                                    disagg_options);
+    engine_options.remote_prefill = [disagg](RemotePrefillTask task,
+                                             std::function<void(RemotePrefillOutcome)> done) {
+      disagg->Start(std::move(task), std::move(done));
+    };
+  }
+  auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
+  const ServedModelInfo info = engine->model_info();
+  std::shared_ptr<worker::PrefillHandler> prefill_handler;
+  if (prefill) prefill_handler = std::make_shared<worker::PrefillHandler>(engine, agent.get());
+
+  runtime::WorkerServerOptions server_options{opt.host, opt.port, prefill_handler};
+  runtime::WorkerServer server(engine, server_options);
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", st.ToString().c_str());
     return 1;
   }
-  auto discovery = runtime::MakeFileDiscovery();
+  worker::AddWorkerCollector(metrics::Registry::Default(), engine, disagg);
+  std::unique_ptr<http::HttpServer> metrics_server;
+  if (opt.metrics_port >= 0) {
+    metrics_server = StartMetricsServer(opt);
+    if (!metrics_server) return 1;
+  }
+  std::unique_ptr<worker::StatsLogger> stats_logger;
+  if (decode && opt.stats_interval_s > 0) {
+    stats_logger = std::make_unique<worker::StatsLogger>(
+        engine, disagg,
+        std::chrono::milliseconds(static_cast<int64_t>(opt.stats_interval_s * 1000)));
+  }
+
   runtime::InstanceInfo instance;
   instance.namespace_name = opt.namespace_name;
   instance.component = opt.mode;
@@ -74,28 +180,46 @@ int RunWorker(const WorkerOptions& opt) {
                        {"num_kv_blocks", stats.num_kv_blocks_total},
                        {"device", opt.device},
                        {"pid", static_cast<int64_t>(getpid())}};
+  if (agent) instance.metadata["kv_transfer_agent"] = agent->name();
+  if (metrics_server) instance.metadata["metrics_port"] = metrics_server->port();
   auto lease = discovery->Register(instance);
   if (!lease.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", lease.status().ToString().c_str());
     return 1;
   }
   log::info("worker ({}) serving '{}' on grpc://{} (port {}), instance {}, namespace '{}', "
-            "{} KV blocks of {} tokens, discovery {}",
+            "{} KV blocks of {} tokens, discovery {}{}",
             opt.mode, served_name, server.endpoint(), server.port(), (*lease)->info().instance_id,
             opt.namespace_name, stats.num_kv_blocks_total, opt.engine.block_size,
-            runtime::DefaultDiscoveryDir());
+            runtime::DefaultDiscoveryDir(),
+            metrics_server ? fmt::format(", metrics on http://{}:{}/metrics", opt.host,
+                                         metrics_server->port())
+                           : "");
+  if (decode) {
+    log::info("decode: prompts with more than {} uncached tokens are prefilled remotely",
+              opt.max_local_prefill_tokens);
+  }
 
   log::info("received signal {}, shutting down", signals.Wait());
   lease->reset();   // leave discovery first: no new requests
   server.Stop();    // running calls get a grace period, then are cancelled
-  return 0;         // the engine stops after the server (declared before it)
+  stats_logger.reset();
+  if (metrics_server) metrics_server->Stop();
+  if (disagg) disagg->Shutdown();        // remote prefills in flight end (local fallback)
+  prefill_handler.reset();               // posted writes end within their window
+  kv_registrations.clear();              // no peer writes into the KV pool any more
+  agent.reset();
+  engine.reset();                        // then the engine (and its KV pool) goes
+  return 0;
 }
 
 }  // namespace
 
 Runner RegisterWorker(CLI::App& app) {
   auto opt = std::make_shared<WorkerOptions>();
-  app.add_option("--mode", opt->mode, "agg: prefill and decode in this worker")
+  app.add_option("--mode", opt->mode,
+                 "agg: prefill and decode here; prefill: serve remote prefills for decode "
+                 "workers; decode: generate, sending long prompts to prefill workers")
       ->check(CLI::IsMember({"agg", "prefill", "decode"}));
   app.add_option("--host", opt->host, "Address of the gRPC server (and the one published)");
   app.add_option("--port", opt->port, "gRPC port (0: any free port, logged)")
@@ -104,6 +228,23 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--device", opt->device, "cpu (cuda:N later)");
   app.add_option("--instance-id", opt->instance_id,
                  "Discovery instance id (default: generated, unique)");
+  app.add_option("--metrics-port", opt->metrics_port,
+                 "Serve this worker's /metrics and /health on this port (0: any free port; "
+                 "default: off)")
+      ->check(CLI::Range(-1, 65535));
+  app.add_option("--max-local-prefill-tokens", opt->max_local_prefill_tokens,
+                 "decode: prompts with at most this many uncached tokens are prefilled locally")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--remote-prefill-timeout-s", opt->remote_prefill_timeout_s,
+                 "decode: deadline of one remote prefill (then: local prefill)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--kv-transfer-host", opt->kv_transfer_host,
+                 "Address the transfer agent's tcp backend listens on and advertises");
+  app.add_option("--kv-transfer-backend", opt->kv_transfer_backend,
+                 "Force one transfer backend (local, tcp); default: the agent's choice");
+  app.add_option("--stats-interval-s", opt->stats_interval_s,
+                 "decode: log the KV transfer lines at most this often (0: never)")
+      ->check(CLI::NonNegativeNumber);
   AddEngineOptions(app, &opt->engine);
   return [opt] { return RunWorker(*opt); };
 }

@@ -7,12 +7,31 @@
 
 namespace tandem {
 
+struct AsyncEngine::RemoteInbox {
+  std::mutex mu;
+  AsyncEngine* owner = nullptr;  // null once the engine thread stopped
+  std::vector<std::pair<std::string, RemotePrefillOutcome>> outcomes;  // guarded by owner->mu_
+
+  void Deliver(std::string request_id, RemotePrefillOutcome outcome) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!owner) return;
+    {
+      std::lock_guard<std::mutex> owner_lock(owner->mu_);
+      outcomes.emplace_back(std::move(request_id), std::move(outcome));
+    }
+    owner->cv_.notify_one();
+  }
+};
+
 AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions options)
     : engine_(std::move(engine)), options_(std::move(options)) {
   info_.name = options_.served_model_name;
   info_.max_model_len = engine_->config().max_model_len;
   info_.vocab_size = engine_->model_config().vocab_size;
   last_stats_ = engine_->Stats();
+  layout_ = engine_->kv_cache_layout();
+  remote_inbox_ = std::make_shared<RemoteInbox>();
+  remote_inbox_->owner = this;
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -23,6 +42,16 @@ AsyncEngine::~AsyncEngine() {
   }
   cv_.notify_all();
   thread_.join();
+  std::lock_guard<std::mutex> lock(remote_inbox_->mu);
+  remote_inbox_->owner = nullptr;  // outcomes of calls still out are dropped
+}
+
+void AsyncEngine::ReleaseHeldBlocks(const std::string& request_id) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    releases_.push_back(request_id);
+  }
+  cv_.notify_one();
 }
 
 Status AsyncEngine::Submit(GenerateRequest request, OutputCallback on_output) {
@@ -70,19 +99,28 @@ ServedModelInfo AsyncEngine::model_info() const { return info_; }
 void AsyncEngine::Loop() {
   for (;;) {
     std::deque<GenerateRequest> added;
-    std::vector<std::string> cancels;
+    std::vector<std::string> cancels, releases;
+    std::vector<std::pair<std::string, RemotePrefillOutcome>> outcomes;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
-        return stopping_ || !inbox_.empty() || !cancels_.empty() || engine_->HasUnfinishedRequests();
+        return stopping_ || !inbox_.empty() || !cancels_.empty() || !releases_.empty() ||
+               !remote_inbox_->outcomes.empty() || engine_->HasUnfinishedRequests();
       });
       if (stopping_) break;
       added.swap(inbox_);
       cancels.swap(cancels_);
+      releases.swap(releases_);
+      outcomes.swap(remote_inbox_->outcomes);
     }
+    for (const std::string& id : releases) engine_->ReleaseHeldBlocks(id);
+    for (auto& [id, outcome] : outcomes) ApplyRemoteOutcome(id, std::move(outcome));
     std::vector<RequestOutput> outputs;
     for (GenerateRequest& r : added) {
-      Status st = engine_->AddRequest(r.request_id, std::move(r.prompt_token_ids), r.params);
+      RequestOptions options = r.options;
+      if (options_.remote_prefill) options.allow_remote_prefill = true;
+      Status st = engine_->AddRequest(r.request_id, std::move(r.prompt_token_ids), r.params,
+                                      options);
       if (!st.ok()) {
         RequestOutput out;
         out.request_id = r.request_id;
@@ -92,11 +130,16 @@ void AsyncEngine::Loop() {
         outputs.push_back(std::move(out));
       }
     }
-    for (const std::string& id : cancels) engine_->AbortRequest(id);
+    for (const std::string& id : cancels) {
+      auto it = remote_in_flight_.find(id);
+      if (it != remote_in_flight_.end()) it->second = true;  // aborted when its outcome arrives
+      else engine_->AbortRequest(id);
+    }
     if (engine_->HasUnfinishedRequests()) {
       std::vector<RequestOutput> step = engine_->Step();
       for (RequestOutput& out : step) outputs.push_back(std::move(out));
     }
+    DispatchRemotePrefills();
     // Callbacks run without the lock: they may call Submit/Cancel.
     std::vector<std::pair<OutputCallback*, RequestOutput>> deliveries;
     std::vector<OutputCallback> finished_callbacks;
@@ -120,7 +163,8 @@ void AsyncEngine::Loop() {
     // element addresses across inserts.
     for (auto& [callback, out] : deliveries) (*callback)(std::move(out));
   }
-  // Shutting down: every unfinished request ends with kAbort.
+  // Shutting down: every unfinished request ends with kAbort (remote prefills still out are
+  // dropped; the worker deregisters the KV pool before the engine frees it).
   std::unordered_map<std::string, OutputCallback> left;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -133,6 +177,46 @@ void AsyncEngine::Loop() {
     out.finish_reason = FinishReason::kAbort;
     callback(std::move(out));
   }
+}
+
+}  // namespace tandem
+
+namespace tandem {
+
+void AsyncEngine::DispatchRemotePrefills() {
+  std::vector<RemotePrefillTask> tasks = engine_->TakeRemotePrefillTasks();
+  if (tasks.empty()) return;
+  if (!options_.remote_prefill) {  // cannot happen: requests are added without the option
+    for (const RemotePrefillTask& t : tasks) (void)engine_->FailRemotePrefill(t.request_id);
+    return;
+  }
+  for (RemotePrefillTask& task : tasks) {
+    remote_in_flight_[task.request_id] = false;
+    std::string id = task.request_id;
+    options_.remote_prefill(std::move(task),
+                            [inbox = remote_inbox_, id](RemotePrefillOutcome outcome) {
+                              inbox->Deliver(id, std::move(outcome));
+                            });
+  }
+}
+
+void AsyncEngine::ApplyRemoteOutcome(const std::string& request_id, RemotePrefillOutcome outcome) {
+  auto it = remote_in_flight_.find(request_id);
+  if (it == remote_in_flight_.end()) return;
+  const bool cancelled = it->second;
+  remote_in_flight_.erase(it);
+  if (cancelled) {  // the prefill worker is done with the blocks: now they may go back
+    engine_->AbortRequest(request_id);
+    return;
+  }
+  if (outcome.status.ok()) {
+    Status st = engine_->CompleteRemotePrefill(request_id, outcome.first_token, outcome.logprobs);
+    if (st.ok()) return;
+    outcome.status = st;
+  }
+  log::warn("[{}] remote prefill failed, prefilling locally: {}", request_id,
+            outcome.status.ToString());
+  (void)engine_->FailRemotePrefill(request_id);
 }
 
 }  // namespace tandem

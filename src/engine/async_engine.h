@@ -3,7 +3,17 @@
 // Submit validates at once (Engine::ValidateRequest) and queues; the engine thread adds queued
 // requests and cancellations between steps, runs Step() while there is work, and calls each
 // request's OutputCallback on the engine thread. A cancelled request ends within one step.
+//
+// Disaggregated decode (AsyncEngineOptions::remote_prefill set): every request is added with
+// allow_remote_prefill; after each step the engine's RemotePrefillTasks go to `remote_prefill`
+// (which must not block) and its outcome, delivered from any thread, is applied on the engine
+// thread: CompleteRemotePrefill, or FailRemotePrefill (local prefill; the outcome's error is
+// logged). A request cancelled while its remote prefill is in flight is aborted only when the
+// outcome arrives, so that a prefill worker still writing never writes into blocks that were
+// given to another request.
 #pragma once
+
+#include <functional>
 
 #include <condition_variable>
 #include <deque>
@@ -18,12 +28,23 @@
 
 namespace tandem {
 
+// How a remote prefill ended (AsyncEngineOptions::remote_prefill).
+struct RemotePrefillOutcome {
+  Status status;                        // OK: the blocks were written and first_token sampled
+  int32_t first_token = -1;
+  std::vector<TokenLogprob> logprobs;   // the first token's, when the request asked for them
+};
+
 struct AsyncEngineOptions {
   std::string served_model_name;
   // Requests waiting for a running slot at most: Submit answers ResourceExhausted once the
   // unfinished requests reach the engine's max_num_seqs plus this (a burst fills the running
   // slots first, whatever the engine thread has admitted so far).
   int max_waiting_requests = 256;
+  // Disaggregated decode: starts the remote prefill of `task` and calls `done` exactly once, from
+  // any thread, when it ended. Unset: every prompt is prefilled here.
+  std::function<void(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done)>
+      remote_prefill;
 };
 
 class AsyncEngine final : public EngineClient {
@@ -36,8 +57,19 @@ class AsyncEngine final : public EngineClient {
   EngineClientStats Stats() const override;
   ServedModelInfo model_info() const override;
 
+  // Prefill side: frees the blocks of a finished hold_blocks request (on the engine thread, before
+  // its next step). Unknown ids are ignored.
+  void ReleaseHeldBlocks(const std::string& request_id);
+  // The engine's configuration (immutable).
+  const EngineConfig& engine_config() const { return engine_->config(); }
+  // The engine's KV pool (fixed for its lifetime).
+  const KVCacheLayout& kv_cache_layout() const { return layout_; }
+
  private:
   void Loop();
+  void DispatchRemotePrefills();  // engine thread
+  void ApplyRemoteOutcome(const std::string& request_id, RemotePrefillOutcome outcome);
+  struct RemoteInbox;  // outcomes of remote prefills; outlives this object while calls are out
 
   std::unique_ptr<Engine> engine_;
   AsyncEngineOptions options_;
@@ -50,6 +82,11 @@ class AsyncEngine final : public EngineClient {
   std::vector<std::string> cancels_;           // to abort before the next step
   std::unordered_map<std::string, OutputCallback> callbacks_;  // every unfinished request
   EngineStats last_stats_;                     // after the last step
+  std::vector<std::string> releases_;          // held blocks to free before the next step
+  KVCacheLayout layout_;
+  std::shared_ptr<RemoteInbox> remote_inbox_;
+  // Engine thread only: remote prefills in flight, and which of them were cancelled meanwhile.
+  std::unordered_map<std::string, bool> remote_in_flight_;
   std::thread thread_;
 };
 

@@ -276,6 +276,7 @@ class EngineImpl final : public Engine {
 
   const ModelConfig& model_config() const override { return runner_->config(); }
   const EngineConfig& config() const override { return config_; }
+  KVCacheLayout kv_cache_layout() const override { return runner_->kv_cache_layout(); }
 
  private:
   struct Entry {

@@ -133,6 +133,9 @@ class Engine {
   virtual const ModelConfig& model_config() const = 0;
   // The configuration in effect (defaults resolved: max_model_len is the model's when 0 was given).
   virtual const EngineConfig& config() const = 0;
+  // Where the KV pool lives (model_runner.h): per-layer bases, bytes per block of one layer. The
+  // addresses stay valid for the engine's lifetime; a transfer agent registers them.
+  virtual KVCacheLayout kv_cache_layout() const = 0;
 };
 
 }  // namespace tandem

@@ -76,20 +76,83 @@ FinishReason FromProto(v1::FinishReason reason) {
   }
 }
 
+void ToProto(const TokenLogprob& lp, v1::TokenLogprob* p) {
+  p->set_token_id(lp.token_id);
+  p->set_logprob(lp.logprob);
+  p->clear_top();
+  for (const auto& [id, logprob] : lp.top) {
+    v1::TopLogprob* t = p->add_top();
+    t->set_token_id(id);
+    t->set_logprob(logprob);
+  }
+}
+
+TokenLogprob FromProto(const v1::TokenLogprob& p) {
+  TokenLogprob lp;
+  lp.token_id = p.token_id();
+  lp.logprob = p.logprob();
+  lp.top.reserve(p.top_size());
+  for (const v1::TopLogprob& t : p.top()) lp.top.emplace_back(t.token_id(), t.logprob());
+  return lp;
+}
+
+void ToProto(const RemotePrefillRequest& in, v1::RemotePrefillRequest* out) {
+  out->set_request_id(in.request_id);
+  out->mutable_prompt_token_ids()->Assign(in.prompt_token_ids.begin(), in.prompt_token_ids.end());
+  ToProto(in.params, out->mutable_params());
+  v1::KVTarget* t = out->mutable_target();
+  t->set_agent_name(in.target.agent_name);
+  t->set_agent_metadata(in.target.agent_metadata);
+  t->mutable_layer_base()->Assign(in.target.layer_base.begin(), in.target.layer_base.end());
+  t->set_block_bytes(in.target.block_bytes);
+  t->set_block_size(in.target.block_size);
+  t->mutable_block_ids()->Assign(in.target.block_ids.begin(), in.target.block_ids.end());
+  t->set_num_cached_tokens(in.target.num_cached_tokens);
+  out->set_write_window_ms(in.write_window.count());
+}
+
+RemotePrefillRequest FromProto(const v1::RemotePrefillRequest& in) {
+  RemotePrefillRequest r;
+  r.request_id = in.request_id();
+  r.prompt_token_ids.assign(in.prompt_token_ids().begin(), in.prompt_token_ids().end());
+  r.params = FromProto(in.params());
+  const v1::KVTarget& t = in.target();
+  r.target.agent_name = t.agent_name();
+  r.target.agent_metadata = t.agent_metadata();
+  r.target.layer_base.assign(t.layer_base().begin(), t.layer_base().end());
+  r.target.block_bytes = t.block_bytes();
+  r.target.block_size = t.block_size();
+  r.target.block_ids.assign(t.block_ids().begin(), t.block_ids().end());
+  r.target.num_cached_tokens = t.num_cached_tokens();
+  r.write_window = std::chrono::milliseconds(in.write_window_ms());
+  return r;
+}
+
+void ToProto(const RemotePrefillResult& in, v1::RemotePrefillResponse* out) {
+  out->set_first_token_id(in.first_token_id);
+  if (!in.logprobs.empty()) ToProto(in.logprobs.front(), out->mutable_first_logprob());
+  out->set_num_prefill_cached_tokens(in.num_prefill_cached_tokens);
+  out->set_num_blocks_written(in.num_blocks_written);
+  out->set_bytes_written(in.bytes_written);
+  out->set_transfer_seconds(in.transfer_seconds);
+}
+
+RemotePrefillResult FromProto(const v1::RemotePrefillResponse& in) {
+  RemotePrefillResult r;
+  r.first_token_id = in.first_token_id();
+  if (in.has_first_logprob()) r.logprobs.push_back(FromProto(in.first_logprob()));
+  r.num_prefill_cached_tokens = in.num_prefill_cached_tokens();
+  r.num_blocks_written = in.num_blocks_written();
+  r.bytes_written = in.bytes_written();
+  r.transfer_seconds = in.transfer_seconds();
+  return r;
+}
+
 void ToProto(const RequestOutput& in, v1::GenerateOutput* out) {
   out->set_request_id(in.request_id);
   out->mutable_new_token_ids()->Assign(in.new_token_ids.begin(), in.new_token_ids.end());
   out->clear_new_logprobs();
-  for (const TokenLogprob& lp : in.new_logprobs) {
-    v1::TokenLogprob* p = out->add_new_logprobs();
-    p->set_token_id(lp.token_id);
-    p->set_logprob(lp.logprob);
-    for (const auto& [id, logprob] : lp.top) {
-      v1::TopLogprob* t = p->add_top();
-      t->set_token_id(id);
-      t->set_logprob(logprob);
-    }
-  }
+  for (const TokenLogprob& lp : in.new_logprobs) ToProto(lp, out->add_new_logprobs());
   out->set_new_text(in.new_text);
   out->set_finished(in.finished);
   out->set_finish_reason(ToProto(in.finish_reason));
@@ -104,14 +167,7 @@ RequestOutput FromProto(const v1::GenerateOutput& in) {
   r.request_id = in.request_id();
   r.new_token_ids.assign(in.new_token_ids().begin(), in.new_token_ids().end());
   r.new_logprobs.reserve(in.new_logprobs_size());
-  for (const v1::TokenLogprob& p : in.new_logprobs()) {
-    TokenLogprob lp;
-    lp.token_id = p.token_id();
-    lp.logprob = p.logprob();
-    lp.top.reserve(p.top_size());
-    for (const v1::TopLogprob& t : p.top()) lp.top.emplace_back(t.token_id(), t.logprob());
-    r.new_logprobs.push_back(std::move(lp));
-  }
+  for (const v1::TokenLogprob& p : in.new_logprobs()) r.new_logprobs.push_back(FromProto(p));
   r.new_text = in.new_text();
   r.finished = in.finished();
   r.finish_reason = FromProto(in.finish_reason());

@@ -9,6 +9,7 @@
 #include <grpcpp/support/status.h>
 
 #include "engine/engine_client.h"
+#include "runtime/remote_prefill.h"
 #include "runtime/tandem.pb.h"
 
 namespace tandem::runtime {
@@ -18,6 +19,15 @@ SamplingParams FromProto(const v1::SamplingParams& in);
 
 void ToProto(const GenerateRequest& in, v1::GenerateRequest* out);
 GenerateRequest FromProto(const v1::GenerateRequest& in);
+
+void ToProto(const TokenLogprob& in, v1::TokenLogprob* out);
+TokenLogprob FromProto(const v1::TokenLogprob& in);
+
+// Remote prefill (remote_prefill.h). The response carries the first token's logprob only.
+void ToProto(const RemotePrefillRequest& in, v1::RemotePrefillRequest* out);
+RemotePrefillRequest FromProto(const v1::RemotePrefillRequest& in);
+void ToProto(const RemotePrefillResult& in, v1::RemotePrefillResponse* out);
+RemotePrefillResult FromProto(const v1::RemotePrefillResponse& in);
 
 void ToProto(const RequestOutput& in, v1::GenerateOutput* out);
 RequestOutput FromProto(const v1::GenerateOutput& in);

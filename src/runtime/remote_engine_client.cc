@@ -6,6 +6,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include <fmt/ranges.h>
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
@@ -178,10 +179,14 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
 
 void RemoteEngineClient::Impl::Refresh() {
   std::lock_guard<std::mutex> serial(refresh_serial);
-  auto listed = discovery->List(options.namespace_name, options.component);
-  if (!listed.ok()) {
-    log::warn("remote engine client: {}", listed.status().ToString());
-    return;
+  Result<std::vector<InstanceInfo>> listed = std::vector<InstanceInfo>{};
+  for (const std::string& component : options.components) {
+    auto part = discovery->List(options.namespace_name, component);
+    if (!part.ok()) {
+      log::warn("remote engine client: {}", part.status().ToString());
+      return;
+    }
+    listed->insert(listed->end(), part->begin(), part->end());
   }
   std::vector<std::shared_ptr<Worker>> current;
   {
@@ -203,7 +208,7 @@ void RemoteEngineClient::Impl::Refresh() {
     }
     if (!w) {
       w = Connect(instance);
-      log::info("worker {} joined ({}/{})", w->Name(), options.namespace_name, options.component);
+      log::info("worker {} joined ({}/{})", w->Name(), options.namespace_name, instance.component);
     }
     fresh.push_back(std::move(w));
   }
@@ -263,7 +268,7 @@ Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, Gener
     if (!worker) {
       return Err(StatusCode::kFailedPrecondition,
                  "no worker available: no live '{}' worker in namespace '{}'{}",
-                 options.component, options.namespace_name,
+                 fmt::join(options.components, "' or '"), options.namespace_name,
                  options.served_model_name.empty()
                      ? std::string()
                      : fmt::format(" serving model '{}'", options.served_model_name));

@@ -1,5 +1,5 @@
 // RemoteEngineClient: the frontend's EngineClient over the request plane. Each request goes to one
-// live worker of a component found in Discovery (round-robin for now; issue 8 brings the KV
+// live worker of the components found in Discovery (round-robin for now; issue 8 brings the KV
 // router), as one Worker.Generate stream (tandem.proto) with a deadline.
 //
 //   Submit   picks a worker and opens the stream; returns at once. FailedPrecondition ("no worker
@@ -31,7 +31,8 @@ namespace tandem::runtime {
 
 struct RemoteEngineClientOptions {
   std::string namespace_name = "tandem";
-  std::string component = kComponentAgg;
+  // Components whose workers serve requests (agg and decode workers both take Generate).
+  std::vector<std::string> components = {kComponentAgg, kComponentDecode};
   // Non-empty: only workers whose metadata "model" equals it serve this client.
   std::string served_model_name;
   std::chrono::milliseconds request_timeout{std::chrono::hours(1)};  // each Generate's deadline

@@ -19,7 +19,7 @@ struct WorkerServer::Impl {
   bool stopped = false;
 
   Impl(std::shared_ptr<EngineClient> engine, WorkerServerOptions o)
-      : options(std::move(o)), service(std::move(engine)) {}
+      : options(o), service(std::move(engine), std::move(o.remote_prefill)) {}
 };
 
 WorkerServer::WorkerServer(std::shared_ptr<EngineClient> engine, WorkerServerOptions options)

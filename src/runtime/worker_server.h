@@ -6,6 +6,7 @@
 //             client went away, its deadline passed, the server stops) cancels the engine request,
 //             so its KV blocks return to the pool.
 //   Health    the engine's Stats() and model_info() (ready = SetReady's value).
+//   RemotePrefill  WorkerServerOptions::remote_prefill (remote_prefill.h), prefill workers only.
 //
 // The service lives in worker_service.cc (callback API); RPCs added to the proto later (e.g.
 // RemotePrefill) are implemented there. This header keeps gRPC's headers out of its includers.
@@ -16,12 +17,15 @@
 
 #include "common/status.h"
 #include "engine/engine_client.h"
+#include "runtime/remote_prefill.h"
 
 namespace tandem::runtime {
 
 struct WorkerServerOptions {
   std::string host = "127.0.0.1";  // address to bind
   int port = 0;                    // 0: an ephemeral port (see port())
+  // Prefill workers: serves Worker.RemotePrefill (else it answers UNIMPLEMENTED).
+  std::shared_ptr<RemotePrefillHandler> remote_prefill;
 };
 
 class WorkerServer {

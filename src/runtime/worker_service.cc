@@ -117,7 +117,44 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
   std::string request_id_;
 };
 
+// One RemotePrefill call: the handler's `done` finishes it; a cancelled call (caller gone,
+// deadline) tells the handler to stop computing. Finish is called exactly once, from `done`; the
+// reactor is deleted in OnDone, which comes after Finish.
+class RemotePrefillReactor final : public grpc::ServerUnaryReactor {
+ public:
+  RemotePrefillReactor(std::shared_ptr<RemotePrefillHandler> handler,
+                       const v1::RemotePrefillRequest& request, v1::RemotePrefillResponse* response)
+      : handler_(std::move(handler)), request_id_(request.request_id()) {
+    handler_->Prefill(FromProto(request), [this, response](Result<RemotePrefillResult> result) {
+      if (result.ok()) {
+        ToProto(*result, response);
+        Finish(grpc::Status::OK);
+      } else {
+        Finish(ToGrpcStatus(result.status()));
+      }
+    });
+  }
+  void OnCancel() override { handler_->Cancel(request_id_); }
+  void OnDone() override { delete this; }
+
+ private:
+  std::shared_ptr<RemotePrefillHandler> handler_;
+  std::string request_id_;
+};
+
 }  // namespace
+
+grpc::ServerUnaryReactor* WorkerService::RemotePrefill(grpc::CallbackServerContext* context,
+                                                       const v1::RemotePrefillRequest* request,
+                                                       v1::RemotePrefillResponse* response) {
+  if (!remote_prefill_) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                 "this worker does not serve remote prefill (not --mode prefill)"));
+    return reactor;
+  }
+  return new RemotePrefillReactor(remote_prefill_, *request, response);
+}
 
 grpc::ServerWriteReactor<v1::GenerateOutput>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {

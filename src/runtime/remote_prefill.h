@@ -1,0 +1,72 @@
+// The remote prefill contract between a decode worker and a prefill worker (DESIGN.md section 1),
+// in C++ terms; tandem.proto's Worker.RemotePrefill carries it over gRPC (proto_convert.h).
+//
+//   decode:  reserves blocks for the whole prompt (Engine RemotePrefillTask), sends the request
+//            with its transfer agent's metadata and KV layout;
+//   prefill: computes the prompt (its own prefix cache first), WRITES blocks
+//            [num_cached_tokens / block_size, ceil(len / block_size)) of the decode worker's block
+//            table through the transfer agent, answers with the first sampled token once the
+//            data landed.
+// Write window: every write into the decode worker starts and ends within `write_window` of the
+// prefill worker receiving the request; after that, or after the handler answered (with any
+// status), nothing more is written for this request. The decode worker's deadline for the call is
+// longer than the window, so when the call has ended its blocks are safe to reuse or recompute.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/engine.h"
+#include "engine/sampling_params.h"
+
+namespace tandem::runtime {
+
+// Where the decode worker wants the KV: its agent and its KV pool layout.
+struct KVTarget {
+  std::string agent_name;
+  std::string agent_metadata;         // transfer::Agent::ExportMetadata() bytes
+  std::vector<uint64_t> layer_base;   // [num_layers] address of block 0 of each layer
+  uint64_t block_bytes = 0;           // one block of one layer
+  int block_size = 0;                 // tokens per block
+  std::vector<int> block_ids;         // the block table over the whole prompt
+  int num_cached_tokens = 0;          // leading tokens already there (a multiple of block_size)
+};
+
+struct RemotePrefillRequest {
+  std::string request_id;
+  std::vector<int32_t> prompt_token_ids;
+  SamplingParams params;              // the first token is sampled with these
+  KVTarget target;
+  std::chrono::milliseconds write_window{0};
+};
+
+struct RemotePrefillResult {
+  int32_t first_token_id = -1;
+  std::vector<TokenLogprob> logprobs;  // the first token's (empty unless params.logprobs >= 0)
+  int num_prefill_cached_tokens = 0;   // prompt tokens the prefill worker's prefix cache had
+  int num_blocks_written = 0;          // blocks of the table written (each one: all layers)
+  uint64_t bytes_written = 0;
+  double transfer_seconds = 0.0;       // post to completion of the write
+};
+
+using RemotePrefillDone = std::function<void(Result<RemotePrefillResult>)>;
+
+// Served by a prefill worker (worker/prefill_handler.h); called by WorkerService.
+class RemotePrefillHandler {
+ public:
+  virtual ~RemotePrefillHandler() = default;
+  // Starts the prefill; `done` is called exactly once, from any thread. Errors: InvalidArgument
+  // (geometry differs from this worker's KV pool, block table too short, bad prompt),
+  // FailedPrecondition (the write window closed first; nothing written), Internal/others from the
+  // engine or the transfer.
+  virtual void Prefill(RemotePrefillRequest request, RemotePrefillDone done) = 0;
+  // The caller went away: stop computing if still computing. `done` still comes (with an error
+  // or a result); writes already started end within the window.
+  virtual void Cancel(const std::string& request_id) = 0;
+};
+
+}  // namespace tandem::runtime

@@ -1,0 +1,157 @@
+#include "runtime/remote_prefill_client.h"
+
+#include <condition_variable>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include <fmt/format.h>
+#include <grpcpp/grpcpp.h>
+
+#include "common/logging.h"
+#include "runtime/proto_convert.h"
+#include "runtime/tandem.grpc.pb.h"
+
+namespace tandem::runtime {
+namespace {
+
+struct PrefillWorker {
+  InstanceInfo instance;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::Worker::Stub> stub;
+};
+
+std::shared_ptr<PrefillWorker> ConnectPrefill(const InstanceInfo& instance) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetMaxSendMessageSize(64 << 20);
+  auto w = std::make_shared<PrefillWorker>();
+  w->instance = instance;
+  w->channel = grpc::CreateCustomChannel(instance.endpoint, grpc::InsecureChannelCredentials(), args);
+  w->stub = v1::Worker::NewStub(w->channel);
+  return w;
+}
+
+struct Call {
+  grpc::ClientContext context;
+  v1::RemotePrefillRequest request;
+  v1::RemotePrefillResponse response;
+  std::shared_ptr<PrefillWorker> worker;  // keeps the stub alive for the call
+  RemotePrefillDone done;
+};
+
+}  // namespace
+
+struct RemotePrefillClient::Impl {
+  RemotePrefillClientOptions options;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::shared_ptr<PrefillWorker>> workers;  // live, sorted by instance id
+  size_t next = 0;
+  uint64_t next_call_id = 0;
+  std::unordered_map<uint64_t, std::shared_ptr<Call>> calls;  // in flight
+  std::unique_ptr<Discovery::Watch> watch;
+
+  void SetInstances(const std::vector<InstanceInfo>& instances) {
+    std::lock_guard<std::mutex> lock(mu);
+    std::vector<std::shared_ptr<PrefillWorker>> updated;
+    for (const InstanceInfo& inst : instances) {
+      if (!options.served_model_name.empty() &&
+          inst.metadata.value("model", std::string()) != options.served_model_name) {
+        continue;
+      }
+      std::shared_ptr<PrefillWorker> w;
+      for (const auto& old : workers) {
+        if (old->instance.instance_id == inst.instance_id && old->instance.endpoint == inst.endpoint) w = old;
+      }
+      updated.push_back(w ? w : ConnectPrefill(inst));
+    }
+    if (updated.size() != workers.size()) {
+      log::info("{} prefill worker(s) available", updated.size());
+    }
+    workers = std::move(updated);
+  }
+};
+
+RemotePrefillClient::RemotePrefillClient(std::shared_ptr<Discovery> discovery,
+                                         RemotePrefillClientOptions options)
+    : impl_(std::make_shared<Impl>()) {
+  impl_->options = std::move(options);
+  if (auto initial = discovery->List(impl_->options.namespace_name, impl_->options.component);
+      initial.ok()) {
+    impl_->SetInstances(*initial);
+  }
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->watch = discovery->WatchComponent(
+      impl_->options.namespace_name, impl_->options.component,
+      [weak](const std::vector<InstanceInfo>& instances) {
+        if (auto impl = weak.lock()) impl->SetInstances(instances);
+      },
+      impl_->options.refresh_interval);
+}
+
+RemotePrefillClient::~RemotePrefillClient() {
+  impl_->watch.reset();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  for (auto& [id, call] : impl_->calls) call->context.TryCancel();
+  impl_->cv.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->calls.empty(); });
+}
+
+int RemotePrefillClient::num_workers() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return static_cast<int>(impl_->workers.size());
+}
+
+void RemotePrefillClient::Prefill(const RemotePrefillRequest& request,
+                                  std::chrono::milliseconds timeout, RemotePrefillDone done,
+                                  std::string* worker_id) {
+  auto call = std::make_shared<Call>();
+  uint64_t call_id = 0;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    if (impl_->workers.empty()) {
+      call.reset();
+    } else {
+      call->worker = impl_->workers[impl_->next++ % impl_->workers.size()];
+      call_id = ++impl_->next_call_id;
+      impl_->calls.emplace(call_id, call);
+    }
+  }
+  if (!call) {
+    done(Err(StatusCode::kFailedPrecondition, "no prefill worker is available in {}/{}",
+             impl_->options.namespace_name, impl_->options.component));
+    return;
+  }
+  if (worker_id) *worker_id = call->worker->instance.instance_id;
+  ToProto(request, &call->request);
+  call->done = std::move(done);
+  call->context.set_deadline(std::chrono::system_clock::now() + timeout);
+  std::weak_ptr<Impl> weak = impl_;
+  Call* raw = call.get();
+  call->worker->stub->async()->RemotePrefill(
+      &raw->context, &raw->request, &raw->response, [weak, call_id, call](grpc::Status status) {
+        Call* raw = call.get();
+        Result<RemotePrefillResult> result = RemotePrefillResult{};
+        if (status.ok()) {
+          result = FromProto(raw->response);
+        } else {
+          Status st = FromGrpcStatus(status);
+          result = Status(st.code(), fmt::format("prefill worker {} ({}): {}: {}",
+                                                 raw->worker->instance.instance_id,
+                                                 raw->worker->instance.endpoint,
+                                                 GrpcCodeName(status.error_code()),
+                                                 status.error_message()));
+        }
+        raw->done(std::move(result));
+        if (auto impl = weak.lock()) {
+          std::lock_guard<std::mutex> lock(impl->mu);
+          impl->calls.erase(call_id);
+          impl->cv.notify_all();
+        }
+      });
+}
+
+}  // namespace tandem::runtime

@@ -1,0 +1,48 @@
+// RemotePrefillClient: a decode worker's client of the prefill workers (Worker.RemotePrefill,
+// tandem.proto) found in Discovery as <namespace>/prefill/* (serving the same model).
+//
+//   Prefill  picks a live prefill worker (round-robin) and starts one unary call with the given
+//            deadline; `done`
+//            runs exactly once on a gRPC thread, or at once on the caller's thread with
+//            FailedPrecondition ("no prefill worker ...") when discovery lists none.
+//            Call errors keep their meaning: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED become
+//            FailedPrecondition with a message naming the worker and the gRPC code.
+//   ~        cancels calls in flight and waits (up to 5 s) for their `done`.
+// Thread-safe.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "runtime/discovery.h"
+#include "runtime/remote_prefill.h"
+
+namespace tandem::runtime {
+
+struct RemotePrefillClientOptions {
+  std::string namespace_name = "tandem";
+  std::string component = kComponentPrefill;
+  std::string served_model_name;  // non-empty: only workers whose metadata "model" equals it
+  std::chrono::milliseconds refresh_interval{500};  // discovery polling
+};
+
+class RemotePrefillClient {
+ public:
+  RemotePrefillClient(std::shared_ptr<Discovery> discovery, RemotePrefillClientOptions options);
+  ~RemotePrefillClient();
+  RemotePrefillClient(const RemotePrefillClient&) = delete;
+  RemotePrefillClient& operator=(const RemotePrefillClient&) = delete;
+
+  // `worker` (optional) receives the chosen worker's instance id.
+  void Prefill(const RemotePrefillRequest& request, std::chrono::milliseconds timeout,
+               RemotePrefillDone done, std::string* worker = nullptr);
+  int num_workers() const;
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace tandem::runtime

@@ -1,0 +1,96 @@
+#include "worker/decode_disagg.h"
+
+#include <fmt/format.h>
+
+#include "common/logging.h"
+
+namespace tandem::worker {
+
+DecodeDisagg::DecodeDisagg(transfer::Agent* agent, KVCacheLayout layout, int block_size,
+                           std::shared_ptr<runtime::RemotePrefillClient> client,
+                           DecodeDisaggOptions options)
+    : agent_(agent),
+      layout_(std::move(layout)),
+      block_size_(block_size),
+      client_(std::move(client)),
+      options_(options),
+      metadata_(agent->ExportMetadata()) {}
+
+void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done) {
+  runtime::RemotePrefillRequest req;
+  req.request_id = task.request_id;
+  req.prompt_token_ids = std::move(task.prompt_token_ids);
+  req.params = task.params;
+  req.target.agent_name = agent_->name();
+  req.target.agent_metadata = metadata_;
+  for (void* base : layout_.layer_base) req.target.layer_base.push_back(reinterpret_cast<uint64_t>(base));
+  req.target.block_bytes = layout_.block_bytes;
+  req.target.block_size = block_size_;
+  req.target.block_ids = std::move(task.block_ids);
+  req.target.num_cached_tokens = task.num_cached_tokens;
+  req.write_window = options_.timeout - options_.write_margin;
+  const uint64_t external_tokens = req.prompt_token_ids.size() - task.num_cached_tokens;
+  const auto started = std::chrono::steady_clock::now();
+  const std::string id = task.request_id;
+  std::shared_ptr<runtime::RemotePrefillClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    client = client_;
+  }
+  if (!client) {
+    num_fallbacks_.fetch_add(1);
+    done(RemotePrefillOutcome{Status(StatusCode::kFailedPrecondition, "the worker is stopping")});
+    return;
+  }
+  client->Prefill(
+      req, options_.timeout,
+      [this, done = std::move(done), external_tokens, started,
+       id](Result<runtime::RemotePrefillResult> result) {
+        RemotePrefillOutcome outcome;
+        if (!result.ok()) {
+          outcome.status = result.status();
+          num_fallbacks_.fetch_add(1);
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.num_errors += 1;
+        } else {
+          outcome.first_token = result->first_token_id;
+          outcome.logprobs = std::move(result->logprobs);
+          num_remote_.fetch_add(1);
+          external_hit_tokens_.fetch_add(external_tokens);
+          const double ms = std::chrono::duration<double, std::milli>(
+                                std::chrono::steady_clock::now() - started).count();
+          log::info("[{}] remote prefill: {} blocks ({} bytes) written in {:.2f} ms, prefill "
+                    "worker had {} prompt tokens cached, call took {:.1f} ms",
+                    id, result->num_blocks_written, result->bytes_written,
+                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms);
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.num_transfers += 1;
+          stats_.bytes += result->bytes_written;
+          stats_.seconds += result->transfer_seconds;
+        }
+        done(std::move(outcome));
+      });
+}
+
+void DecodeDisagg::Shutdown() {
+  std::shared_ptr<runtime::RemotePrefillClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    client.swap(client_);
+  }
+  client.reset();  // cancels and waits, unless a Start still holds it (then it does so there)
+}
+
+transfer::TransferStats DecodeDisagg::transfer_stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+std::string FormatExternalHitRateLine(uint64_t external_hit_tokens, uint64_t queried_tokens) {
+  const double pct = queried_tokens ? 100.0 * static_cast<double>(external_hit_tokens) /
+                                          static_cast<double>(queried_tokens)
+                                    : 0.0;
+  return fmt::format("External prefix cache hit rate: {:.1f}%", pct);
+}
+
+}  // namespace tandem::worker

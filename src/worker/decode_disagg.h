@@ -1,0 +1,71 @@
+// DecodeDisagg: a decode worker's side of disaggregated prefill (DESIGN.md section 1).
+//
+// Plugged into AsyncEngineOptions::remote_prefill. For each RemotePrefillTask of the engine (a
+// prompt whose uncached part exceeds --max-local-prefill-tokens, with blocks already reserved),
+// it asks a prefill worker (RemotePrefillClient) to write the blocks this worker lacks into them
+// and to sample the first token. The call's deadline is `timeout`; the prefill worker's write
+// window ends `write_margin` before it, so that once the call ended (answered, failed, or timed
+// out) nothing writes into the blocks any more. Any failure (no prefill worker, worker died,
+// geometry mismatch, transfer error, deadline) is an outcome with an error: the engine then
+// prefills locally (AsyncEngine logs why).
+//
+// Accounting (DESIGN.md section 4): each successful remote prefill counts as one KV transfer of
+// the bytes the prefill worker reports; failures count as errors. External prefix cache hit rate =
+// prompt tokens whose KV arrived from a prefill worker / prompt tokens looked up by this engine.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "engine/async_engine.h"
+#include "runtime/remote_prefill_client.h"
+#include "transfer/agent.h"
+#include "transfer/transfer_stats.h"
+
+namespace tandem::worker {
+
+struct DecodeDisaggOptions {
+  std::chrono::milliseconds timeout{120000};     // deadline of one RemotePrefill call
+  std::chrono::milliseconds write_margin{5000};  // write window = timeout - write_margin
+};
+
+class DecodeDisagg {
+ public:
+  // `agent` must have `layout` registered (RegisterKVCache) and outlive this object.
+  DecodeDisagg(transfer::Agent* agent, KVCacheLayout layout, int block_size,
+               std::shared_ptr<runtime::RemotePrefillClient> client, DecodeDisaggOptions options);
+
+  ~DecodeDisagg() { Shutdown(); }
+
+  // AsyncEngineOptions::remote_prefill.
+  void Start(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done);
+  // Cancels the calls in flight and waits for their outcomes (errors: local prefill); later
+  // Starts fail at once. Call it before the agent's KV registrations go away.
+  void Shutdown();
+
+  transfer::TransferStats transfer_stats() const;
+  uint64_t external_hit_tokens() const { return external_hit_tokens_.load(); }
+  uint64_t num_remote_prefills() const { return num_remote_.load(); }
+  uint64_t num_fallbacks() const { return num_fallbacks_.load(); }
+
+ private:
+  transfer::Agent* agent_;
+  KVCacheLayout layout_;
+  int block_size_;
+  std::shared_ptr<runtime::RemotePrefillClient> client_;
+  DecodeDisaggOptions options_;
+  std::string metadata_;  // the agent's, exported once (the registrations do not change)
+
+  mutable std::mutex mu_;
+  transfer::TransferStats stats_;
+  std::atomic<uint64_t> external_hit_tokens_{0}, num_remote_{0}, num_fallbacks_{0};
+};
+
+// "External prefix cache hit rate: P%" (P with 1 decimal; 0 when nothing was looked up), as
+// vLLM's KV connector logs it.
+std::string FormatExternalHitRateLine(uint64_t external_hit_tokens, uint64_t queried_tokens);
+
+}  // namespace tandem::worker

@@ -1,0 +1,280 @@
+#include "worker/prefill_handler.h"
+
+#include <utility>
+
+#include "common/logging.h"
+
+namespace tandem::worker {
+
+using runtime::RemotePrefillRequest;
+using runtime::RemotePrefillResult;
+using Clock = std::chrono::steady_clock;
+
+struct PrefillHandler::Job {
+  RemotePrefillRequest request;
+  runtime::RemotePrefillDone done;
+  Clock::time_point write_deadline;
+  std::mutex mu;
+  bool answered = false;  // guarded by mu
+  // Set by the engine's final output.
+  RequestOutput final_output;
+  int32_t first_token = -1;
+  std::vector<TokenLogprob> logprobs;
+  // Set on the transfer thread.
+  transfer::TransferHandle handle;
+  int num_blocks_written = 0;
+  bool blocks_held = false;
+};
+
+Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& agent,
+                                                           const KVCacheLayout& layout) {
+  std::vector<transfer::Registration> regs;
+  const transfer::MemoryKind kind =
+      layout.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
+  const int32_t device = layout.device_id < 0 ? 0 : layout.device_id;
+  const uint64_t len = static_cast<uint64_t>(layout.block_bytes) * layout.num_blocks;
+  for (void* base : layout.layer_base) {
+    TANDEM_ASSIGN_OR_RETURN(transfer::Registration reg, agent.RegisterMemory(base, len, kind, device));
+    regs.push_back(std::move(reg));
+  }
+  return regs;
+}
+
+PrefillHandler::PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent)
+    : engine_(std::move(engine)),
+      agent_(agent),
+      layout_(engine_->kv_cache_layout()),
+      block_size_(engine_->engine_config().block_size) {
+  transfer_thread_ = std::thread([this] { TransferLoop(); });
+}
+
+PrefillHandler::~PrefillHandler() {
+  std::vector<std::string> computing;
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    computing.assign(outstanding_.begin(), outstanding_.end());
+  }
+  for (const std::string& id : computing) engine_->Cancel(id);
+  {
+    // Every job ends: aborted ones within an engine step, posted writes within their window.
+    std::unique_lock<std::mutex> lock(mu_);
+    stopping_ = true;
+    cv_.notify_all();
+    cv_.wait_for(lock, std::chrono::seconds(30), [&] { return outstanding_.empty(); });
+  }
+  cv_.notify_all();
+  transfer_thread_.join();
+}
+
+Status PrefillHandler::EnsurePeer(const runtime::KVTarget& target) {
+  std::lock_guard<std::mutex> lock(peers_mu_);
+  auto it = peer_metadata_.find(target.agent_name);
+  if (it != peer_metadata_.end() && it->second == target.agent_metadata) return Status::Ok();
+  TANDEM_ASSIGN_OR_RETURN(std::string name, agent_->LoadPeerMetadata(target.agent_metadata));
+  if (name != target.agent_name) {
+    return Err(StatusCode::kInvalidArgument, "the agent metadata names '{}', the request '{}'",
+               name, target.agent_name);
+  }
+  peer_metadata_[name] = target.agent_metadata;
+  return Status::Ok();
+}
+
+void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefillDone done) {
+  const runtime::KVTarget& t = request.target;
+  const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
+  const int num_blocks = (num_prompt + block_size_ - 1) / block_size_;
+  Status st;
+  if (t.layer_base.size() != layout_.layer_base.size() || t.block_bytes != layout_.block_bytes ||
+      t.block_size != block_size_) {
+    st = Err(StatusCode::kInvalidArgument,
+             "KV geometry differs: decode has {} layers, {} bytes and {} tokens per block; this "
+             "prefill worker {}, {}, {}",
+             t.layer_base.size(), t.block_bytes, t.block_size, layout_.layer_base.size(),
+             layout_.block_bytes, block_size_);
+  } else if (static_cast<int>(t.block_ids.size()) < num_blocks) {
+    st = Err(StatusCode::kInvalidArgument, "the block table has {} blocks, the prompt needs {}",
+             t.block_ids.size(), num_blocks);
+  } else if (t.num_cached_tokens < 0 || t.num_cached_tokens % block_size_ != 0 ||
+             t.num_cached_tokens >= num_prompt) {
+    st = Err(StatusCode::kInvalidArgument,
+             "num_cached_tokens {} must be a multiple of {} below the prompt length {}",
+             t.num_cached_tokens, block_size_, num_prompt);
+  } else if (request.write_window.count() <= 0) {
+    st = Status(StatusCode::kInvalidArgument, "the write window must be positive");
+  } else {
+    st = EnsurePeer(t);
+  }
+  if (!st.ok()) {
+    done(st);
+    return;
+  }
+
+  auto job = std::make_shared<Job>();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopping_ || !outstanding_.insert(request.request_id).second) {
+      const bool stopping = stopping_;
+      lock.unlock();
+      done(stopping ? Status(StatusCode::kFailedPrecondition, "the prefill worker is stopping")
+                    : Err(StatusCode::kFailedPrecondition, "request {} is already being prefilled",
+                          request.request_id));
+      return;
+    }
+  }
+  job->write_deadline = Clock::now() + request.write_window;
+  job->done = std::move(done);
+  GenerateRequest gen;
+  gen.request_id = request.request_id;
+  gen.prompt_token_ids = request.prompt_token_ids;
+  gen.params = request.params;
+  gen.params.max_tokens = 1;
+  gen.params.stop.clear();  // text does not matter here; the decode worker checks stops
+  gen.options.hold_blocks = true;
+  job->request = std::move(request);
+  st = engine_->Submit(std::move(gen), [this, job](RequestOutput out) {
+    if (out.finished) OnEngineOutput(job, std::move(out));
+    else if (!out.new_token_ids.empty()) {  // not expected: the token comes with the final output
+      job->first_token = out.new_token_ids.front();
+      job->logprobs = out.new_logprobs;
+    }
+  });
+  if (!st.ok()) Finish(job, st);
+}
+
+void PrefillHandler::Cancel(const std::string& request_id) {
+  engine_->Cancel(request_id);  // a no-op once the engine finished it
+}
+
+void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutput out) {
+  // Engine thread: keep it short; the transfer thread does the rest.
+  if (!out.new_token_ids.empty()) {
+    job->first_token = out.new_token_ids.front();
+    job->logprobs = out.new_logprobs;
+  }
+  job->blocks_held = !out.held_block_ids.empty();
+  const FinishReason reason = out.finish_reason;
+  std::string error = out.error;
+  job->final_output = std::move(out);
+  if (reason == FinishReason::kAbort || reason == FinishReason::kError || job->first_token < 0) {
+    Finish(job, Err(StatusCode::kFailedPrecondition, "the prefill was {}{}{}",
+                    reason == FinishReason::kAbort ? "cancelled" : "not completed",
+                    error.empty() ? "" : ": ", error));
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready_.push_back(job);
+  }
+  cv_.notify_all();
+}
+
+void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefillResult> result) {
+  if (job->blocks_held) {
+    engine_->ReleaseHeldBlocks(job->request.request_id);
+    job->blocks_held = false;
+  }
+  runtime::RemotePrefillDone done;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->answered) return;
+    job->answered = true;
+    done = std::move(job->done);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    outstanding_.erase(job->request.request_id);
+  }
+  cv_.notify_all();
+  if (!result.ok()) {
+    log::info("[{}] remote prefill failed: {}", job->request.request_id, result.status().ToString());
+  }
+  done(std::move(result));
+}
+
+void PrefillHandler::TransferLoop() {
+  std::vector<std::shared_ptr<Job>> active;  // posted, not done
+  for (;;) {
+    std::deque<std::shared_ptr<Job>> ready;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (active.empty()) {
+        cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
+      } else {
+        cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return stopping_ || !ready_.empty(); });
+      }
+      ready.swap(ready_);
+      if (stopping_ && ready.empty() && active.empty() && outstanding_.empty()) break;
+    }
+    for (std::shared_ptr<Job>& job : ready) {
+      if (stopping_) {
+        Finish(job, Status(StatusCode::kFailedPrecondition, "the prefill worker is stopping"));
+        continue;
+      }
+      const runtime::KVTarget& t = job->request.target;
+      const std::vector<int>& held = job->final_output.held_block_ids;
+      const int num_prompt = static_cast<int>(job->request.prompt_token_ids.size());
+      const int first = t.num_cached_tokens / block_size_;
+      const int end = (num_prompt + block_size_ - 1) / block_size_;
+      if (static_cast<int>(held.size()) < end) {
+        Finish(job, Err(StatusCode::kInternal, "the engine held {} blocks, the prompt needs {}",
+                        held.size(), end));
+        continue;
+      }
+      const auto now = Clock::now();
+      if (now >= job->write_deadline) {
+        Finish(job, Status(StatusCode::kFailedPrecondition,
+                           "the write window closed before the KV was ready; nothing was written"));
+        continue;
+      }
+      transfer::DescList local, remote;
+      const transfer::MemoryKind kind =
+          layout_.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
+      local.kind = remote.kind = kind;
+      const int32_t device = layout_.device_id < 0 ? 0 : layout_.device_id;
+      const uint64_t bb = layout_.block_bytes;
+      for (size_t l = 0; l < layout_.layer_base.size(); ++l) {
+        const uint64_t src = reinterpret_cast<uint64_t>(layout_.layer_base[l]);
+        for (int i = first; i < end; ++i) {
+          local.Add(src + static_cast<uint64_t>(held[i]) * bb, bb, device);
+          remote.Add(t.layer_base[l] + static_cast<uint64_t>(t.block_ids[i]) * bb, bb, device);
+        }
+      }
+      transfer::PostOptions post;
+      post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+      auto handle = agent_->Post(transfer::Op::kWrite, local, remote, t.agent_name,
+                                 job->request.request_id, post);
+      if (!handle.ok()) {
+        Finish(job, handle.status());
+        continue;
+      }
+      job->handle = std::move(*handle);
+      job->num_blocks_written = end - first;
+      active.push_back(std::move(job));
+    }
+    for (size_t i = 0; i < active.size();) {
+      std::shared_ptr<Job>& job = active[i];
+      const transfer::TransferState state = job->handle.Check();
+      if (state == transfer::TransferState::kInProgress) {
+        ++i;
+        continue;
+      }
+      if (state == transfer::TransferState::kDone) {
+        RemotePrefillResult r;
+        r.first_token_id = job->first_token;
+        r.logprobs = job->logprobs;
+        r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
+        r.num_blocks_written = job->num_blocks_written;
+        r.bytes_written = job->handle.bytes();
+        r.transfer_seconds = job->handle.seconds();
+        Finish(job, std::move(r));
+      } else {
+        Status st = job->handle.status();
+        Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + st.ToString()));
+      }
+      active[i] = std::move(active.back());
+      active.pop_back();
+    }
+  }
+}
+
+}  // namespace tandem::worker

@@ -1,0 +1,71 @@
+// PrefillHandler: a prefill worker's side of Worker.RemotePrefill (runtime/remote_prefill.h).
+//
+//   1. checks the decode worker's KV geometry against this engine's (layers, bytes per block,
+//      tokens per block, block table long enough) and learns its transfer agent (metadata bytes,
+//      reloaded only when they change);
+//   2. runs the prompt through the engine as a hold_blocks request with max_tokens = 1 (this
+//      worker's prefix cache serves what it can; stop strings are dropped, every other sampling
+//      parameter is kept, so the first token is the one an aggregated worker would sample);
+//   3. on the transfer thread: WRITEs blocks [num_cached_tokens / block_size, ceil(len /
+//      block_size)) of every layer into the decode worker's block table (one Post, descriptors
+//      layer-major so runs of consecutive blocks coalesce), with the request id as the
+//      notification, bounded by the write window; then frees the held blocks and answers.
+// Cancel while computing aborts the engine request (answer: FailedPrecondition "cancelled"); once
+// the write is posted it runs to its end (bounded by the window). Blocks are always released.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/async_engine.h"
+#include "runtime/remote_prefill.h"
+#include "transfer/agent.h"
+
+namespace tandem::worker {
+
+class PrefillHandler final : public runtime::RemotePrefillHandler {
+ public:
+  // `engine` and `agent` must outlive this object; the agent must have the engine's KV pool
+  // registered (RegisterKVCache).
+  PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent);
+  ~PrefillHandler() override;  // waits for posted writes, answers what is left with an error
+
+  void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override;
+  void Cancel(const std::string& request_id) override;
+
+ private:
+  struct Job;
+  void OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutput out);
+  void TransferLoop();
+  void Finish(const std::shared_ptr<Job>& job, Result<runtime::RemotePrefillResult> result);
+  Status EnsurePeer(const runtime::KVTarget& target);
+
+  std::shared_ptr<AsyncEngine> engine_;
+  transfer::Agent* agent_;
+  KVCacheLayout layout_;
+  int block_size_;
+
+  std::mutex peers_mu_;
+  std::map<std::string, std::string> peer_metadata_;  // agent name -> metadata bytes loaded
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::deque<std::shared_ptr<Job>> ready_;   // computed, to post
+  std::set<std::string> outstanding_;         // request ids not yet answered
+  std::thread transfer_thread_;
+};
+
+// Registers every layer's KV pool region of `layout` with `agent` (host memory when device_id < 0).
+Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& agent,
+                                                           const KVCacheLayout& layout);
+
+}  // namespace tandem::worker
