@@ -1,0 +1,338 @@
+// The disaggregated flow in one process, over the real pieces: a prefill AsyncEngine behind a
+// WorkerServer with a PrefillHandler, a decode AsyncEngine whose remote prefills go through
+// DecodeDisagg -> RemotePrefillClient (gRPC on 127.0.0.1, file discovery in a private folder),
+// KV written through two transfer agents with the tcp backend (loopback). Greedy tokens equal the
+// golden file's; bytes moved equal blocks x layers x block bytes; failures fall back locally;
+// KV blocks return to 0 on both sides.
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <memory>
+#include <mutex>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "common/file_util.h"
+#include "engine/async_engine.h"
+#include "model/model_runner.h"
+#include "runtime/file_discovery.h"
+#include "runtime/remote_prefill_client.h"
+#include "runtime/worker_server.h"
+#include "transfer/agent.h"
+#include "worker/decode_disagg.h"
+#include "worker/prefill_handler.h"
+
+namespace tandem::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+constexpr int kBlock = 16;
+
+std::shared_ptr<AsyncEngine> MakeEngine(int max_local, AsyncEngineOptions options) {
+  auto runner = LoadCpuModelRunner(DefaultModelDir());
+  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+  EngineConfig c;
+  c.block_size = kBlock;
+  c.num_kv_blocks = 256;
+  c.max_local_prefill_tokens = max_local;
+  auto e = Engine::Create(std::move(runner).value(), nullptr, c);
+  EXPECT_TRUE(e.ok()) << e.status().ToString();
+  options.served_model_name = "tiny-qwen3";
+  return std::make_shared<AsyncEngine>(std::move(e).value(), std::move(options));
+}
+
+std::unique_ptr<transfer::Agent> MakeAgent(const std::string& name) {
+  transfer::AgentOptions o;
+  o.name = name;
+  o.backend_override = "tcp";  // the cross-process path, even inside one process
+  o.on_notification = [](const transfer::Notification&) {};
+  auto a = transfer::Agent::Create(std::move(o));
+  EXPECT_TRUE(a.ok()) << a.status().ToString();
+  return std::move(a).value();
+}
+
+struct Collected {
+  std::vector<int32_t> tokens;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+};
+
+// Submits and waits for the final output.
+Collected Generate(AsyncEngine& engine, const std::string& id, std::vector<int32_t> prompt,
+                   int max_tokens) {
+  GenerateRequest r;
+  r.request_id = id;
+  r.prompt_token_ids = std::move(prompt);
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = max_tokens;
+  auto result = std::make_shared<std::promise<Collected>>();
+  auto acc = std::make_shared<Collected>();
+  Status st = engine.Submit(std::move(r), [result, acc](RequestOutput out) {
+    acc->tokens.insert(acc->tokens.end(), out.new_token_ids.begin(), out.new_token_ids.end());
+    if (out.finished) {
+      acc->reason = out.finish_reason;
+      acc->error = out.error;
+      result->set_value(*acc);
+    }
+  });
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  auto f = result->get_future();
+  EXPECT_EQ(f.wait_for(120s), std::future_status::ready);
+  return f.get();
+}
+
+bool Eventually(const std::function<bool()>& cond, std::chrono::milliseconds max) {
+  const auto end = std::chrono::steady_clock::now() + max;
+  while (std::chrono::steady_clock::now() < end) {
+    if (cond()) return true;
+    std::this_thread::sleep_for(10ms);
+  }
+  return cond();
+}
+
+class RemotePrefillTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("tandem-worker-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    runtime::FileDiscoveryOptions d;
+    d.root = dir_.string();
+    discovery_ = runtime::MakeFileDiscovery(d);
+    auto golden = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
+    ASSERT_TRUE(golden.ok());
+    golden_ = *golden;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // The prefill worker: engine, agent with its KV registered, gRPC server registered in discovery.
+  void StartPrefill() {
+    prefill_engine_ = MakeEngine(0, {});
+    prefill_agent_ = MakeAgent("prefill-test");
+    auto regs = RegisterKVCache(*prefill_agent_, prefill_engine_->kv_cache_layout());
+    ASSERT_TRUE(regs.ok());
+    prefill_regs_ = std::move(*regs);
+    handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get());
+    server_ = std::make_unique<runtime::WorkerServer>(
+        prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, handler_});
+    ASSERT_TRUE(server_->Start().ok());
+    runtime::InstanceInfo info;
+    info.namespace_name = "t";
+    info.component = runtime::kComponentPrefill;
+    info.instance_id = "p0";
+    info.endpoint = server_->endpoint();
+    info.metadata = {{"model", "tiny-qwen3"}};
+    auto lease = discovery_->Register(info);
+    ASSERT_TRUE(lease.ok());
+    lease_ = std::move(*lease);
+  }
+  void StopPrefill() {
+    lease_.reset();
+    server_->Stop();
+    server_.reset();
+    handler_.reset();
+    prefill_regs_.clear();
+    prefill_agent_.reset();
+    prefill_engine_.reset();
+  }
+
+  void StartDecode(int max_local, std::chrono::milliseconds timeout = 60s) {
+    decode_agent_ = MakeAgent("decode-test");
+    runtime::RemotePrefillClientOptions co;
+    co.namespace_name = "t";
+    co.refresh_interval = 50ms;
+    auto client = std::make_shared<runtime::RemotePrefillClient>(discovery_, co);
+    // The engine is made first (its layout is needed); the dispatcher is bound through a holder.
+    auto holder = std::make_shared<std::shared_ptr<DecodeDisagg>>();
+    AsyncEngineOptions eo;
+    eo.remote_prefill = [holder](RemotePrefillTask task,
+                                 std::function<void(RemotePrefillOutcome)> done) {
+      (*holder)->Start(std::move(task), std::move(done));
+    };
+    decode_engine_ = MakeEngine(max_local, eo);
+    auto regs = RegisterKVCache(*decode_agent_, decode_engine_->kv_cache_layout());
+    ASSERT_TRUE(regs.ok());
+    decode_regs_ = std::move(*regs);
+    DecodeDisaggOptions o;
+    o.timeout = timeout;
+    o.write_margin = timeout / 4;
+    disagg_ = std::make_shared<DecodeDisagg>(decode_agent_.get(), decode_engine_->kv_cache_layout(),
+                                             kBlock, client, o);
+    *holder = disagg_;
+    ASSERT_TRUE(Eventually([&] { return client->num_workers() > 0 || !server_; }, 5s));
+  }
+  void StopDecode() {
+    disagg_->Shutdown();
+    decode_regs_.clear();
+    decode_agent_.reset();
+    decode_engine_.reset();
+    disagg_.reset();
+  }
+
+  uint64_t BytesPerBlock() {
+    const KVCacheLayout& l = decode_engine_->kv_cache_layout();
+    return l.block_bytes * l.layer_base.size();
+  }
+
+  fs::path dir_;
+  nlohmann::json golden_;
+  std::shared_ptr<runtime::Discovery> discovery_;
+  std::shared_ptr<AsyncEngine> prefill_engine_, decode_engine_;
+  std::unique_ptr<transfer::Agent> prefill_agent_, decode_agent_;
+  std::vector<transfer::Registration> prefill_regs_, decode_regs_;
+  std::shared_ptr<PrefillHandler> handler_;
+  std::unique_ptr<runtime::WorkerServer> server_;
+  std::unique_ptr<runtime::Lease> lease_;
+  std::shared_ptr<DecodeDisagg> disagg_;
+};
+
+TEST_F(RemotePrefillTest, GoldenGreedyWithOnlyMissingBlocksMoved) {
+  StartPrefill();
+  StartDecode(/*max_local=*/0);
+  int expected_transfers = 0;
+  uint64_t expected_bytes = 0;
+  for (size_t i = 0; i < golden_["generation"].size(); ++i) {
+    const auto& c = golden_["generation"][i];
+    const auto prompt = c["prompt_ids"].get<std::vector<int32_t>>();
+    const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+    const auto before = disagg_->transfer_stats();
+    Collected got = Generate(*decode_engine_, "g" + std::to_string(i), prompt,
+                             static_cast<int>(greedy.size()));
+    EXPECT_EQ(got.tokens, greedy) << "case " << i;
+    const auto after = disagg_->transfer_stats();
+    ASSERT_EQ(after.num_transfers, before.num_transfers + 1) << "case " << i;
+    EXPECT_EQ(after.num_errors, 0u);
+    // Blocks decode lacked: from its cached prefix (a multiple of the block size) to the end.
+    // Unique prompts share at most the chat template's opening blocks; the moved bytes must be a
+    // whole number of blocks, at most the prompt's.
+    const uint64_t moved = after.bytes - before.bytes;
+    const uint64_t prompt_blocks = (prompt.size() + kBlock - 1) / kBlock;
+    EXPECT_EQ(moved % BytesPerBlock(), 0u);
+    EXPECT_GE(moved, BytesPerBlock());
+    EXPECT_LE(moved, prompt_blocks * BytesPerBlock());
+    ++expected_transfers;
+    expected_bytes += moved;
+  }
+  EXPECT_EQ(disagg_->transfer_stats().num_transfers, static_cast<uint64_t>(expected_transfers));
+  // The same prompt again: every full block is cached on decode; nothing more moves.
+  const auto& c0 = golden_["generation"][0];
+  const auto before = disagg_->transfer_stats();
+  Collected again = Generate(*decode_engine_, "again", c0["prompt_ids"].get<std::vector<int32_t>>(),
+                             static_cast<int>(c0["greedy_ids"].size()));
+  EXPECT_EQ(again.tokens, c0["greedy_ids"].get<std::vector<int32_t>>());
+  // The uncached part is the last (partial) block at most: under max_local 0 it still goes
+  // remote, but only those blocks move.
+  const auto after = disagg_->transfer_stats();
+  EXPECT_LE(after.bytes - before.bytes, BytesPerBlock());
+  EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 5s));
+  EXPECT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used == 0; }, 5s));
+  StopDecode();
+  StopPrefill();
+}
+
+TEST_F(RemotePrefillTest, SecondTurnMovesOnlyNewBlocks) {
+  StartPrefill();
+  StartDecode(/*max_local=*/16);
+  std::vector<int32_t> turn1;
+  for (int i = 0; i < 200; ++i) turn1.push_back(1000 + (i * 37) % 5000);
+  Collected a = Generate(*decode_engine_, "t1", turn1, 8);
+  ASSERT_EQ(a.reason, FinishReason::kLength);
+  const auto s1 = disagg_->transfer_stats();
+  ASSERT_EQ(s1.num_transfers, 1u);
+  EXPECT_EQ(s1.bytes, ((turn1.size() + kBlock - 1) / kBlock) * BytesPerBlock());
+  // Turn 2: the history (prompt + answer) and 100 new tokens.
+  std::vector<int32_t> turn2 = turn1;
+  turn2.insert(turn2.end(), a.tokens.begin(), a.tokens.end());
+  for (int i = 0; i < 100; ++i) turn2.push_back(2000 + (i * 53) % 5000);
+  Collected b = Generate(*decode_engine_, "t2", turn2, 8);
+  ASSERT_EQ(b.reason, FinishReason::kLength);
+  const auto s2 = disagg_->transfer_stats();
+  ASSERT_EQ(s2.num_transfers, 2u);
+  // Decode cached the full blocks of turn 1's prompt and answer (208 tokens: 13 blocks; the
+  // last answer token's KV was never computed, so 207 tokens -> 12 full blocks).
+  const uint64_t cached_blocks = (turn1.size() + a.tokens.size() - 1) / kBlock;
+  const uint64_t total_blocks = (turn2.size() + kBlock - 1) / kBlock;
+  EXPECT_EQ(s2.bytes - s1.bytes, (total_blocks - cached_blocks) * BytesPerBlock());
+  // The reference: an engine without disaggregation gives the same tokens.
+  StopDecode();
+  auto agg = MakeEngine(0, {});
+  EXPECT_EQ(Generate(*agg, "r2", turn2, 8).tokens, b.tokens);
+  StopPrefill();
+}
+
+TEST_F(RemotePrefillTest, NoPrefillWorkerFallsBackToLocalPrefill) {
+  StartDecode(/*max_local=*/0);
+  const auto& c = golden_["generation"][1];
+  Collected got = Generate(*decode_engine_, "x", c["prompt_ids"].get<std::vector<int32_t>>(),
+                           static_cast<int>(c["greedy_ids"].size()));
+  EXPECT_EQ(got.tokens, c["greedy_ids"].get<std::vector<int32_t>>());
+  EXPECT_EQ(disagg_->num_fallbacks(), 1u);
+  EXPECT_EQ(disagg_->transfer_stats().num_errors, 1u);
+  EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 5s));
+  StopDecode();
+}
+
+TEST_F(RemotePrefillTest, CancelWhileRemotePrefillInFlightReturnsBlocks) {
+  StartPrefill();
+  StartDecode(/*max_local=*/0);
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 1500; ++i) prompt.push_back(100 + (i * 91) % 9000);
+  GenerateRequest r;
+  r.request_id = "c";
+  r.prompt_token_ids = prompt;
+  r.params.temperature = 0.0f;
+  r.params.max_tokens = 50;
+  std::promise<FinishReason> done;
+  ASSERT_TRUE(decode_engine_->Submit(std::move(r), [&done](RequestOutput out) {
+    if (out.finished) done.set_value(out.finish_reason);
+  }).ok());
+  // Cancel while the prefill worker computes (1500 tokens take a while on the CPU).
+  ASSERT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used > 0; }, 20s));
+  decode_engine_->Cancel("c");
+  auto f = done.get_future();
+  ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+  EXPECT_EQ(f.get(), FinishReason::kAbort);
+  EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
+  EXPECT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
+  StopDecode();
+  StopPrefill();
+}
+
+TEST_F(RemotePrefillTest, HandlerRejectsMismatchedGeometry) {
+  StartPrefill();
+  runtime::RemotePrefillRequest req;
+  req.request_id = "bad";
+  req.prompt_token_ids = {1, 2, 3, 4};
+  req.params.max_tokens = 1;
+  req.target.agent_name = "nobody";
+  req.target.layer_base = {0x1000};  // one layer: the model has more
+  req.target.block_bytes = 4096;
+  req.target.block_size = kBlock;
+  req.target.block_ids = {0};
+  req.write_window = 1000ms;
+  std::promise<Status> got;
+  handler_->Prefill(req, [&got](Result<runtime::RemotePrefillResult> r) { got.set_value(r.status()); });
+  Status st = got.get_future().get();
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("geometry"), std::string::npos) << st.ToString();
+  // A block table too short for the prompt.
+  const KVCacheLayout& l = prefill_engine_->kv_cache_layout();
+  req.target.layer_base.assign(l.layer_base.size(), 0x1000);
+  req.target.block_bytes = l.block_bytes;
+  req.prompt_token_ids.assign(40, 7);  // 3 blocks
+  std::promise<Status> got2;
+  handler_->Prefill(req, [&got2](Result<runtime::RemotePrefillResult> r) { got2.set_value(r.status()); });
+  Status st2 = got2.get_future().get();
+  EXPECT_EQ(st2.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st2.message().find("block table"), std::string::npos) << st2.ToString();
+  EXPECT_EQ(prefill_engine_->Stats().engine.num_kv_blocks_used, 0);
+  StopPrefill();
+}
+
+}  // namespace
+}  // namespace tandem::worker
