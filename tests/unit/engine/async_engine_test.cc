@@ -170,5 +170,67 @@ TEST(AsyncEngine, DestructionAbortsUnfinishedRequests) {
   EXPECT_EQ(sink.reason, FinishReason::kAbort);
 }
 
+// Remote prefill through AsyncEngineOptions::remote_prefill: a failed outcome falls back to local
+// prefill; a request cancelled while its remote prefill is out keeps its blocks until the outcome
+// arrives (a prefill worker may still be writing into them), then ends with kAbort.
+TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
+  EngineConfig config;
+  config.num_kv_blocks = 1024;
+  config.block_size = 4;
+  config.max_num_batched_tokens = 64;
+  config.max_local_prefill_tokens = 8;
+  auto engine = Engine::Create(std::make_unique<testing::FakeModelRunner>(512, 1 << 18), nullptr, config);
+  ASSERT_TRUE(engine.ok());
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<std::pair<RemotePrefillTask, std::function<void(RemotePrefillOutcome)>>> calls;
+  AsyncEngineOptions options;
+  options.remote_prefill = [&](RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done) {
+    std::lock_guard<std::mutex> lock(mu);
+    calls.emplace_back(std::move(task), std::move(done));
+    cv.notify_all();
+  };
+  AsyncEngine async(std::move(engine).value(), options);
+  auto wait_calls = [&](size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    return cv.wait_for(lock, 10s, [&] { return calls.size() >= n; });
+  };
+
+  // A short prompt is prefilled here: no call.
+  Sink short_sink;
+  GenerateRequest s{"short", Prompt(6, 1), testing::Greedy(3)};
+  ASSERT_TRUE(async.Submit(s, short_sink.Callback()).ok());
+  ASSERT_TRUE(short_sink.Wait());
+  EXPECT_EQ(short_sink.tokens.size(), 3u);
+
+  // A long prompt goes out; a failed outcome means local prefill, same tokens as a plain engine.
+  Sink failed;
+  ASSERT_TRUE(async.Submit({"long", Prompt(40, 2), testing::Greedy(5)}, failed.Callback()).ok());
+  ASSERT_TRUE(wait_calls(1));
+  EXPECT_EQ(calls[0].first.request_id, "long");
+  EXPECT_EQ(calls[0].first.block_ids.size(), 10u);  // 40 tokens / 4
+  calls[0].second(RemotePrefillOutcome{Status(StatusCode::kFailedPrecondition, "prefill died")});
+  ASSERT_TRUE(failed.Wait());
+  auto plain = MakeFakeEngine();
+  ASSERT_TRUE(plain->AddRequest("long", Prompt(40, 2), testing::Greedy(5)).ok());
+  auto ref = testing::RunToCompletion(*plain);
+  EXPECT_EQ(failed.tokens, ref["long"].token_ids);
+
+  // Cancelled while out: nothing ends and the blocks stay until the outcome comes.
+  Sink cancelled;
+  ASSERT_TRUE(async.Submit({"gone", Prompt(40, 3), testing::Greedy(5)}, cancelled.Callback()).ok());
+  ASSERT_TRUE(wait_calls(2));
+  async.Cancel("gone");
+  EXPECT_FALSE(cancelled.Wait(300ms));
+  EXPECT_EQ(async.Stats().engine.num_kv_blocks_used, 10);
+  calls[1].second(RemotePrefillOutcome{Status::Ok(), 7, {}});
+  ASSERT_TRUE(cancelled.Wait());
+  EXPECT_EQ(cancelled.reason, FinishReason::kAbort);
+  for (int i = 0; i < 100 && async.Stats().engine.num_kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(async.Stats().engine.num_kv_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace tandem

@@ -148,5 +148,64 @@ TEST(ProtoConvert, StatusCodesCrossTheWire) {
   EXPECT_STREQ(GrpcCodeName(grpc::StatusCode::DEADLINE_EXCEEDED), "DEADLINE_EXCEEDED");
 }
 
+TEST(ProtoConvert, RemotePrefillRequestAndResultRoundTrip) {
+  RemotePrefillRequest in;
+  in.request_id = "r-7";
+  in.prompt_token_ids = {5, 6, 7, 8, 9};
+  in.params.temperature = 0.7f;
+  in.params.seed = 42;
+  in.params.logprobs = 2;
+  in.target.agent_name = "decode-1";
+  in.target.agent_metadata = std::string("\x00\x01meta\xff", 7);
+  in.target.layer_base = {0x7f0000001000ull, 0x7f0000101000ull};
+  in.target.block_bytes = 98304;
+  in.target.block_size = 16;
+  in.target.block_ids = {3, 4, 9};
+  in.target.num_cached_tokens = 16;
+  in.write_window = std::chrono::milliseconds(115000);
+  v1::RemotePrefillRequest wire;
+  ToProto(in, &wire);
+  v1::RemotePrefillRequest parsed;
+  ASSERT_TRUE(parsed.ParseFromString(wire.SerializeAsString()));
+  RemotePrefillRequest out = FromProto(parsed);
+  EXPECT_EQ(out.request_id, in.request_id);
+  EXPECT_EQ(out.prompt_token_ids, in.prompt_token_ids);
+  EXPECT_EQ(out.params.temperature, 0.7f);
+  ASSERT_TRUE(out.params.seed.has_value());
+  EXPECT_EQ(*out.params.seed, 42u);
+  EXPECT_EQ(out.params.logprobs, 2);
+  EXPECT_EQ(out.target.agent_name, in.target.agent_name);
+  EXPECT_EQ(out.target.agent_metadata, in.target.agent_metadata);
+  EXPECT_EQ(out.target.layer_base, in.target.layer_base);
+  EXPECT_EQ(out.target.block_bytes, in.target.block_bytes);
+  EXPECT_EQ(out.target.block_size, in.target.block_size);
+  EXPECT_EQ(out.target.block_ids, in.target.block_ids);
+  EXPECT_EQ(out.target.num_cached_tokens, in.target.num_cached_tokens);
+  EXPECT_EQ(out.write_window, in.write_window);
+
+  RemotePrefillResult res;
+  res.first_token_id = 1234;
+  res.logprobs.push_back(TokenLogprob{1234, -0.5f, {{1234, -0.5f}, {99, -1.25f}}});
+  res.num_prefill_cached_tokens = 32;
+  res.num_blocks_written = 2;
+  res.bytes_written = 2 * 98304;
+  res.transfer_seconds = 0.0042;
+  v1::RemotePrefillResponse rw;
+  ToProto(res, &rw);
+  RemotePrefillResult back = FromProto(rw);
+  EXPECT_EQ(back.first_token_id, 1234);
+  ASSERT_EQ(back.logprobs.size(), 1u);
+  EXPECT_EQ(back.logprobs[0].token_id, 1234);
+  EXPECT_EQ(back.logprobs[0].top, res.logprobs[0].top);
+  EXPECT_EQ(back.num_prefill_cached_tokens, 32);
+  EXPECT_EQ(back.num_blocks_written, 2);
+  EXPECT_EQ(back.bytes_written, res.bytes_written);
+  EXPECT_DOUBLE_EQ(back.transfer_seconds, 0.0042);
+  // No logprobs asked: none come back.
+  v1::RemotePrefillResponse plain;
+  ToProto(RemotePrefillResult{}, &plain);
+  EXPECT_TRUE(FromProto(plain).logprobs.empty());
+}
+
 }  // namespace
 }  // namespace tandem::runtime
