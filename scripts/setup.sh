@@ -7,7 +7,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config ccache xz-utils
   nlohmann-json3-dev libfmt-dev libspdlog-dev libcli11-dev
   libpcre2-dev libutf8proc-dev libxxhash-dev libopenblas-dev
-  libboost1.81-dev
+  libboost1.81-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev curl
   python3 python3-jinja2 nodejs npm
