@@ -1,0 +1,78 @@
+// The process supervisor behind `tandem serve` and `tandem run`: runs every component of a graph
+// (graph.h) as a child process of the tandem binary, watches them, restarts the ones that die and
+// stops them all on a shutdown signal.
+//
+//   start    every worker, then the frontend (fork + exec of the tandem binary; the child gets
+//            PR_SET_PDEATHSIG=SIGKILL, its own process group, stdin /dev/null, an empty signal mask).
+//   output   each child's stdout and stderr go through a pipe to a reader thread that writes them,
+//            line by line, to the supervisor's stderr as "[decode-0] <line>" (and, with log_dir,
+//            also unprefixed to <log_dir>/<component>.log).
+//   ready    a worker once discovery lists <namespace>/<mode>/<instance_id> with its pid; the
+//            frontend once GET http://host:port/health answers 200 (it needs a live worker). The
+//            graph is up when every component is ready; not within startup_timeout_s: an error.
+//   restart  any exit the supervisor did not ask for (a crash, a signal, even exit 0) restarts the
+//            component after backoff_ms * 2^(restarts in a row), capped at max_backoff_ms. More than
+//            max_restarts in a row (the count resets once it stays ready reset_after_s), or exit
+//            2 (usage error) / 127 (exec failed) before it was ever ready: an error.
+//   stop     SIGINT, SIGTERM or SIGHUP (or RequestStop): SIGTERM to every child, SIGKILL to the
+//            process groups still there after shutdown_grace_s, every child reaped. On an error the
+//            same stop runs before Run returns.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "runtime/graph.h"
+
+namespace tandem::runtime {
+
+class Discovery;
+
+struct SupervisorOptions {
+  std::string binary;         // the tandem binary; empty: this process's own (/proc/self/exe)
+  std::string log_dir;        // non-empty: also write each component's output to <dir>/<name>.log
+  std::string discovery_dir;  // empty: DefaultDiscoveryDir(); else also TANDEM_DISCOVERY_DIR of
+                              // every child
+  int output_fd = 2;          // where the prefixed lines go
+  std::chrono::milliseconds health_interval{200};  // between readiness checks of one component
+};
+
+class Supervisor {
+ public:
+  explicit Supervisor(Graph graph, SupervisorOptions options = {});
+  ~Supervisor();  // SIGKILLs and reaps any child still running (Run normally leaves none)
+
+  // Runs the graph until a shutdown signal or RequestStop (OK), or until a component cannot be
+  // started, made ready in time or kept running (FailedPrecondition, naming the component and its
+  // last exit; InvalidArgument for a graph that fails ValidateGraph). Blocks SIGINT, SIGTERM and SIGHUP
+  // in the calling thread while it runs: call it from the main thread before other threads
+  // start, so that the signals reach it. A frontend port of 0 becomes a free port first.
+  Status Run();
+
+  // Thread-safe: makes Run stop every component and return OK.
+  void RequestStop() { stop_requested_ = true; }
+
+  // The frontend's port (after Run picked one for port 0).
+  int frontend_port() const { return graph_.frontend.port; }
+
+ private:
+  struct Child;
+  Status Spawn(Child& child);
+  void Reap(Child& child, int wait_status);
+  bool CheckReady(Child& child);
+  void StopAll();
+
+  Graph graph_;
+  SupervisorOptions options_;
+  std::unique_ptr<Discovery> discovery_;
+  std::vector<std::unique_ptr<Child>> children_;
+  std::atomic<bool> stop_requested_{false};
+};
+
+}  // namespace tandem::runtime
