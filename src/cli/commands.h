@@ -22,6 +22,9 @@ Runner RegisterWorker(CLI::App& app);
 // tandem frontend: the OpenAI-compatible server over the workers found in discovery.
 Runner RegisterFrontend(CLI::App& app);
 
+// tandem serve: a deployment graph (YAML) as supervised child processes (cli/serve.h).
+Runner RegisterServe(CLI::App& app);
+
 // tandem bench: load generator and report against an OpenAI-compatible server (src/bench/).
 Runner RegisterBench(CLI::App& app);
 

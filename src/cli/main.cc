@@ -20,6 +20,10 @@ int main(int argc, char** argv) {
     runners[sub] = tandem::cli::RegisterRun(*sub);
   }
   {
+    CLI::App* sub = app.add_subcommand("serve", "Run a deployment graph (frontend + workers)");
+    runners[sub] = tandem::cli::RegisterServe(*sub);
+  }
+  {
     CLI::App* sub = app.add_subcommand("worker", "Run one worker (gRPC, found through discovery)");
     runners[sub] = tandem::cli::RegisterWorker(*sub);
   }
