@@ -1,4 +1,5 @@
-# tandem: `make run` serves the bundled model on :8000, `make test` builds and runs every test.
+# tandem: `make run` serves the bundled model on :8000 (1 prefill + 1 decode worker behind the
+# frontend; MODE=agg for one process), `make test` builds and runs every test.
 BUILD_DIR ?= build
 BUILD_TYPE ?= RelWithDebInfo
 JOBS ?= $(shell nproc)
@@ -21,8 +22,9 @@ build: configure
 
 HOST ?= 127.0.0.1
 PORT ?= 8000
+MODE ?= disagg
 run: build
-	$(BUILD_DIR)/tandem run --mode agg --host $(HOST) --port $(PORT)
+	$(BUILD_DIR)/tandem run --mode $(MODE) --host $(HOST) --port $(PORT)
 
 test: build
 	bash scripts/test-setup.sh

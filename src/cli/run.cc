@@ -1,16 +1,25 @@
-// tandem run --mode agg: one process holding the OpenAI-compatible frontend and one aggregated
-// worker (the CPU engine on its own thread). /health answers 503 until the model is loaded.
+// tandem run: the OpenAI-compatible server and its workers, in one command.
+//   --mode disagg (the default): 1 prefill + 1 decode worker and a frontend as supervised child
+//     processes (a built-in graph run like `tandem serve`, cli/serve.h); engine options go to the
+//     workers, HTTP options to the frontend. Its own discovery namespace (run-<pid>) unless
+//     --namespace is given.
+//   --mode agg: one process holding the OpenAI-compatible frontend and one aggregated worker (the
+//     CPU engine on its own thread). /health answers 503 until the model is loaded.
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include <unistd.h>
 
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
+#include "cli/serve.h"
 #include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -23,9 +32,16 @@ namespace tandem::cli {
 namespace {
 
 struct RunOptions {
-  std::string mode = "agg";
+  std::string mode = "disagg";
   EngineOptions engine;
   HttpOptions http;
+  // disagg only
+  int num_prefill = 1;
+  int num_decode = 1;
+  int max_local_prefill_tokens = -1;  // -1: the decode worker's default
+  std::string device = "cpu";
+  std::string namespace_name;         // empty: run-<pid>
+  std::string log_dir;
 };
 
 // Routes registered before the server starts, bound to the OpenAI service once the model loaded.
@@ -60,12 +76,50 @@ class LateRoutes {
   std::map<std::string, http::Handler> live_;
 };
 
-int RunAggregated(const RunOptions& opt) {
-  if (opt.mode != "agg") {
-    std::fprintf(stderr, "tandem run: --mode %s is not available yet; use --mode agg\n",
-                 opt.mode.c_str());
-    return 2;
+// The engine flags given on the command line, as they were given, for the workers.
+std::vector<std::pair<std::string, std::string>> GivenEngineFlags(const CLI::App& app) {
+  std::vector<std::pair<std::string, std::string>> flags;
+  for (const char* name : {"max-num-seqs", "max-waiting-requests", "max-num-batched-tokens",
+                           "block-size", "num-kv-blocks", "kv-cache-gib", "max-model-len"}) {
+    const CLI::Option* o = app.get_option_no_throw(std::string("--") + name);
+    if (o && o->count() > 0) flags.emplace_back(name, o->results().back());
   }
+  return flags;
+}
+
+// --mode disagg: the built-in graph, 1 prefill + 1 decode (by default) behind a frontend.
+int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
+  runtime::Graph graph;
+  graph.name = "run";
+  graph.source = "tandem run";
+  graph.namespace_name =
+      opt.namespace_name.empty() ? "run-" + std::to_string(getpid()) : opt.namespace_name;
+  if (!opt.engine.model_dir.empty()) {
+    graph.model_dir = std::filesystem::absolute(opt.engine.model_dir).lexically_normal().string();
+  }
+  graph.served_model_name = opt.engine.served_model_name;
+  graph.frontend.host = opt.http.host;
+  graph.frontend.port = opt.http.port;
+  graph.frontend.args = {"--http-threads", std::to_string(opt.http.http_threads),
+                         "--max-body-bytes", std::to_string(opt.http.max_body_bytes)};
+  // The key travels in the environment, not on a command line that ps shows.
+  if (!opt.http.api_key.empty()) graph.frontend.env["TANDEM_API_KEY"] = opt.http.api_key;
+  const auto engine_flags = GivenEngineFlags(app);
+  for (const auto& [mode, replicas] :
+       {std::pair<std::string, int>{"prefill", opt.num_prefill}, {"decode", opt.num_decode}}) {
+    if (replicas == 0) continue;
+    runtime::GraphWorkerGroup group;
+    group.mode = mode;
+    group.replicas = replicas;
+    group.devices = {opt.device};
+    group.engine = engine_flags;
+    if (mode == "decode") group.max_local_prefill_tokens = opt.max_local_prefill_tokens;
+    graph.workers.push_back(std::move(group));
+  }
+  return ServeGraph(std::move(graph), opt.log_dir);
+}
+
+int RunAggregated(const RunOptions& opt) {
   const std::string model_dir = opt.engine.ModelDir();
   const std::string api_key = opt.http.ApiKey();
   const std::string served_name = opt.engine.ServedModelName();
@@ -92,8 +146,10 @@ int RunAggregated(const RunOptions& opt) {
     return 1;
   }
   const EngineStats stats = bundle->engine->Stats();
-  auto engine = std::make_shared<AsyncEngine>(
-      std::move(bundle->engine), AsyncEngineOptions{served_name, opt.engine.max_waiting_requests});
+  AsyncEngineOptions engine_options;
+  engine_options.served_model_name = served_name;
+  engine_options.max_waiting_requests = opt.engine.max_waiting_requests;
+  auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
@@ -118,11 +174,30 @@ int RunAggregated(const RunOptions& opt) {
 
 Runner RegisterRun(CLI::App& app) {
   auto opt = std::make_shared<RunOptions>();
-  app.add_option("--mode", opt->mode, "agg: one process, frontend + one aggregated worker")
+  app.add_option("--mode", opt->mode,
+                 "disagg: a frontend, prefill and decode workers as child processes (default); "
+                 "agg: one process, frontend + one aggregated worker")
       ->check(CLI::IsMember({"agg", "disagg"}));
   AddHttpOptions(app, &opt->http);
   AddEngineOptions(app, &opt->engine);
-  return [opt] { return RunAggregated(*opt); };
+  app.add_option("--num-prefill", opt->num_prefill, "disagg: prefill workers")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--num-decode", opt->num_decode, "disagg: decode workers")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--max-local-prefill-tokens", opt->max_local_prefill_tokens,
+                 "disagg: prompts shorter than this prefill on the decode worker "
+                 "(default: the worker's)")
+      ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--device", opt->device, "disagg: the workers' device (cpu; cuda:N later)");
+  app.add_option("--namespace", opt->namespace_name,
+                 "disagg: discovery namespace of the workers (default: run-<pid>, private)");
+  app.add_option("--log-dir", opt->log_dir,
+                 "disagg: also write each process's output to DIR/<process>.log");
+  const CLI::App* self = &app;
+  return [opt, self] {
+    if (opt->mode == "disagg") return RunDisaggregated(*opt, *self);
+    return RunAggregated(*opt);
+  };
 }
 
 }  // namespace tandem::cli
