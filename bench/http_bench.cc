@@ -87,7 +87,7 @@ void BM_EchoEngineDirect(benchmark::State& state) {
     std::condition_variable cv;
     bool done = false;
     GenerateRequest r{"direct-" + std::to_string(state.thread_index()) + "-" + std::to_string(n++),
-                      prompt, {}};
+                      prompt, {}, {}};
     r.params.max_tokens = kMaxTokens;
     auto start = Clock::now();
     Status st = edge.engine->Submit(std::move(r), [&](RequestOutput out) {

@@ -84,7 +84,9 @@ TEST_F(OpenAIHttpTest, ClientGoneCancels) {
   for (bool stream : {true, false}) {
     size_t before = engine->submitted().size();
     auto r = PostJson("/v1/completions", json{{"prompt", "hi"}, {"stream", stream}}, "-m 1");
-    if (!stream) EXPECT_NE(r.code, 200) << "curl should have given up";
+    if (!stream) {
+      EXPECT_NE(r.code, 200) << "curl should have given up";
+    }
     ASSERT_EQ(engine->submitted().size(), before + 1);
     std::string id = engine->submitted().back().request_id;
     EXPECT_TRUE(http::testing::WaitFor(

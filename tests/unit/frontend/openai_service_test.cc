@@ -192,7 +192,9 @@ TEST_F(OpenAITest, DisconnectWhileWaitingCancels) {
     auto cancelled = engine->cancelled();
     EXPECT_NE(std::find(cancelled.begin(), cancelled.end(), subs.back().request_id),
               cancelled.end());
-    if (!stream) EXPECT_EQ(w->num_full, 0) << w->body;
+    if (!stream) {
+      EXPECT_EQ(w->num_full, 0) << w->body;
+    }
   }
 }
 
