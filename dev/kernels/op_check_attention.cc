@@ -1,0 +1,260 @@
+// cuda_op_check: paged attention (prefill and decode) against cpu::PagedAttention, over shuffled,
+// non-contiguous block tables with prefix blocks shared between sequences.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "kernels/cpu/paged_attention.h"
+#include "kernels/cuda/paged_attention.h"
+#include "op_check_util.h"
+
+namespace tandem::opcheck {
+namespace {
+
+// bf16 q/k/v, fp32 softmax; the probabilities are rounded to bf16 for P V (prefill) and the output
+// once more: a few 1e-3 expected.
+constexpr double kTolAttention = 1e-2;
+constexpr int kBlockSize = 16;
+
+struct Heads {
+  int nh, nkv, hd;
+};
+
+// Block tables for sequences of the given context lengths out of a shuffled pool; sequence s > 0
+// with share[s] > 0 reuses the first share[s] blocks of sequence 0 (a prefix-cache hit).
+struct Tables {
+  std::vector<int32_t> flat;  // [num_seqs, stride]
+  int stride = 0;
+  int num_blocks = 0;
+};
+
+Tables MakeTables(const std::vector<int>& ctx, const std::vector<int>& share, std::mt19937& rng) {
+  Tables t;
+  int needed = 0;
+  for (int c : ctx) {
+    const int blocks = (c + kBlockSize - 1) / kBlockSize;
+    t.stride = std::max(t.stride, blocks);
+    needed += blocks;
+  }
+  t.num_blocks = needed + needed / 4 + 3;  // spare blocks nobody reads
+  std::vector<int32_t> perm(t.num_blocks);
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), rng);
+  t.flat.assign(ctx.size() * t.stride, -1);
+  int next = 0;
+  const int blocks0 = (ctx[0] + kBlockSize - 1) / kBlockSize;
+  for (size_t s = 0; s < ctx.size(); ++s) {
+    const int blocks = (ctx[s] + kBlockSize - 1) / kBlockSize;
+    const int num_shared = s == 0 ? 0 : std::min({share[s], blocks, blocks0});
+    for (int b = 0; b < blocks; ++b) {
+      const bool shared = b < num_shared;
+      t.flat[s * t.stride + b] = shared ? t.flat[b] : perm[next++];
+    }
+  }
+  return t;
+}
+
+std::string Describe(const Heads& h, const std::vector<int>& a, const std::vector<int>& b) {
+  char buf[160];
+  int max_a = 0, sum_b = 0;
+  for (int x : a) max_a = std::max(max_a, x);
+  for (int x : b) sum_b += x;
+  std::snprintf(buf, sizeof(buf), "h %d/%d hd %d seqs %zu max_ctx %d new %d", h.nh, h.nkv, h.hd,
+                a.size(), max_a, sum_b);
+  return buf;
+}
+
+// Prefill of slices (start_pos[s], n[s]); share[s]: leading blocks shared with sequence 0.
+void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vector<int>& n,
+                 const std::vector<int>& share, bool time_it) {
+  std::mt19937 rng(NextSeed());
+  const int num_seqs = static_cast<int>(n.size());
+  std::vector<int> ctx(num_seqs);
+  std::vector<int32_t> qsl(num_seqs + 1, 0);
+  int max_n = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    ctx[s] = start[s] + n[s];
+    qsl[s + 1] = qsl[s] + n[s];
+    max_n = std::max(max_n, n[s]);
+  }
+  const int T = qsl[num_seqs];
+  const Tables tables = MakeTables(ctx, share, rng);
+  const int64_t row_elems = int64_t{h.nkv} * h.hd;
+  const int64_t q_stride = int64_t{h.nh + 2 * h.nkv} * h.hd;  // q inside a fused qkv buffer
+  DevBuf<bf16> pool(static_cast<size_t>(tables.num_blocks) * 2 * kBlockSize * row_elems);
+  DevBuf<bf16> qkv(T * q_stride), out(static_cast<size_t>(T) * h.nh * h.hd);
+  FillUniform(pool.get(), pool.size(), NextSeed(), -1.0f, 1.0f);
+  FillUniform(qkv.get(), qkv.size(), NextSeed(), -3.0f, 3.0f);
+  out.Poison();
+  DevBuf<int32_t> d_qsl(qsl.size()), d_start(num_seqs), d_tables(tables.flat.size());
+  d_qsl.Upload(qsl);
+  d_start.Upload(std::vector<int32_t>(start.begin(), start.end()));
+  d_tables.Upload(tables.flat);
+  cuda::PagedPrefillArgs a;
+  a.q = qkv.get();
+  a.q_stride = q_stride;
+  a.out = out.get();
+  a.out_stride = int64_t{h.nh} * h.hd;
+  a.kv_pool = pool.get();
+  a.query_start_loc = d_qsl.get();
+  a.start_pos = d_start.get();
+  a.block_tables = d_tables.get();
+  a.block_table_stride = tables.stride;
+  a.num_seqs = num_seqs;
+  a.max_query_len = max_n;
+  a.block_size = kBlockSize;
+  a.num_heads = h.nh;
+  a.num_kv_heads = h.nkv;
+  a.head_dim = h.hd;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
+  auto run = [&] { OC_OK(cuda::PagedPrefill(a, nullptr)); };
+  run();
+  OC_CUDA(cudaDeviceSynchronize());
+
+  const auto pool_f = DownloadFloat(pool);
+  const auto qkv_f = DownloadFloat(qkv);
+  const int q_row = h.nh * h.hd;
+  std::vector<float> q(static_cast<size_t>(T) * q_row), ref(q.size());
+  for (int t = 0; t < T; ++t) std::copy_n(qkv_f.begin() + t * q_stride, q_row, q.begin() + t * q_row);
+  double flops = 0;
+  for (int s = 0; s < num_seqs; ++s) {
+    cpu::PagedAttentionArgs c;
+    c.q = q.data() + static_cast<size_t>(qsl[s]) * q_row;
+    c.num_tokens = n[s];
+    c.start_pos = start[s];
+    c.kv_pool = pool_f.data();
+    c.block_table = tables.flat.data() + static_cast<size_t>(s) * tables.stride;
+    c.block_size = kBlockSize;
+    c.num_heads = h.nh;
+    c.num_kv_heads = h.nkv;
+    c.head_dim = h.hd;
+    c.scale = a.scale;
+    c.out = ref.data() + static_cast<size_t>(qsl[s]) * q_row;
+    cpu::PagedAttention(c);
+    // Causal FLOPs actually needed: 4 * heads * head_dim per (query, visible key) pair.
+    for (int i = 0; i < n[s]; ++i) flops += 4.0 * h.nh * h.hd * (start[s] + i + 1);
+  }
+  Row row{"paged_prefill", Describe(h, ctx, n)};
+  row.err = Compare(DownloadFloat(out), ref);
+  row.tol = kTolAttention;
+  row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol;
+  if (time_it) {
+    row.time_us = TimeUs(run, 3, 9);
+    row.flops = flops;
+  }
+  Record(row);
+}
+
+// Decode: one query per sequence over ctx[s] keys.
+void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<int>& share,
+                bool time_it) {
+  std::mt19937 rng(NextSeed());
+  const int num_seqs = static_cast<int>(ctx.size());
+  const Tables tables = MakeTables(ctx, share, rng);
+  const int64_t row_elems = int64_t{h.nkv} * h.hd;
+  const int q_row = h.nh * h.hd;
+  const int max_ctx = *std::max_element(ctx.begin(), ctx.end());
+  DevBuf<bf16> pool(static_cast<size_t>(tables.num_blocks) * 2 * kBlockSize * row_elems);
+  DevBuf<bf16> q(static_cast<size_t>(num_seqs) * q_row), out(q.size());
+  FillUniform(pool.get(), pool.size(), NextSeed(), -1.0f, 1.0f);
+  FillUniform(q.get(), q.size(), NextSeed(), -3.0f, 3.0f);
+  out.Poison();
+  DevBuf<int32_t> d_ctx(num_seqs), d_tables(tables.flat.size());
+  d_ctx.Upload(std::vector<int32_t>(ctx.begin(), ctx.end()));
+  d_tables.Upload(tables.flat);
+  const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(num_seqs, h.nh, h.hd, max_ctx);
+  DevBuf<unsigned char> ws(ws_bytes);
+  if (ws_bytes > 0) ws.Poison();
+  cuda::PagedDecodeArgs a;
+  a.q = q.get();
+  a.q_stride = q_row;
+  a.out = out.get();
+  a.out_stride = q_row;
+  a.kv_pool = pool.get();
+  a.context_lens = d_ctx.get();
+  a.block_tables = d_tables.get();
+  a.block_table_stride = tables.stride;
+  a.num_seqs = num_seqs;
+  a.max_context_len = max_ctx;
+  a.block_size = kBlockSize;
+  a.num_heads = h.nh;
+  a.num_kv_heads = h.nkv;
+  a.head_dim = h.hd;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
+  a.workspace = ws.get();
+  a.workspace_bytes = ws_bytes;
+  auto run = [&] { OC_OK(cuda::PagedDecode(a, nullptr)); };
+  run();
+  OC_CUDA(cudaDeviceSynchronize());
+
+  const auto pool_f = DownloadFloat(pool);
+  const auto q_f = DownloadFloat(q);
+  std::vector<float> ref(q_f.size());
+  double bytes = 2.0 * q_f.size() * sizeof(bf16);
+  for (int s = 0; s < num_seqs; ++s) {
+    cpu::PagedAttentionArgs c;
+    c.q = q_f.data() + static_cast<size_t>(s) * q_row;
+    c.num_tokens = 1;
+    c.start_pos = ctx[s] - 1;
+    c.kv_pool = pool_f.data();
+    c.block_table = tables.flat.data() + static_cast<size_t>(s) * tables.stride;
+    c.block_size = kBlockSize;
+    c.num_heads = h.nh;
+    c.num_kv_heads = h.nkv;
+    c.head_dim = h.hd;
+    c.scale = a.scale;
+    c.out = ref.data() + static_cast<size_t>(s) * q_row;
+    cpu::PagedAttention(c);
+    bytes += 2.0 * ctx[s] * row_elems * sizeof(bf16);  // K and V of every position, read once
+  }
+  std::vector<int> ones(num_seqs, 1);
+  Row row{"paged_decode", Describe(h, ctx, ones)};
+  row.err = Compare(DownloadFloat(out), ref);
+  row.tol = kTolAttention;
+  row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol;
+  if (time_it) {
+    row.time_us = TimeUs(run, 10, 15);
+    row.bytes = bytes;
+  }
+  Record(row);
+}
+
+}  // namespace
+
+void CheckPagedPrefill() {
+  const Heads qwen3_8b{32, 8, 128};
+  // A fresh prompt, a chunked prefill whose first 1536 tokens are cached (sharing 32 blocks with
+  // sequence 0), and a short tail after a 4000-token prefix.
+  if (!Small()) {
+    PrefillCase(qwen3_8b, {0, 1536, 4000}, {1000, 2560, 95}, {0, 32, 0}, true);
+    PrefillCase(qwen3_8b, {0}, {4096}, {0}, true);  // 4k prompt
+    PrefillCase(qwen3_8b, {0}, {512}, {0}, true);
+  }
+  PrefillCase({4, 2, 64}, {0, 100}, {37, 29}, {0, 2}, false);  // tiny-qwen3 heads
+  PrefillCase({8, 8, 128}, {0, 17, 300}, {1, 65, 3}, {0, 1, 1}, false);  // no GQA, odd sizes
+  PrefillCase({28, 4, 128}, {7, 0}, {129, 200}, {0, 0}, false);         // group 7
+}
+
+void CheckPagedDecode() {
+  const Heads qwen3_8b{32, 8, 128};
+  std::mt19937 rng(NextSeed());
+  std::vector<int> ctx = {1, 2, 15, 16, 17, 511, 512, 513, 1024, 1025, 4095, 4096};
+  while (ctx.size() < 64) ctx.push_back(std::uniform_int_distribution<int>(1, 4096)(rng));
+  std::shuffle(ctx.begin(), ctx.end(), rng);
+  std::vector<int> share(ctx.size(), 0);
+  ctx[0] = std::max(ctx[0], 1100);
+  for (size_t s = 1; s < ctx.size(); s += 3) share[s] = std::min(ctx[s] / kBlockSize, 8);
+  if (!Small()) {
+    DecodeCase(qwen3_8b, ctx, share, false);  // mixed contexts
+    DecodeCase(qwen3_8b, std::vector<int>(64, 4096), std::vector<int>(64, 0), true);    // 64 x 4k
+    DecodeCase(qwen3_8b, {4096}, {0}, true);                                          // 1 x 4k
+    DecodeCase(qwen3_8b, std::vector<int>(256, 1024), std::vector<int>(256, 0), true);  // 256 x 1k
+  }
+  DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false);   // tiny-qwen3
+  DecodeCase({32, 2, 128}, {2000, 513, 1}, {0, 10, 0}, false);            // group 16 (2 chunks)
+  DecodeCase({8, 4, 256}, {1500, 3, 512}, {0, 0, 0}, false);              // head_dim 256
+  DecodeCase({24, 4, 128}, {700, 1, 1536}, {0, 0, 0}, false);             // group 6
+}
+
+}  // namespace tandem::opcheck

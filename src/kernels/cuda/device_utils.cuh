@@ -1,0 +1,81 @@
+// Device helpers shared by the CUDA ops (included only by .cu files): bf16 <-> fp32 vectors of 8
+// (one 16-byte access), warp and block reductions.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda::detail {
+
+constexpr unsigned kFullMask = 0xffffffffu;
+
+// True when p is 16-byte aligned (uint4 access).
+__host__ __device__ inline bool Aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
+}
+
+// 8 bf16 values <-> one uint4 (16 bytes).
+__device__ inline void Bf16x8ToFloat(const uint4& v, float* out) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 f = __bfloat1622float2(h[i]);
+    out[2 * i] = f.x;
+    out[2 * i + 1] = f.y;
+  }
+}
+
+__device__ inline uint4 FloatToBf16x8(const float* in) {
+  uint4 v;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&v);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) h[i] = __floats2bfloat162_rn(in[2 * i], in[2 * i + 1]);
+  return v;
+}
+
+// Rounds through bf16 (what storing and reloading a bf16 tensor does).
+__device__ inline float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+__device__ inline float WarpSum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);
+  return v;
+}
+
+__device__ inline float WarpMax(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(kFullMask, v, o));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 floats in shared memory; the call synchronizes the block twice.
+__device__ inline float BlockSum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = WarpSum(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < num_warps ? scratch[lane] : 0.0f;
+  total = WarpSum(total);
+  __syncthreads();  // scratch may be reused right after
+  return total;
+}
+
+__device__ inline float BlockMax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int num_warps = blockDim.x >> 5;
+  v = WarpMax(v);
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < num_warps ? scratch[lane] : -INFINITY;
+  total = WarpMax(total);
+  __syncthreads();
+  return total;
+}
+
+}  // namespace tandem::cuda::detail

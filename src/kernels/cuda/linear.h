@@ -1,0 +1,63 @@
+// Linear layer on the GPU as torch.nn.functional.linear (the CUDA twin of kernels/cpu/matmul.h):
+//   y = x W^T (+ bias),  x: [m, k] bf16, W: [n, k] bf16 (HF [out, in]), y: [m, n] bf16 or fp32,
+// through cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F; bf16 tensor cores on sm_90). With a
+// bias, y is rounded once by the GEMM and once more after the bias add (bf16 y only).
+// Device pointers; asynchronous on `stream`.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+
+enum class OutDtype { kBf16, kFloat32 };
+
+struct LinearArgs {
+  const __nv_bfloat16* x = nullptr;  // [m, k], row stride ldx (>= k)
+  int64_t ldx = 0;
+  const __nv_bfloat16* w = nullptr;  // [n, k] contiguous
+  const __nv_bfloat16* bias = nullptr;  // [n] or nullptr
+  void* y = nullptr;                 // [m, n] of out_dtype, row stride ldy (>= n)
+  int64_t ldy = 0;
+  OutDtype out_dtype = OutDtype::kBf16;
+  int m = 0;
+  int n = 0;
+  int k = 0;
+};
+
+namespace detail {
+// y[i, j] += bias[j] for the m x n output.
+cudaError_t LaunchAddBias(const LinearArgs& args, cudaStream_t stream);
+}  // namespace detail
+}  // namespace tandem::cuda
+
+#ifndef __CUDACC__
+#include "common/status.h"
+
+namespace tandem::cuda {
+
+// An owned cuBLAS handle (one per thread or stream user; not thread-safe).
+class CublasHandle {
+ public:
+  // Errors: Internal (no device, cublasCreate failed).
+  static Result<CublasHandle> Create();
+  CublasHandle(CublasHandle&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  CublasHandle& operator=(CublasHandle&& other) noexcept;
+  CublasHandle(const CublasHandle&) = delete;
+  CublasHandle& operator=(const CublasHandle&) = delete;
+  ~CublasHandle();
+  cublasHandle_t get() const { return handle_; }
+
+ private:
+  explicit CublasHandle(cublasHandle_t h) : handle_(h) {}
+  cublasHandle_t handle_ = nullptr;
+};
+
+// Errors: InvalidArgument (sizes, strides, null pointers), Internal (cuBLAS or CUDA).
+Status Linear(const CublasHandle& handle, const LinearArgs& args, cudaStream_t stream);
+
+}  // namespace tandem::cuda
+#endif

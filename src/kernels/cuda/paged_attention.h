@@ -1,0 +1,98 @@
+// Paged attention on the GPU over a bf16 KV pool (the CUDA twin of kernels/cpu/paged_attention.h):
+// causal grouped-query attention, out = softmax(q k^T * scale) v, fp32 scores and softmax, bf16
+// q/k/v/out. Query head h reads KV head h / (num_heads / num_kv_heads).
+//
+// Pool layout (one layer): [num_blocks, 2 (K,V), block_size, num_kv_heads, head_dim]; a sequence's
+// position p lives in block block_tables[s][p / block_size], offset p % block_size. Blocks may be
+// anywhere in the pool and shared between sequences (prefix cache). Write this step's K/V first
+// (ReshapeAndCache).
+//
+// Prefill (PagedPrefill): a batch of slices, sequence s owning query tokens
+// [query_start_loc[s], query_start_loc[s+1]) at positions [start_pos[s], start_pos[s] + n_s);
+// token i attends to positions [0, start_pos[s] + i] (the cached prefix included). Flash-attention
+// style: 64-query x 64-key tiles on the tensor cores (WMMA bf16, fp32 accumulate), online softmax
+// with the probabilities rounded to bf16 for the P*V product. head_dim 64 or 128.
+//
+// Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
+// K/V included). Split-K: the context is cut into partitions of kDecodePartitionSize keys, one
+// block per (partition, KV head, sequence) serving all query heads of that KV head; when a sequence
+// has more than one partition, a second kernel merges the partial results (log-sum-exp weights).
+// head_dim 64, 128 or 256.
+//
+// All pointers are device pointers except where marked host; asynchronous on `stream`.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace tandem::cuda {
+
+struct PagedPrefillArgs {
+  const __nv_bfloat16* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
+  int64_t q_stride = 0;
+  __nv_bfloat16* out = nullptr;      // [num_tokens, num_heads, head_dim], row stride out_stride
+  int64_t out_stride = 0;
+  const __nv_bfloat16* kv_pool = nullptr;  // [num_blocks, 2, block_size, num_kv_heads, head_dim]
+  const int32_t* query_start_loc = nullptr;  // [num_seqs + 1], ascending, [0] = 0
+  const int32_t* start_pos = nullptr;        // [num_seqs], cached tokens before each slice
+  const int32_t* block_tables = nullptr;     // [num_seqs, block_table_stride]
+  int block_table_stride = 0;
+  int num_seqs = 0;
+  int max_query_len = 0;  // host value: max over s of the slice lengths (sizes the grid)
+  int block_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+
+// Keys per decode partition (split-K unit).
+constexpr int kDecodePartitionSize = 512;
+
+struct PagedDecodeArgs {
+  const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
+  int64_t q_stride = 0;
+  __nv_bfloat16* out = nullptr;      // [num_seqs, num_heads, head_dim], row stride out_stride
+  int64_t out_stride = 0;
+  const __nv_bfloat16* kv_pool = nullptr;
+  const int32_t* context_lens = nullptr;  // [num_seqs], >= 1, this step's token included
+  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
+  int block_table_stride = 0;
+  int num_seqs = 0;
+  int max_context_len = 0;  // host value: >= every context_lens[s] (sizes the grid)
+  int block_size = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;
+  float scale = 1.0f;
+  void* workspace = nullptr;  // PagedDecodeWorkspaceBytes(...) bytes, 16-byte aligned
+  size_t workspace_bytes = 0;
+};
+
+// Device scratch the decode split needs (0 when max_context_len fits one partition): partial
+// outputs [num_seqs, num_heads, partitions, head_dim] fp32 plus two [num_seqs, num_heads,
+// partitions] fp32 arrays (max logit, exp sum).
+size_t PagedDecodeWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context_len);
+
+namespace detail {
+cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
+cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
+}  // namespace detail
+}  // namespace tandem::cuda
+
+#ifndef __CUDACC__
+#include "common/status.h"
+
+namespace tandem::cuda {
+
+// Errors: InvalidArgument (sizes, head counts not dividing, null pointers, a workspace too small),
+// Unimplemented (an unsupported head_dim), Internal (CUDA). Device-side values (start positions,
+// context lengths, block ids) are not checked: the caller validates them on the host.
+Status PagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
+Status PagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
+
+}  // namespace tandem::cuda
+#endif

@@ -1,0 +1,92 @@
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/rms_norm.h"
+
+namespace tandem::cuda::detail {
+namespace {
+
+// One block per row. Pass 1 forms the (rounded) input row z and sums z^2; pass 2 re-reads z and
+// writes y. Each thread touches the same elements in both passes, so y may alias x.
+// kVec: dim % 8 == 0 and every row start 16-byte aligned (uint4 accesses).
+template <bool kVec, bool kFused>
+__global__ void RmsNormKernel(RmsNormArgs a) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const __nv_bfloat16* x = a.x + row * a.x_stride;
+  __nv_bfloat16* res = kFused ? a.residual + row * a.res_stride : nullptr;
+  __nv_bfloat16* y = a.y + row * a.y_stride;
+  // z: the normalized row's input: x, or bf16(x + residual) stored back into residual.
+  const __nv_bfloat16* z = kFused ? res : x;
+
+  float sum_sq = 0.0f;
+  if constexpr (kVec) {
+    for (int c = threadIdx.x; c < a.dim / 8; c += blockDim.x) {
+      float v[8];
+      Bf16x8ToFloat(reinterpret_cast<const uint4*>(x)[c], v);
+      if constexpr (kFused) {
+        float r[8];
+        Bf16x8ToFloat(reinterpret_cast<const uint4*>(res)[c], r);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) v[i] = RoundBf16(v[i] + r[i]);
+        reinterpret_cast<uint4*>(res)[c] = FloatToBf16x8(v);
+      }
+#pragma unroll
+      for (int i = 0; i < 8; ++i) sum_sq += v[i] * v[i];
+    }
+  } else {
+    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
+      float v = __bfloat162float(x[i]);
+      if constexpr (kFused) {
+        v = RoundBf16(v + __bfloat162float(res[i]));
+        res[i] = __float2bfloat16_rn(v);
+      }
+      sum_sq += v * v;
+    }
+  }
+  sum_sq = BlockSum(sum_sq, scratch);
+  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.dim) + a.eps);
+
+  if constexpr (kVec) {
+    for (int c = threadIdx.x; c < a.dim / 8; c += blockDim.x) {
+      float v[8], w[8];
+      Bf16x8ToFloat(reinterpret_cast<const uint4*>(z)[c], v);
+      Bf16x8ToFloat(reinterpret_cast<const uint4*>(a.weight)[c], w);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) v[i] = w[i] * RoundBf16(v[i] * inv_rms);
+      reinterpret_cast<uint4*>(y)[c] = FloatToBf16x8(v);
+    }
+  } else {
+    for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
+      const float v = RoundBf16(__bfloat162float(z[i]) * inv_rms);
+      y[i] = __float2bfloat16_rn(__bfloat162float(a.weight[i]) * v);
+    }
+  }
+}
+
+template <bool kFused>
+void Launch(const RmsNormArgs& a, bool vec, cudaStream_t stream) {
+  const int work = vec ? a.dim / 8 : a.dim;
+  int threads = ((work + 31) / 32) * 32;
+  threads = threads < 64 ? 64 : (threads > 1024 ? 1024 : threads);
+  if (vec) {
+    RmsNormKernel<true, kFused><<<a.num_rows, threads, 0, stream>>>(a);
+  } else {
+    RmsNormKernel<false, kFused><<<a.num_rows, threads, 0, stream>>>(a);
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchRmsNorm(const RmsNormArgs& a, bool fused, cudaStream_t stream) {
+  if (a.num_rows == 0 || a.dim == 0) return cudaSuccess;
+  bool vec = a.dim % 8 == 0 && a.x_stride % 8 == 0 && a.y_stride % 8 == 0 && Aligned16(a.x) &&
+             Aligned16(a.y) && Aligned16(a.weight);
+  if (fused) vec = vec && a.res_stride % 8 == 0 && Aligned16(a.residual);
+  if (fused) {
+    Launch<true>(a, vec, stream);
+  } else {
+    Launch<false>(a, vec, stream);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::cuda::detail

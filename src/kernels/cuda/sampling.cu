@@ -1,0 +1,116 @@
+#include <climits>
+
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/sampling.h"
+
+namespace tandem::cuda::detail {
+namespace {
+
+constexpr int kThreads = 1024;
+
+__global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const float* x, int64_t ldx, int n,
+                                                             float* out, int64_t ldo) {
+  __shared__ float scratch[32];
+  const float* row = x + blockIdx.x * ldx;
+  float* dst = out + blockIdx.x * ldo;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) m = fmaxf(m, row[i]);
+  m = BlockMax(m, scratch);
+  float sum = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) sum += expf(row[i] - m);
+  sum = BlockSum(sum, scratch);
+  const float lse = m + logf(sum);
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = row[i] - lse;
+}
+
+// (value, index) order of cpu::TopK: larger value first, then lower index.
+__device__ inline bool Better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// Block-wide best pair; every thread gets it. scratch_v/scratch_i: 32 entries each.
+__device__ inline void BlockBest(float& v, int& i, float* scratch_v, int* scratch_i) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int oi = __shfl_xor_sync(kFullMask, i, o);
+    if (Better(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+  if (lane == 0) { scratch_v[warp] = v; scratch_i[warp] = i; }
+  __syncthreads();
+  v = lane < num_warps ? scratch_v[lane] : -INFINITY;
+  i = lane < num_warps ? scratch_i[lane] : INT_MAX;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int oi = __shfl_xor_sync(kFullMask, i, o);
+    if (Better(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+  __syncthreads();
+}
+
+__global__ void __launch_bounds__(kThreads) ArgmaxKernel(const float* x, int64_t ldx, int n,
+                                                         int32_t* ids) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = x + blockIdx.x * ldx;
+  float v = -INFINITY;
+  int idx = INT_MAX;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    if (Better(row[i], i, v, idx)) { v = row[i]; idx = i; }
+  }
+  BlockBest(v, idx, sv, si);
+  if (threadIdx.x == 0) ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
+}
+
+// Round r picks the best element strictly worse (in Better order) than round r-1's pick.
+__global__ void __launch_bounds__(kThreads) TopKKernel(const float* x, int64_t ldx, int n, int k,
+                                                       int32_t* ids, float* values) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* row = x + blockIdx.x * ldx;
+  float last_v = INFINITY;
+  int last_i = -1;  // before round 0 every element is eligible
+  for (int r = 0; r < k; ++r) {
+    float v = -INFINITY;
+    int idx = INT_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+      const float xi = row[i];
+      const bool eligible = r == 0 || Better(last_v, last_i, xi, i);
+      if (eligible && Better(xi, i, v, idx)) { v = xi; idx = i; }
+    }
+    BlockBest(v, idx, sv, si);
+    if (threadIdx.x == 0) {
+      ids[static_cast<int64_t>(blockIdx.x) * k + r] = idx == INT_MAX ? 0 : idx;
+      values[static_cast<int64_t>(blockIdx.x) * k + r] = v;
+    }
+    last_v = v;
+    last_i = idx;
+  }
+}
+
+}  // namespace
+
+cudaError_t LaunchLogSoftmax(const float* x, int64_t ldx, int num_rows, int n, float* out,
+                             int64_t ldo, cudaStream_t stream) {
+  if (num_rows == 0 || n == 0) return cudaSuccess;
+  LogSoftmaxKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, out, ldo);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                         cudaStream_t stream) {
+  if (num_rows == 0 || n == 0) return cudaSuccess;
+  ArgmaxKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchTopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids,
+                       float* values, cudaStream_t stream) {
+  if (num_rows == 0 || k == 0) return cudaSuccess;
+  TopKKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, k, ids, values);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::cuda::detail

@@ -1,0 +1,41 @@
+// Sampling helpers on the GPU over fp32 logits rows (the CUDA twins of kernels/cpu/log_softmax.h):
+//   LogSoftmax: out = x - (max + log(sum(exp(x - max)))), fp32 (the CPU op sums in double).
+//   Argmax:     first index of the maximum (torch.argmax).
+//   TopK:       the k largest (index, value) pairs, largest first, ties by lower index, as
+//               cpu::TopK; k rounds of a block-wide arg-best over the row (fine for k up to ~64).
+// One block per row. Device pointers; asynchronous on `stream`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace tandem::cuda {
+namespace detail {
+// x: [num_rows, n] row stride ldx; out: [num_rows, n] row stride ldo (may alias x).
+cudaError_t LaunchLogSoftmax(const float* x, int64_t ldx, int num_rows, int n, float* out,
+                             int64_t ldo, cudaStream_t stream);
+// ids: [num_rows].
+cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                         cudaStream_t stream);
+// ids, values: [num_rows, k].
+cudaError_t LaunchTopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids,
+                       float* values, cudaStream_t stream);
+}  // namespace detail
+}  // namespace tandem::cuda
+
+#ifndef __CUDACC__
+#include "common/status.h"
+
+namespace tandem::cuda {
+
+// Errors (all three): InvalidArgument (sizes, strides < n, null pointers; TopK: k outside [1, n]
+// or above 1024), Internal (CUDA).
+Status LogSoftmax(const float* x, int64_t ldx, int num_rows, int n, float* out, int64_t ldo,
+                  cudaStream_t stream);
+Status Argmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids, cudaStream_t stream);
+Status TopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids, float* values,
+            cudaStream_t stream);
+
+}  // namespace tandem::cuda
+#endif
