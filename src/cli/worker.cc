@@ -127,7 +127,9 @@ int RunWorker(const WorkerOptions& opt) {
 
   std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
   std::shared_ptr<worker::DecodeDisagg> disagg;
-  AsyncEngineOptions engine_options{served_name, opt.engine.max_waiting_requests};
+  AsyncEngineOptions engine_options;
+  engine_options.served_model_name = served_name;
+  engine_options.max_waiting_requests = opt.engine.max_waiting_requests;
   if (decode) {
     runtime::RemotePrefillClientOptions client_options;
     client_options.namespace_name = opt.namespace_name;

@@ -39,7 +39,9 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   }
   if (!client) {
     num_fallbacks_.fetch_add(1);
-    done(RemotePrefillOutcome{Status(StatusCode::kFailedPrecondition, "the worker is stopping")});
+    RemotePrefillOutcome stopping;
+    stopping.status = Status(StatusCode::kFailedPrecondition, "the worker is stopping");
+    done(std::move(stopping));
     return;
   }
   client->Prefill(

@@ -209,7 +209,7 @@ TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
   ASSERT_TRUE(wait_calls(1));
   EXPECT_EQ(calls[0].first.request_id, "long");
   EXPECT_EQ(calls[0].first.block_ids.size(), 10u);  // 40 tokens / 4
-  calls[0].second(RemotePrefillOutcome{Status(StatusCode::kFailedPrecondition, "prefill died")});
+  calls[0].second(RemotePrefillOutcome{Status(StatusCode::kFailedPrecondition, "prefill died"), -1, {}});
   ASSERT_TRUE(failed.Wait());
   auto plain = MakeFakeEngine();
   ASSERT_TRUE(plain->AddRequest("long", Prompt(40, 2), testing::Greedy(5)).ok());
