@@ -10,6 +10,7 @@ PACKAGES=(
   libboost1.81-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev curl
+  libucx-dev libfabric-dev
   python3 python3-jinja2 nodejs npm
 )
 

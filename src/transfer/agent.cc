@@ -9,6 +9,9 @@
 #include "transfer/coalesce.h"
 #include "transfer/local_backend.h"
 #include "transfer/tcp_backend.h"
+#ifdef TANDEM_HAVE_UCX
+#include "transfer/ucx_backend.h"
+#endif
 
 namespace tandem::transfer {
 
@@ -25,6 +28,9 @@ std::map<std::string, BackendFactory>& Factories() {
     std::map<std::string, BackendFactory> f;
     f["local"] = MakeLocalBackend;
     f["tcp"] = MakeTcpBackend;
+#ifdef TANDEM_HAVE_UCX
+    f["ucx"] = MakeUcxBackend;  // built with UCX (CMake: TANDEM_HAVE_UCX)
+#endif
     return f;
   }();
   return factories;
@@ -269,6 +275,11 @@ const std::string& TransferHandle::backend() const { return record_->backend; }
 
 Result<std::unique_ptr<Agent>> Agent::Create(AgentOptions options) {
   if (options.name.empty()) return Err(StatusCode::kInvalidArgument, "a transfer agent needs a name");
+  // An override names a backend the list may lack (e.g. --kv-transfer-backend ucx): create it too.
+  const std::string& forced = options.backend_override;
+  if (!forced.empty() && std::find(options.backends.begin(), options.backends.end(), forced) == options.backends.end()) {
+    options.backends.push_back(forced);
+  }
   auto core = std::make_shared<AgentCore>(std::move(options));
   for (const std::string& name : core->options.backends) {
     static const BackendParams kNone;

@@ -1,0 +1,149 @@
+// The common part of the RMA backends ("ucx", "libfabric"): peers, the control protocol
+// (fabric_control.h: kBegin/kGrant, the data phase, kEnd/kAck), deadlines and one progress thread
+// per backend that makes every call into the fabric library. A transport (ucx_backend.cc,
+// libfabric_backend.cc) supplies the hooks below; they all run on the progress thread, except
+// ParseAddress.
+//
+// A transfer: Post (any thread) queues it; the progress thread computes the bounds of the remote
+// ranges per remote region, sends kBegin and waits for kGrant; then StartData issues one RMA
+// operation per coalesced segment (READ: get into local memory, WRITE: put into the peer's) and
+// calls DataDone once every operation completed (WRITE: remotely); then kEnd releases the target's
+// pin and carries the notification, and a transfer with a notification completes on kAck, after the
+// target delivered it. Errors: a refused kBegin (InvalidArgument for a range the target no longer
+// registers, FailedPrecondition for a restarted target), a broken connection (the transport calls
+// PeerBroken, then DataDone with an error for the data in flight), the deadline (a tick of at most
+// 10 ms: AbortPeer cancels the peer's data in flight, whose local memory is untouched once DataDone
+// ran). A transfer completes with an error only once no operation of it can touch memory.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transfer/backend.h"
+#include "transfer/fabric_control.h"
+
+namespace tandem::transfer::rma {
+
+// A transport's state for one peer (an endpoint, unpacked remote keys); null until first used and
+// after the transport dropped it.
+struct PeerConn {
+  virtual ~PeerConn() = default;
+};
+
+struct Peer {
+  std::string name;
+  std::string instance_id;
+  std::string address;              // the transport's address of the peer (ParseAddress)
+  std::vector<RegionSpan> regions;  // the peer's host regions that carry this backend's key
+  std::vector<std::string> keys;    // per region: the backend's blob from the metadata
+  std::unique_ptr<PeerConn> conn;
+  bool retired = false;  // replaced or invalidated: dropped once `active` reaches 0
+  int active = 0;        // transfers in flight
+};
+
+enum class Phase { kAwaitGrant, kData, kAwaitAck };
+
+struct Xfer {
+  std::shared_ptr<TransferRequest> req;
+  std::shared_ptr<Peer> peer;
+  Phase phase = Phase::kAwaitGrant;
+  bool data_pending = false;  // StartData ran, DataDone not yet
+  Status error;               // the first error seen while data was pending
+};
+
+class RmaBackend : public Backend {
+ public:
+  RmaBackend(BackendHost& host, std::string name, BackendCapabilities caps);
+  ~RmaBackend() override;
+
+  const std::string& name() const override { return name_; }
+  BackendCapabilities capabilities() const override { return caps_; }
+  std::string ConnectionInfo() const override { return connection_info_; }
+  Result<std::string> OnRegister(const RegionInfo& region) override;
+  void OnDeregister(const RegionInfo& region) override;
+  Status LoadPeer(const AgentMetadata& peer) override;
+  void InvalidatePeer(const std::string& peer_name) override;
+  Status Post(std::shared_ptr<TransferRequest> request) override;
+  void Shutdown() override;
+
+ protected:
+  // ---- for the transport
+  // Starts the progress thread; call once the transport is ready (and connection_info_ is set).
+  void StartProgressThread();
+  // An incoming control message; `reply` sends bytes back to its sender (call it before returning).
+  void HandleControl(std::string_view bytes, const std::function<Status(std::string)>& reply);
+  // The data phase of transfer `xfer_id` ended: every operation of it completed or was cancelled.
+  void DataDone(uint64_t xfer_id, Status status);
+  // The connection to `peer` broke: transfers waiting for its answer fail now; those with data in
+  // flight fail at their DataDone, which the transport owes them.
+  void PeerBroken(Peer& peer, const Status& why);
+  BackendHost& host() { return host_; }
+  const std::map<uint64_t, Xfer>& xfers() const { return xfers_; }
+  bool on_progress_thread() const { return std::this_thread::get_id() == thread_.get_id(); }
+  std::string connection_info_;
+
+  // ---- the transport's hooks (progress thread)
+  virtual Result<std::string> RegisterLocal(const RegionInfo& region) = 0;  // the region's blob
+  virtual void DeregisterLocal(const RegionInfo& region) = 0;
+  // Any thread: the peer's address from its connection info (checks the blob's version).
+  virtual Result<std::string> ParseAddress(const std::string& connection_info) const = 0;
+  // The address the target replies to ("" when the transport routes replies itself).
+  virtual std::string ReplyAddress() const = 0;
+  virtual Status SendControl(Peer& peer, std::string bytes) = 0;  // connects lazily
+  virtual bool Connected(const Peer& peer) const = 0;            // a connection that did not break
+  // Issues the data operations of `x`; DataDone(x.req->id, ...) follows exactly once, after all of
+  // them ended (it may come from inside this call).
+  virtual void StartData(Peer& peer, Xfer& x) = 0;
+  // Cancels the peer's data in flight (their DataDone follow) and drops its connection.
+  virtual void AbortPeer(Peer& peer, const Status& why) = 0;
+  virtual void ReleasePeer(Peer& peer) = 0;  // no transfers left: drop the connection
+  virtual int Progress() = 0;                // handles what completed; returns how many events
+  virtual void WaitEvents(int timeout_ms) = 0;
+  virtual void Wake() = 0;           // any thread: WaitEvents returns
+  virtual void StopTransport() = 0;  // at shutdown: afterwards no operation touches memory
+
+ private:
+  void Loop();
+  void Submit(std::function<void()> fn);
+  template <typename T>
+  T RunSync(std::function<T()> fn);
+  void ApplyPeer(std::shared_ptr<Peer> peer);
+  void Retire(const std::shared_ptr<Peer>& peer, const Status& why);
+  void StartXfer(std::shared_ptr<TransferRequest> req);
+  void OnGrant(const ControlMessage& m);
+  void OnAck(const ControlMessage& m);
+  void SendEnd(Xfer& x, const Status& status, bool want_ack);
+  void Finish(uint64_t xfer_id, Status status);
+  void Tick();
+  void StopOnThread();
+
+  BackendHost& host_;
+  const std::string name_;
+  const BackendCapabilities caps_;
+  GuardTable guards_;
+
+  std::mutex mu_;  // guards the fields up to thread_
+  std::deque<std::function<void()>> commands_;
+  std::set<std::string> known_;  // peers Post may name
+  bool stop_ = false;
+  bool shut_down_ = false;
+  std::thread thread_;
+  std::atomic<bool> thread_done_{false};
+
+  // Progress thread only.
+  std::map<std::string, std::shared_ptr<Peer>> peers_;
+  std::vector<std::shared_ptr<Peer>> retired_;
+  std::map<uint64_t, Xfer> xfers_;
+  std::chrono::steady_clock::time_point last_tick_;
+};
+
+}  // namespace tandem::transfer::rma
