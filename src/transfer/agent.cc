@@ -12,6 +12,9 @@
 #ifdef TANDEM_HAVE_UCX
 #include "transfer/ucx_backend.h"
 #endif
+#ifdef TANDEM_HAVE_LIBFABRIC
+#include "transfer/libfabric_backend.h"
+#endif
 
 namespace tandem::transfer {
 
@@ -30,6 +33,9 @@ std::map<std::string, BackendFactory>& Factories() {
     f["tcp"] = MakeTcpBackend;
 #ifdef TANDEM_HAVE_UCX
     f["ucx"] = MakeUcxBackend;  // built with UCX (CMake: TANDEM_HAVE_UCX)
+#endif
+#ifdef TANDEM_HAVE_LIBFABRIC
+    f["libfabric"] = MakeLibfabricBackend;  // built with libfabric (TANDEM_HAVE_LIBFABRIC)
 #endif
     return f;
   }();

@@ -201,7 +201,7 @@ void RmaBackend::StartXfer(std::shared_ptr<TransferRequest> req) {
   if (!st.ok()) Finish(id, st);
 }
 
-void RmaBackend::HandleControl(std::string_view bytes, const std::function<Status(std::string)>& reply) {
+void RmaBackend::HandleControl(std::string_view bytes, const ReplyFn& reply) {
   auto m = DecodeControl(bytes);
   if (!m.ok()) {
     log::warn("{} backend of agent {}: dropped a control message: {}", name_, host_.agent_name(),
@@ -214,7 +214,7 @@ void RmaBackend::HandleControl(std::string_view bytes, const std::function<Statu
                       ? Err(StatusCode::kFailedPrecondition, "agent {} is instance {}, not {}", host_.agent_name(),
                             host_.instance_id(), m->target_instance)
                       : guards_.Begin(*m, Clock::now());
-      Status sent = reply(EncodeControl(ReplyTo(*m, ControlType::kGrant, st)));
+      Status sent = reply(*m, EncodeControl(ReplyTo(*m, ControlType::kGrant, st)));
       if (!sent.ok()) guards_.End(*m);
       break;
     }
@@ -227,7 +227,7 @@ void RmaBackend::HandleControl(std::string_view bytes, const std::function<Statu
         Status st = pinned ? Status::Ok()
                            : Err(StatusCode::kInternal, "agent {}: the transfer's guard expired before its end",
                                  host_.agent_name());
-        (void)reply(EncodeControl(ReplyTo(*m, ControlType::kAck, st)));
+        (void)reply(*m, EncodeControl(ReplyTo(*m, ControlType::kAck, st)));
       }
       break;
     }

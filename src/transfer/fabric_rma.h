@@ -79,8 +79,10 @@ class RmaBackend : public Backend {
   // ---- for the transport
   // Starts the progress thread; call once the transport is ready (and connection_info_ is set).
   void StartProgressThread();
-  // An incoming control message; `reply` sends bytes back to its sender (call it before returning).
-  void HandleControl(std::string_view bytes, const std::function<Status(std::string)>& reply);
+  // An incoming control message; `reply(request, bytes)` sends bytes back to the sender of
+  // `request` (the decoded message: libfabric replies to its reply_address).
+  using ReplyFn = std::function<Status(const ControlMessage& request, std::string bytes)>;
+  void HandleControl(std::string_view bytes, const ReplyFn& reply);
   // The data phase of transfer `xfer_id` ended: every operation of it completed or was cancelled.
   void DataDone(uint64_t xfer_id, Status status);
   // The connection to `peer` broke: transfers waiting for its answer fail now; those with data in
@@ -105,7 +107,8 @@ class RmaBackend : public Backend {
   virtual void StartData(Peer& peer, Xfer& x) = 0;
   // Cancels the peer's data in flight (their DataDone follow) and drops its connection.
   virtual void AbortPeer(Peer& peer, const Status& why) = 0;
-  virtual void ReleasePeer(Peer& peer) = 0;  // no transfers left: drop the connection
+  // No transfers left (or shutting down): drop the connection. Idempotent.
+  virtual void ReleasePeer(Peer& peer) = 0;
   virtual int Progress() = 0;                // handles what completed; returns how many events
   virtual void WaitEvents(int timeout_ms) = 0;
   virtual void Wake() = 0;           // any thread: WaitEvents returns

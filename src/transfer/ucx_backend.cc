@@ -388,7 +388,7 @@ class UcxBackend final : public rma::RmaBackend {
       n++;
       if (e.type == Event::kControl) {
         ucp_ep_h reply_ep = e.reply_ep;
-        HandleControl(e.bytes, [&](std::string out) {
+        HandleControl(e.bytes, [&](const rma::ControlMessage&, std::string out) {
           if (!reply_ep) return Err(StatusCode::kInternal, "ucx: a control message without a reply endpoint");
           return SendOn(reply_ep, std::move(out), false);
         });

@@ -24,6 +24,9 @@ std::vector<std::string> TestedBackends() {
 #ifdef TANDEM_HAVE_UCX
   v.push_back("ucx");
 #endif
+#ifdef TANDEM_HAVE_LIBFABRIC
+  v.push_back("libfabric");
+#endif
   return v;
 }
 
