@@ -44,7 +44,7 @@ struct AsyncEngineOptions {
   // Disaggregated decode: starts the remote prefill of `task` and calls `done` exactly once, from
   // any thread, when it ended. Unset: every prompt is prefilled here.
   std::function<void(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done)>
-      remote_prefill;
+      remote_prefill{};
 };
 
 class AsyncEngine final : public EngineClient {

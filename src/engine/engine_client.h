@@ -18,7 +18,7 @@ struct GenerateRequest {
   std::string request_id;               // unique while in flight
   std::vector<int32_t> prompt_token_ids;
   SamplingParams params;
-  RequestOptions options;               // disaggregation roles (engine.h); default: none
+  RequestOptions options{};             // disaggregation roles (engine.h); default: none
 };
 
 // Called for every output of a request, on a thread of the client's choosing (not the caller's):
