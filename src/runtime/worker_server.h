@@ -25,7 +25,7 @@ struct WorkerServerOptions {
   std::string host = "127.0.0.1";  // address to bind
   int port = 0;                    // 0: an ephemeral port (see port())
   // Prefill workers: serves Worker.RemotePrefill (else it answers UNIMPLEMENTED).
-  std::shared_ptr<RemotePrefillHandler> remote_prefill;
+  std::shared_ptr<RemotePrefillHandler> remote_prefill{};
 };
 
 class WorkerServer {
