@@ -99,7 +99,7 @@ Result<ControlMessage> DecodeControl(std::string_view bytes) {
             r.Str(&m.initiator) && r.Str(&m.initiator_instance) && r.Str(&m.reply_address) &&
             r.Str(&m.target_instance) && r.Get(&op) && r.Get(&m.timeout_ms) && r.Get(&has_note) && r.Str(&note) &&
             r.Get(&num_bounds);
-  if (!ok || type < 1 || type > 4 || op > 1 || code > static_cast<uint32_t>(StatusCode::kInternal) ||
+  if (!ok || type < 1 || type > 5 || op > 1 || code > static_cast<uint32_t>(StatusCode::kInternal) ||
       num_bounds > bytes.size() / 16) {
     return Err(StatusCode::kDataLoss, "rma control: malformed message");
   }

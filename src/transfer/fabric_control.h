@@ -12,6 +12,7 @@
 //   complete)
 //   kEnd {xfer, status, notification} ------->  unpin; deliver the notification (status OK only)
 //               <------ kAck {xfer}             (only when kEnd asked for it: a notification)
+//   kPing {} ------------------------------->  ignored (liveness, see ControlType)
 //
 // `bounds` are, per remote region the segments touch, the smallest range covering them: the target
 // pins a registered region only if it contains that range, which is the same check as every segment
@@ -47,7 +48,9 @@ inline constexpr size_t kMaxNotificationBytes = 16 << 10;
 // The largest control message (libfabric posts receive buffers of this size).
 inline constexpr size_t kMaxControlBytes = 64 << 10;
 
-enum class ControlType : uint8_t { kBegin = 1, kGrant = 2, kEnd = 3, kAck = 4 };
+// kPing: ignored by the target; a transport sends it to find out that a peer it awaits an answer
+// from is gone (libfabric: the send fails once the connection broke).
+enum class ControlType : uint8_t { kBegin = 1, kGrant = 2, kEnd = 3, kAck = 4, kPing = 5 };
 inline constexpr uint16_t kWantAck = 1;  // kEnd: answer with kAck after delivering
 
 struct ControlMessage {

@@ -11,6 +11,7 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 constexpr auto kTick = std::chrono::milliseconds(10);
+constexpr auto kKeepAlive = std::chrono::milliseconds(200);
 constexpr auto kStopDrain = std::chrono::seconds(2);  // at shutdown: how long cancelled data may take
 }  // namespace
 
@@ -233,6 +234,7 @@ void RmaBackend::HandleControl(std::string_view bytes, const ReplyFn& reply) {
     }
     case ControlType::kGrant: OnGrant(*m); break;
     case ControlType::kAck: OnAck(*m); break;
+    case ControlType::kPing: break;
   }
 }
 
@@ -333,6 +335,14 @@ void RmaBackend::Tick() {
     Status why = Err(StatusCode::kInternal, "connection to {} aborted: a transfer timed out", peer->name);
     PeerBroken(*peer, why);
     AbortPeer(*peer, why);
+  }
+  if (now - last_keepalive_ >= kKeepAlive) {
+    last_keepalive_ = now;
+    std::set<std::shared_ptr<Peer>> waiting;
+    for (auto& [id, x] : xfers_) {
+      if (!x.data_pending) waiting.insert(x.peer);
+    }
+    for (const auto& peer : waiting) KeepAlive(*peer);
   }
 }
 

@@ -109,6 +109,9 @@ class RmaBackend : public Backend {
   virtual void AbortPeer(Peer& peer, const Status& why) = 0;
   // No transfers left (or shutting down): drop the connection. Idempotent.
   virtual void ReleasePeer(Peer& peer) = 0;
+  // Every 200 ms while a transfer to `peer` waits for its answer: a transport that would not
+  // notice a dead peer otherwise checks it (libfabric sends kPing).
+  virtual void KeepAlive(Peer& peer) {}
   virtual int Progress() = 0;                // handles what completed; returns how many events
   virtual void WaitEvents(int timeout_ms) = 0;
   virtual void Wake() = 0;           // any thread: WaitEvents returns
@@ -146,7 +149,7 @@ class RmaBackend : public Backend {
   std::map<std::string, std::shared_ptr<Peer>> peers_;
   std::vector<std::shared_ptr<Peer>> retired_;
   std::map<uint64_t, Xfer> xfers_;
-  std::chrono::steady_clock::time_point last_tick_;
+  std::chrono::steady_clock::time_point last_tick_, last_keepalive_;
 };
 
 }  // namespace tandem::transfer::rma

@@ -210,15 +210,30 @@ class LibfabricBackend final : public rma::RmaBackend {
 
   std::string DescribeLink(const Link& link) const { return link.peer ? link.peer->name : "an initiator"; }
 
+  // Posts the queued control messages it can, in order per address; an address whose send answers
+  // -FI_EAGAIN (its connection is busy, or its peer stopped) waits without blocking the others.
   void FlushSends() {
-    while (!pending_sends_.empty() && !free_send_.empty() && fi_.open()) {
-      auto [link, bytes] = pending_sends_.front();
-      if (!EnsureInserted(*link)) {
-        pending_sends_.pop_front();
-        link->outstanding--;
-        LinkFailed(link, Err(StatusCode::kInternal, "libfabric: fi_av_insert of {} failed", DescribeLink(*link)));
+    std::set<Link*> busy;
+    std::vector<std::pair<std::shared_ptr<Link>, Status>> failed;
+    for (auto it = pending_sends_.begin(); it != pending_sends_.end() && !free_send_.empty() && fi_.open();) {
+      std::shared_ptr<Link> link = it->first;
+      if (busy.count(link.get())) {
+        ++it;
         continue;
       }
+      if (link->broken || link->released) {  // dropped: the transfer it belonged to has failed
+        link->outstanding--;
+        failed.emplace_back(link, Status::Ok());
+        it = pending_sends_.erase(it);
+        continue;
+      }
+      if (!EnsureInserted(*link)) {
+        link->outstanding--;
+        failed.emplace_back(link, Err(StatusCode::kInternal, "libfabric: fi_av_insert of {} failed", DescribeLink(*link)));
+        it = pending_sends_.erase(it);
+        continue;
+      }
+      const std::string& bytes = it->second;
       size_t slot = free_send_.back();
       std::memcpy(Buf(slot), bytes.data(), bytes.size());
       OpCtx* op = NewOp(OpCtx::kSend);
@@ -227,16 +242,25 @@ class LibfabricBackend final : public rma::RmaBackend {
       ssize_t rc = fi_send(fi_.ep(), Buf(slot), bytes.size(), SlabDesc(), link->addr, &op->ctx);
       if (rc == -FI_EAGAIN) {
         DropOp(op);
-        break;  // the CQ must move first
+        busy.insert(link.get());
+        ++it;
+        continue;
       }
-      pending_sends_.pop_front();
+      it = pending_sends_.erase(it);
       if (rc != 0) {
         DropOp(op);
         link->outstanding--;
-        LinkFailed(link, FiError(fmt::format("fi_send to {}", DescribeLink(*link)), rc));
+        failed.emplace_back(link, FiError(fmt::format("fi_send to {}", DescribeLink(*link)), rc));
         continue;
       }
       free_send_.pop_back();
+    }
+    for (auto& [link, st] : failed) {  // after the loop: these may call back into the base
+      if (st.ok()) {
+        MaybeReset(*link);
+      } else {
+        LinkFailed(link, st);
+      }
     }
   }
 
@@ -443,6 +467,19 @@ class LibfabricBackend final : public rma::RmaBackend {
   }
 
   void AbortPeer(rma::Peer& peer, const Status& why) override { Recover(why); }
+
+  // With nothing in flight to the peer nothing would report its death: a kPing does (its send fails
+  // once the connection broke).
+  void KeepAlive(rma::Peer& peer) override {
+    auto link = LinkOf(peer);
+    if (link->broken || link->outstanding > 0 || !fi_.open()) return;
+    rma::ControlMessage ping;
+    ping.type = rma::ControlType::kPing;
+    ping.initiator = host().agent_name();
+    ping.initiator_instance = host().instance_id();
+    ping.reply_address = fi_.address();
+    (void)Send(link, rma::EncodeControl(ping));
+  }
 
   void ReleasePeer(rma::Peer& peer) override {
     auto* conn = static_cast<FiConn*>(peer.conn.get());
