@@ -1,5 +1,7 @@
 // KV transfer bandwidth of the tcp backend beside a plain loopback TCP socket copy of the same
-// bytes, measured in the same run (issue 5), and the local (memcpy) backend for scale.
+// bytes, measured in the same run (issue 5), the ucx and libfabric backends where built (issue 7:
+// host memory over loopback here, UCX on tcp/lo, libfabric on tcp;ofi_rxm), and the local (memcpy)
+// backend for scale.
 //
 //   build/bench/transfer_bench            [--benchmark_filter=...]
 //
@@ -8,7 +10,7 @@
 // the data); the source is 64 KiB descriptors (one KV block of one layer each) that coalesce into
 // one region. The plain copy: one connection, the receiver recv()s the bytes into its buffer and
 // answers one byte; timed from the first send to that byte. Counter GB/s = 1e9 bytes per second.
-// After the runs a table gives GB/s side by side and the ratio tcp backend / plain socket.
+// After the runs a table gives GB/s side by side and the ratio of each backend to the plain socket.
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -202,6 +204,12 @@ void BM_TcpBackend(benchmark::State& state) {
   RunAgent(state, "tcp", conns, "tcp backend x" + std::to_string(conns));
 }
 void BM_LocalBackend(benchmark::State& state) { RunAgent(state, "local", 1, "local backend"); }
+#ifdef TANDEM_HAVE_UCX
+void BM_UcxBackend(benchmark::State& state) { RunAgent(state, "ucx", 1, "ucx backend"); }
+#endif
+#ifdef TANDEM_HAVE_LIBFABRIC
+void BM_LibfabricBackend(benchmark::State& state) { RunAgent(state, "libfabric", 1, "libfabric backend"); }
+#endif
 
 // Registered size by size, each variant beside the others, so that load changes on a shared
 // machine hit them alike.
@@ -215,6 +223,15 @@ void RegisterAll() {
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond);
     }
+#ifdef TANDEM_HAVE_UCX
+    benchmark::RegisterBenchmark("BM_UcxBackend", BM_UcxBackend)->Arg(bytes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+#endif
+#ifdef TANDEM_HAVE_LIBFABRIC
+    benchmark::RegisterBenchmark("BM_LibfabricBackend", BM_LibfabricBackend)
+        ->Arg(bytes)
+        ->UseManualTime()
+        ->Unit(benchmark::kMicrosecond);
+#endif
     benchmark::RegisterBenchmark("BM_LocalBackend", BM_LocalBackend)->Arg(bytes)->UseManualTime()->Unit(benchmark::kMicrosecond);
   }
 }

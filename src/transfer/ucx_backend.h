@@ -22,7 +22,8 @@
 // Transports: UCX's own choice, except that, when the advertised host is a loopback address and
 // neither UCX_TLS nor the "tls" parameter says otherwise, UCX_TLS=tcp and UCX_NET_DEVICES=lo are set
 // through ucp_config_modify: UCX 1.13 gives no shared-memory transport (self, posix, sysv, cma) to
-// an endpoint that asks for peer failure handling, so tcp over lo is what runs here.
+// an endpoint that asks for peer failure handling, so tcp over lo is what runs here. The tcp
+// transport's segment size (UCX_TCP_TX_SEG_SIZE / RX_SEG_SIZE) is raised to 512 KiB unless set.
 // Params: "host" (default 127.0.0.1; loopback selects the above), "tls" (UCX_TLS), "net_devices"
 // (UCX_NET_DEVICES), "priority" (default 8: below tcp's 10, so tcp stays the default for host
 // memory unless overridden).
