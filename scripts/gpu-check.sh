@@ -53,6 +53,14 @@ find_cublas() {
 }
 
 build_on_device() {
+  echo "== building cuda_op_check on this machine (dev/kernels/CMakeLists.txt, kernels only)"
+  cmake -S dev/kernels -B build-kernels -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DTANDEM_EXTRA_INCLUDE="$CARRY/include" \
+        -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" \
+    && cmake --build build-kernels -j"$(nproc)" --target cuda_op_check
+}
+
+device() {
   local out=${OUT:-/tmp/gpu-check-out}
   mkdir -p "$out"
   echo "== $(date -u +%FT%TZ) gpu-check on $(uname -n)"
@@ -65,10 +73,14 @@ build_on_device() {
     mkdir -p /tmp/gpu-check && python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
       "$CARRY/cuda_op_check.xz" /tmp/gpu-check/cuda_op_check && chmod +x /tmp/gpu-check/cuda_op_check
     cat "$CARRY/BUILD_INFO" 2>/dev/null
-    if ldd /tmp/gpu-check/cuda_op_check | grep -q "not found"; then
-      echo "carried binary cannot load:"; ldd /tmp/gpu-check/cuda_op_check | grep "not found"
-    else
+    # A loader problem (a missing library, an old libstdc++) shows before main prints its usage.
+    local probe
+    probe=$(/tmp/gpu-check/cuda_op_check --probe 2>&1 || true)  # exits 2 after the usage line
+    if grep -q "^usage:" <<< "$probe"; then
       bin=/tmp/gpu-check/cuda_op_check
+    else
+      echo "carried binary cannot start:"; head -5 <<< "$probe"
+      ldd /tmp/gpu-check/cuda_op_check | grep "not found"
     fi
   fi
   if [ -z "$bin" ]; then
@@ -78,7 +90,7 @@ build_on_device() {
   [ -n "$bin" ] || { echo "no cuda_op_check to run"; return 2; }
   echo "== cuda_op_check ${GPU_CHECK_ARGS:-} ($bin)"
   # shellcheck disable=SC2086
-  timeout 330 "$bin" ${GPU_CHECK_ARGS:-} > "$out/op_check.log" 2>&1
+  timeout 300 "$bin" ${GPU_CHECK_ARGS:-} > "$out/op_check.log" 2>&1
   local rc=$?
   grep -v "^ok " "$out/op_check.log" | sed '/==== cuda_op_check summary/,$d'  # failures, notes, timings
 
@@ -96,7 +108,7 @@ build_on_device() {
 
   echo
   sed -n '/==== cuda_op_check summary/,$p' "$out/op_check.log"
-  [ "$rc" = 124 ] && echo "cuda_op_check TIMED OUT (330 s); log tail:" && tail -5 "$out/op_check.log"
+  [ "$rc" = 124 ] && echo "cuda_op_check TIMED OUT (300 s); log tail:" && tail -5 "$out/op_check.log"
   echo "sanitizers (small shapes, rc 0 = clean): $sanitize"
   echo "cuda_op_check exit $rc (0 pass, 1 parity failure, 2 CUDA error)"
   return "$rc"
@@ -105,7 +117,7 @@ build_on_device() {
 # The kernels-only fallback build on the device, timed, log to $1/device-build.log.
 build_test() {
   local t0=$SECONDS
-  if timeout 200 "$ROOT/scripts/gpu-check.sh" build-device > "$1/device-build.log" 2>&1; then
+  if timeout 150 "$ROOT/scripts/gpu-check.sh" build-device > "$1/device-build.log" 2>&1; then
     echo "== kernels-only build on this machine: ok ($((SECONDS - t0)) s)"
   else
     echo "== kernels-only build on this machine FAILED ($((SECONDS - t0)) s):"; tail -15 "$1/device-build.log"

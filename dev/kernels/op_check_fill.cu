@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "kernels/cuda/device_utils.cuh"
+
 namespace tandem::opcheck {
 namespace {
 
@@ -34,7 +36,12 @@ __global__ void FillKernel(T* p, size_t n, uint64_t seed, float lo, float hi) {
 template <typename T>
 void Fill(T* p, size_t n, uint64_t seed, float lo, float hi) {
   if (n == 0) return;
-  FillKernel<<<1024, 256>>>(p, n, seed, lo, hi);
+#ifdef TANDEM_CUDA_EMU
+  constexpr int kBlocks = 1;  // emulated threads are expensive; the loop is grid-stride
+#else
+  constexpr int kBlocks = 1024;
+#endif
+  TANDEM_LAUNCH(FillKernel<T>, kBlocks, 256, 0, nullptr, p, n, seed, lo, hi);
   const cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) {
     std::fprintf(stderr, "FATAL FillUniform: %s\n", cudaGetErrorString(e));

@@ -7,6 +7,16 @@
 
 #include <cstdint>
 
+// Kernel launch and dynamic shared memory through macros, so that dev/kernels/emu can run the
+// same .cu files on the CPU (it defines both before this header).
+#ifndef TANDEM_LAUNCH
+#define TANDEM_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
+#ifndef TANDEM_DYNAMIC_SHARED
+#define TANDEM_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
+#endif
+
 namespace tandem::cuda::detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;

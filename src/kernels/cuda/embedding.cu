@@ -30,9 +30,9 @@ cudaError_t LaunchEmbedding(const int32_t* ids, int num_tokens, const __nv_bfloa
   const bool vec = dim % 8 == 0 && Aligned16(table) && Aligned16(out);
   const int threads = vec ? (dim / 8 < 256 ? ((dim / 8 + 31) / 32) * 32 : 256) : 256;
   if (vec) {
-    EmbeddingKernel<true><<<num_tokens, threads, 0, stream>>>(ids, table, vocab, dim, out);
+    TANDEM_LAUNCH(EmbeddingKernel<true>, num_tokens, threads, 0, stream, ids, table, vocab, dim, out);
   } else {
-    EmbeddingKernel<false><<<num_tokens, threads, 0, stream>>>(ids, table, vocab, dim, out);
+    TANDEM_LAUNCH(EmbeddingKernel<false>, num_tokens, threads, 0, stream, ids, table, vocab, dim, out);
   }
   return cudaGetLastError();
 }

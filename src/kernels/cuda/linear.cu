@@ -24,9 +24,9 @@ cudaError_t LaunchAddBias(const LinearArgs& a, cudaStream_t stream) {
   constexpr int kThreads = 256;
   const dim3 grid(a.m, (a.n + kThreads - 1) / kThreads);
   if (a.out_dtype == OutDtype::kBf16) {
-    AddBiasKernel<<<grid, kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(a.y), a.ldy, a.bias, a.n);
+    TANDEM_LAUNCH(AddBiasKernel<__nv_bfloat16>, grid, kThreads, 0, stream, static_cast<__nv_bfloat16*>(a.y), a.ldy, a.bias, a.n);
   } else {
-    AddBiasKernel<<<grid, kThreads, 0, stream>>>(static_cast<float*>(a.y), a.ldy, a.bias, a.n);
+    TANDEM_LAUNCH(AddBiasKernel<float>, grid, kThreads, 0, stream, static_cast<float*>(a.y), a.ldy, a.bias, a.n);
   }
   return cudaGetLastError();
 }

@@ -248,15 +248,16 @@ cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t
   const int g = per_block <= 1 ? 1 : per_block <= 2 ? 2 : per_block <= 4 ? 4 : 8;
   const int num_chunks = g == kMaxGroup ? num_chunks_8 : 1;
   const dim3 grid(ws.parts, a.num_kv_heads * num_chunks, a.num_seqs);
-  switch (g) {
-    case 1: PagedDecodeKernel<HD, 1><<<grid, kThreads, 0, stream>>>(a, ws, num_chunks); break;
-    case 2: PagedDecodeKernel<HD, 2><<<grid, kThreads, 0, stream>>>(a, ws, num_chunks); break;
-    case 4: PagedDecodeKernel<HD, 4><<<grid, kThreads, 0, stream>>>(a, ws, num_chunks); break;
-    default: PagedDecodeKernel<HD, 8><<<grid, kThreads, 0, stream>>>(a, ws, num_chunks); break;
-  }
+  void (*kernel)(PagedDecodeArgs, Workspace, int) =
+      g == 1 ? PagedDecodeKernel<HD, 1>
+      : g == 2 ? PagedDecodeKernel<HD, 2>
+      : g == 4 ? PagedDecodeKernel<HD, 4>
+               : PagedDecodeKernel<HD, 8>;
+  TANDEM_LAUNCH(kernel, grid, kThreads, 0, stream, a, ws, num_chunks);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || ws.parts <= 1) return err;
-  PagedDecodeReduceKernel<HD><<<dim3(a.num_heads, a.num_seqs), HD < 128 ? HD : 128, 0, stream>>>(a, ws);
+  TANDEM_LAUNCH(PagedDecodeReduceKernel<HD>, dim3(a.num_heads, a.num_seqs), HD < 128 ? HD : 128, 0,
+                stream, a, ws);
   return cudaGetLastError();
 }
 

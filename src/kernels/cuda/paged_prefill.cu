@@ -42,7 +42,7 @@ __global__ void __launch_bounds__(kThreads) PagedPrefillKernel(PagedPrefillArgs 
   using L = Smem<HD>;
   constexpr int kChunks = HD / 8;    // uint4 chunks per row
   constexpr int kDFrags = HD / 16;   // output fragments per warp row block
-  extern __shared__ __align__(128) unsigned char smem[];
+  TANDEM_DYNAMIC_SHARED(smem);
   __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
   __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
   __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
@@ -218,7 +218,7 @@ cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
                                          static_cast<int>(kBytes));
   if (err != cudaSuccess) return err;
   const dim3 grid((a.max_query_len + kBM - 1) / kBM, a.num_heads, a.num_seqs);
-  PagedPrefillKernel<HD><<<grid, kThreads, kBytes, stream>>>(a);
+  TANDEM_LAUNCH(PagedPrefillKernel<HD>, grid, kThreads, kBytes, stream, a);
   return cudaGetLastError();
 }
 

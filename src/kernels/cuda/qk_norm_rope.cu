@@ -63,7 +63,7 @@ cudaError_t LaunchQkNormRope(const QkNormRopeArgs& a, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(a.num_tokens) * (a.num_heads + a.num_kv_heads);
   if (items == 0) return cudaSuccess;
   const int64_t blocks = (items + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  QkNormRopeKernel<<<static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream>>>(a);
+  TANDEM_LAUNCH(QkNormRopeKernel, static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream, a);
   return cudaGetLastError();
 }
 

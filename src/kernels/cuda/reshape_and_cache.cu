@@ -40,9 +40,9 @@ cudaError_t LaunchReshapeAndCache(const ReshapeAndCacheArgs& a, cudaStream_t str
   const int64_t work = vec ? row / 8 : row;
   const int threads = work >= 256 ? 256 : static_cast<int>(((work + 31) / 32) * 32);
   if (vec) {
-    ReshapeAndCacheKernel<true><<<a.num_tokens, threads, 0, stream>>>(a);
+    TANDEM_LAUNCH(ReshapeAndCacheKernel<true>, a.num_tokens, threads, 0, stream, a);
   } else {
-    ReshapeAndCacheKernel<false><<<a.num_tokens, threads, 0, stream>>>(a);
+    TANDEM_LAUNCH(ReshapeAndCacheKernel<false>, a.num_tokens, threads, 0, stream, a);
   }
   return cudaGetLastError();
 }

@@ -95,21 +95,21 @@ __global__ void __launch_bounds__(kThreads) TopKKernel(const float* x, int64_t l
 cudaError_t LaunchLogSoftmax(const float* x, int64_t ldx, int num_rows, int n, float* out,
                              int64_t ldo, cudaStream_t stream) {
   if (num_rows == 0 || n == 0) return cudaSuccess;
-  LogSoftmaxKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, out, ldo);
+  TANDEM_LAUNCH(LogSoftmaxKernel, num_rows, kThreads, 0, stream, x, ldx, n, out, ldo);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
                          cudaStream_t stream) {
   if (num_rows == 0 || n == 0) return cudaSuccess;
-  ArgmaxKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, ids);
+  TANDEM_LAUNCH(ArgmaxKernel, num_rows, kThreads, 0, stream, x, ldx, n, ids);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchTopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids,
                        float* values, cudaStream_t stream) {
   if (num_rows == 0 || k == 0) return cudaSuccess;
-  TopKKernel<<<num_rows, kThreads, 0, stream>>>(x, ldx, n, k, ids, values);
+  TANDEM_LAUNCH(TopKKernel, num_rows, kThreads, 0, stream, x, ldx, n, k, ids, values);
   return cudaGetLastError();
 }
 

@@ -39,9 +39,9 @@ cudaError_t LaunchSiluMul(const SiluMulArgs& a, cudaStream_t stream) {
   const int work = vec ? a.dim / 8 : a.dim;
   const dim3 grid(a.num_tokens, (work + kThreads - 1) / kThreads);
   if (vec) {
-    SiluMulKernel<true><<<grid, kThreads, 0, stream>>>(a);
+    TANDEM_LAUNCH(SiluMulKernel<true>, grid, kThreads, 0, stream, a);
   } else {
-    SiluMulKernel<false><<<grid, kThreads, 0, stream>>>(a);
+    TANDEM_LAUNCH(SiluMulKernel<false>, grid, kThreads, 0, stream, a);
   }
   return cudaGetLastError();
 }

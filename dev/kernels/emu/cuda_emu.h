@@ -1,0 +1,354 @@
+// CPU emulation of the CUDA subset the tandem kernels use, to run cuda_op_check on a machine with no
+// GPU (dev/kernels/emu/run.sh). Force-included (-include) into every translation unit, .cu files
+// compiled as C++ with TANDEM_CUDA_EMU defined.
+//
+// A block runs as blockDim fibers (ucontext) on one OS thread, one block after another:
+// __syncthreads waits on a barrier over the block, each warp has its own barrier and exchange slots
+// for __syncwarp, shuffles and votes. __shared__ becomes `static` (one copy, blocks run one at a
+// time). WMMA
+// fragments hold the whole 16x16 tile in every lane; load/mma are done by every lane, store by
+// lane 0. Runtime calls work on host memory; cublasGemmEx runs the supported case with loops.
+// Not emulated: timing, streams, asynchrony, most of the API. Run with EMU_ORDER=reverse as well:
+// a missing __syncthreads/__syncwarp gives a wrong result in one of the two schedules.
+#pragma once
+
+#define __shared__ static
+#define __launch_bounds__(...)
+#define TANDEM_DYNAMIC_SHARED(name) unsigned char* name = ::emu::DynamicSmem()
+
+#include <cublas_v2.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <ucontext.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <vector>
+
+using std::max;
+using std::min;
+
+inline uint3 blockIdx;  // one block runs at a time; threadIdx is per fiber (below)
+inline dim3 blockDim;
+inline dim3 gridDim;
+
+namespace emu {
+
+// One block's fibers. A thread runs until it waits at a barrier or returns; the scheduler resumes
+// threads in the chosen order (EMU_ORDER=reverse runs lane 31 first), so a read that lacks its
+// barrier sees stale data in one of the orders and the check fails.
+struct Fiber {
+  ucontext_t ctx;
+  bool done = false;
+};
+struct Barrier {
+  int alive = 0;
+  int arrived = 0;
+  uint64_t gen = 0;
+};
+struct BlockState {
+  std::vector<Fiber> fibers;
+  Barrier block;
+  std::vector<Barrier> warps;
+  std::vector<uint64_t> slots;  // 32 per warp, for shuffles and votes
+  unsigned char* dyn_smem = nullptr;
+  ucontext_t scheduler;
+};
+inline BlockState* g_block = nullptr;
+inline int g_tid = 0;  // the running fiber
+
+inline unsigned char* DynamicSmem() { return g_block->dyn_smem; }
+inline uint3 ThreadIdx() {
+  const unsigned t = static_cast<unsigned>(g_tid);
+  return make_uint3(t % blockDim.x, (t / blockDim.x) % blockDim.y, t / (blockDim.x * blockDim.y));
+}
+inline int Lane() { return g_tid % 32; }
+
+inline void Yield() { swapcontext(&g_block->fibers[g_tid].ctx, &g_block->scheduler); }
+
+inline void Wait(Barrier& b) {
+  const uint64_t gen = b.gen;
+  if (++b.arrived == b.alive) {
+    b.arrived = 0;
+    ++b.gen;
+    return;
+  }
+  while (b.gen == gen) Yield();
+}
+
+inline void Leave(Barrier& b) {  // a returning thread no longer takes part
+  --b.alive;
+  if (b.alive > 0 && b.arrived == b.alive) {
+    b.arrived = 0;
+    ++b.gen;
+  }
+}
+
+// Exchanges one value per lane of the warp; returns all 32.
+template <typename T>
+inline void Exchange(T v, T* all) {
+  uint64_t bits = 0;
+  std::memcpy(&bits, &v, sizeof(T));
+  uint64_t* slot = &g_block->slots[(g_tid / 32) * 32];
+  slot[Lane()] = bits;
+  Wait(g_block->warps[g_tid / 32]);
+  for (int i = 0; i < 32; ++i) std::memcpy(&all[i], &slot[i], sizeof(T));
+  Wait(g_block->warps[g_tid / 32]);
+}
+
+inline std::function<void()>* g_body = nullptr;
+inline void FiberMain() {
+  (*g_body)();
+  Leave(g_block->warps[g_tid / 32]);
+  Leave(g_block->block);
+  g_block->fibers[g_tid].done = true;
+  // returning switches to uc_link (the scheduler)
+}
+
+inline bool Reverse() {
+  static const bool reverse = [] {
+    const char* o = std::getenv("EMU_ORDER");
+    return o != nullptr && std::strcmp(o, "reverse") == 0;
+  }();
+  return reverse;
+}
+
+template <typename Kernel, typename... Args>
+void Launch(Kernel kernel, dim3 grid, dim3 block, size_t smem, Args... args) {
+  const int n = static_cast<int>(block.x * block.y * block.z);
+  if (n % 32 != 0) std::abort();  // the kernels use whole warps
+  constexpr size_t kStack = 256 * 1024;
+  static std::vector<std::unique_ptr<char[]>> stacks;
+  while (stacks.size() < static_cast<size_t>(n)) stacks.emplace_back(new char[kStack]);
+  std::vector<unsigned char> dyn(smem + 128, 0xAB);
+  for (unsigned bz = 0; bz < grid.z; ++bz) {
+    for (unsigned by = 0; by < grid.y; ++by) {
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        BlockState state;
+        state.fibers.resize(n);
+        state.block.alive = n;
+        state.warps.resize(n / 32);
+        for (Barrier& w : state.warps) w.alive = 32;
+        state.slots.assign(n, 0);
+        state.dyn_smem = reinterpret_cast<unsigned char*>(
+            (reinterpret_cast<uintptr_t>(dyn.data()) + 127) & ~uintptr_t{127});
+        g_block = &state;
+        blockIdx = make_uint3(bx, by, bz);
+        blockDim = block;
+        gridDim = grid;
+        std::function<void()> body = [&] { kernel(args...); };
+        g_body = &body;
+        for (int t = 0; t < n; ++t) {
+          Fiber& f = state.fibers[t];
+          getcontext(&f.ctx);
+          f.ctx.uc_stack.ss_sp = stacks[t].get();
+          f.ctx.uc_stack.ss_size = kStack;
+          f.ctx.uc_link = &state.scheduler;
+          makecontext(&f.ctx, FiberMain, 0);
+        }
+        for (int remaining = n; remaining > 0;) {
+          remaining = 0;
+          for (int i = 0; i < n; ++i) {
+            const int t = Reverse() ? n - 1 - i : i;
+            if (state.fibers[t].done) continue;
+            g_tid = t;
+            swapcontext(&state.scheduler, &state.fibers[t].ctx);
+            if (!state.fibers[t].done) ++remaining;
+          }
+        }
+        g_block = nullptr;
+      }
+    }
+  }
+}
+
+// ---- runtime API on host memory ----
+template <typename T>
+cudaError_t Malloc(T** p, size_t bytes) {
+  *p = static_cast<T*>(std::aligned_alloc(256, (bytes + 255) / 256 * 256));
+  return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+}
+inline cudaError_t Free(void* p) { std::free(p); return cudaSuccess; }
+inline cudaError_t Memcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memcpy(d, s, n);
+  return cudaSuccess;
+}
+inline cudaError_t Memset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
+inline cudaError_t Ok() { return cudaSuccess; }
+inline cudaError_t GetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
+inline cudaError_t GetDeviceProperties(cudaDeviceProp* p, int) {
+  std::memset(p, 0, sizeof(*p));
+  std::strcpy(p->name, "CPU emulation (dev/kernels/emu)");
+  p->major = 9;
+  p->multiProcessorCount = 1;
+  return cudaSuccess;
+}
+inline cudaError_t Version(int* v) { *v = 0; return cudaSuccess; }
+template <typename F>
+cudaError_t FuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
+inline cudaError_t EventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t EventOne(cudaEvent_t) { return cudaSuccess; }
+inline cudaError_t EventElapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+inline const char* ErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
+
+// ---- cuBLAS: the GEMM of cuda::Linear (op T on A, op N on B, bf16 in, bf16/fp32 out, fp32) ----
+inline cublasStatus_t Create(cublasHandle_t* h) {
+  *h = reinterpret_cast<cublasHandle_t>(new int(0));
+  return CUBLAS_STATUS_SUCCESS;
+}
+inline cublasStatus_t Destroy(cublasHandle_t h) { delete reinterpret_cast<int*>(h); return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t SetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+inline const char* StatusString(cublasStatus_t) { return "emulated cublas status"; }
+inline cublasStatus_t GemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                             int k, const void* alpha, const void* A, cudaDataType_t at, int lda,
+                             const void* B, cudaDataType_t bt, int ldb, const void* beta, void* C,
+                             cudaDataType_t ct, int ldc, cublasComputeType_t, cublasGemmAlgo_t) {
+  if (ta != CUBLAS_OP_T || tb != CUBLAS_OP_N || at != CUDA_R_16BF || bt != CUDA_R_16BF ||
+      *static_cast<const float*>(beta) != 0.0f) {
+    return CUBLAS_STATUS_NOT_SUPPORTED;
+  }
+  const auto* a = static_cast<const __nv_bfloat16*>(A);
+  const auto* b = static_cast<const __nv_bfloat16*>(B);
+  const float al = *static_cast<const float*>(alpha);
+  for (int j = 0; j < n; ++j) {
+    for (int i = 0; i < m; ++i) {  // C[i + j ldc] = sum_l A[l + i lda] B[l + j ldb]
+      float acc = 0.0f;
+      for (int l = 0; l < k; ++l) {
+        acc += __bfloat162float(a[l + static_cast<int64_t>(i) * lda]) *
+               __bfloat162float(b[l + static_cast<int64_t>(j) * ldb]);
+      }
+      const int64_t idx = i + static_cast<int64_t>(j) * ldc;
+      if (ct == CUDA_R_16BF) {
+        static_cast<__nv_bfloat16*>(C)[idx] = __float2bfloat16_rn(al * acc);
+      } else {
+        static_cast<float*>(C)[idx] = al * acc;
+      }
+    }
+  }
+  return CUBLAS_STATUS_SUCCESS;
+}
+
+}  // namespace emu
+
+// ---- device built-ins ----
+inline void __syncthreads() { emu::Wait(emu::g_block->block); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::Wait(emu::g_block->warps[emu::g_tid / 32]); }
+template <typename T>
+inline T __shfl_xor_sync(unsigned, T v, int o, int = 32) {
+  T all[32];
+  emu::Exchange(v, all);
+  return all[emu::Lane() ^ o];
+}
+inline int __any_sync(unsigned, int pred) {
+  int all[32];
+  emu::Exchange(pred, all);
+  for (int p : all) if (p) return 1;
+  return 0;
+}
+
+#define threadIdx (::emu::ThreadIdx())
+
+#define TANDEM_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ::emu::Launch(kernel, dim3(grid), dim3(block), smem, __VA_ARGS__)
+
+#define cudaMalloc ::emu::Malloc
+#define cudaFree ::emu::Free
+#define cudaMemcpy ::emu::Memcpy
+#define cudaMemset ::emu::Memset
+#define cudaDeviceSynchronize ::emu::Ok
+#define cudaGetLastError ::emu::Ok
+#define cudaGetDeviceCount ::emu::GetDeviceCount
+#define cudaGetDeviceProperties ::emu::GetDeviceProperties
+#define cudaDriverGetVersion ::emu::Version
+#define cudaRuntimeGetVersion ::emu::Version
+#define cudaFuncSetAttribute ::emu::FuncSetAttribute
+#define cudaEventCreate ::emu::EventCreate
+#define cudaEventRecord ::emu::EventRecord
+#define cudaEventSynchronize ::emu::EventOne
+#define cudaEventDestroy ::emu::EventOne
+#define cudaEventElapsedTime ::emu::EventElapsed
+#define cudaGetErrorString ::emu::ErrorString
+#define cudaGetErrorName ::emu::ErrorString
+#define cublasCreate ::emu::Create
+#define cublasDestroy ::emu::Destroy
+#define cublasSetStream ::emu::SetStream
+#define cublasGemmEx ::emu::GemmEx
+#define cublasGetStatusString ::emu::StatusString
+
+// ---- WMMA (nvcuda::wmma) for 16x16x16, bf16 inputs, fp32 accumulators ----
+namespace nvcuda::wmma {
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void>
+struct fragment {
+  float x[16 * 16];  // row-major tile, the same in every lane
+};
+
+// WMMA's rules: a 256-bit aligned pointer, ldm a multiple of 16 bytes.
+template <typename T>
+inline void CheckTile(const T* p, unsigned ldm) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * sizeof(T)) % 16 != 0) {
+    std::fprintf(stderr, "emu: WMMA tile at %p, ldm %u breaks the alignment rules\n",
+                 static_cast<const void*>(p), ldm);
+    std::abort();
+  }
+}
+
+template <typename Use, typename T, typename Layout>
+inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout>& f, const T* p, unsigned ldm) {
+  CheckTile(p, ldm);
+  constexpr bool kColMajor = std::is_same_v<Layout, col_major>;
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < 16; ++c) {
+      f.x[r * 16 + c] = __bfloat162float(kColMajor ? p[r + c * ldm] : p[r * ldm + c]);
+    }
+  }
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p,
+                             unsigned ldm, layout_t layout) {
+  CheckTile(p, ldm);
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < 16; ++c) f.x[r * 16 + c] = layout == mem_row_major ? p[r * ldm + c] : p[r + c * ldm];
+  }
+}
+inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f,
+                              unsigned ldm, layout_t layout) {
+  CheckTile(p, ldm);
+  if (emu::Lane() != 0) return;
+  for (int r = 0; r < 16; ++r) {
+    for (int c = 0; c < 16; ++c) (layout == mem_row_major ? p[r * ldm + c] : p[r + c * ldm]) = f.x[r * 16 + c];
+  }
+}
+template <typename Use, typename T, typename L>
+inline void fill_fragment(fragment<Use, 16, 16, 16, T, L>& f, float v) {
+  std::fill(f.x, f.x + 256, v);
+}
+template <typename T, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
+                     const fragment<matrix_a, 16, 16, 16, T, LA>& a,
+                     const fragment<matrix_b, 16, 16, 16, T, LB>& b,
+                     const fragment<accumulator, 16, 16, 16, float>& c) {
+  float out[256];
+  for (int i = 0; i < 16; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      float acc = c.x[i * 16 + j];
+      for (int l = 0; l < 16; ++l) acc += a.x[i * 16 + l] * b.x[l * 16 + j];
+      out[i * 16 + j] = acc;
+    }
+  }
+  std::copy(out, out + 256, d.x);
+}
+}  // namespace nvcuda::wmma
