@@ -182,6 +182,16 @@ inline cudaError_t Memcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
 }
 inline cudaError_t Memset(void* d, int v, size_t n) { std::memset(d, v, n); return cudaSuccess; }
 inline cudaError_t Ok() { return cudaSuccess; }
+template <typename... A>
+cudaError_t OkAny(A...) { return cudaSuccess; }
+inline cudaError_t MemcpyAsync(void* d, const void* s, size_t n, cudaMemcpyKind k, cudaStream_t) {
+  return Memcpy(d, s, n, k);
+}
+inline cudaError_t StreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = reinterpret_cast<cudaStream_t>(new int(0));
+  return cudaSuccess;
+}
+inline cudaError_t StreamDestroy(cudaStream_t s) { delete reinterpret_cast<int*>(s); return cudaSuccess; }
 inline cudaError_t GetDeviceCount(int* n) { *n = 1; return cudaSuccess; }
 inline cudaError_t GetDeviceProperties(cudaDeviceProp* p, int) {
   std::memset(p, 0, sizeof(*p));
@@ -264,6 +274,11 @@ inline int __any_sync(unsigned, int pred) {
 #define cudaMemcpy ::emu::Memcpy
 #define cudaMemset ::emu::Memset
 #define cudaDeviceSynchronize ::emu::Ok
+#define cudaSetDevice ::emu::OkAny
+#define cudaStreamSynchronize ::emu::OkAny
+#define cudaStreamCreateWithFlags ::emu::StreamCreateWithFlags
+#define cudaStreamDestroy ::emu::StreamDestroy
+#define cudaMemcpyAsync ::emu::MemcpyAsync
 #define cudaGetLastError ::emu::Ok
 #define cudaGetDeviceCount ::emu::GetDeviceCount
 #define cudaGetDeviceProperties ::emu::GetDeviceProperties

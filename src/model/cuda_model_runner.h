@@ -1,0 +1,26 @@
+// The CUDA ModelRunner (model_runner.h) on one GPU: bf16 weights and KV cache, fp32 accumulation,
+// the ops of src/kernels/cuda. Same architectures, inputs and outputs as the CPU runner (logits are
+// returned to the host as fp32), so the engine can use either.
+//
+// Built only with the CUDA toolkit (CMake: TANDEM_HAVE_CUDA; target tandem_model_cuda); the
+// definition lives in cuda_model_runner.cc behind TANDEM_HAVE_CUDA.
+//
+// KV pool: one device allocation per layer, [num_blocks, 2, block_size, num_kv_heads, head_dim]
+// bf16 (kv_cache_layout().device_id = the GPU). Weights: q/k/v and gate/up are fused into one
+// GEMM each. Each Forward synchronizes its stream before returning the logits.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "common/status.h"
+#include "model/model_runner.h"
+
+namespace tandem {
+
+// Errors: those of LoadCpuModelRunner (files, tensors, config), Internal (no such CUDA device, a
+// CUDA error), ResourceExhausted (the weights do not fit on the GPU).
+Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& model_dir,
+                                                         int device_id);
+
+}  // namespace tandem
