@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one script for the GPU machine: CUDA op parity and timings (dev/kernels/cuda_op_check).
 #
-#   scripts/gpu-check.sh pack   on the dev machine (nvcc, no GPU): builds cuda_op_check with the
-#                               project's CMake (sm_90, OpenBLAS static) into build-cuda/ and packs it
+#   scripts/gpu-check.sh pack   on the dev machine (nvcc, no GPU): builds cuda_op_check and
+#                               cuda_runner_check with the project's CMake (sm_90, OpenBLAS static)
+#                               into build-cuda/ and packs them
 #                               with libfmt/libcudart and the headers for a fallback build into
 #                               .device-carry/ (ignored through .git/info/exclude).
 #   scripts/gpu-check.sh build-device   only the kernels-only fallback build, into build-kernels/.
@@ -11,7 +12,8 @@
 #                               (kernels only: the device has CUDA and CMake but not gRPC, Boost...)
 #                               when it is missing or cannot load; runs the full check, then
 #                               compute-sanitizer (memcheck; racecheck on prefill) on the small
-#                               shapes. The summary table prints last.
+#                               shapes, then cuda_runner_check on the bundled tiny model. The
+#                               summary table prints last.
 # Env: GPU_CHECK_SANITIZE=0 skips compute-sanitizer; GPU_CHECK_BUILD_TEST=1 also tries the fallback
 # build; GPU_CHECK_ARGS passes arguments to cuda_op_check (e.g. "--only decode").
 # Logs go to $OUT when set (the device tool brings them back). Never touches clocks, power, modes.
@@ -25,11 +27,13 @@ pack() {
   set -e
   grep -qxF '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >> .git/info/exclude
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON > /dev/null
-  cmake --build build-cuda -j2 --target cuda_op_check
+  cmake --build build-cuda -j2 --target cuda_op_check cuda_runner_check
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/include"
-  strip -o "$CARRY/cuda_op_check" build-cuda/cuda_op_check
-  xz -T2 -6 "$CARRY/cuda_op_check"
-  for lib in $(ldd build-cuda/cuda_op_check | awk '/=>/ {print $3}'); do
+  for b in cuda_op_check cuda_runner_check; do
+    strip -o "$CARRY/$b" "build-cuda/$b"
+    xz -T2 -6 "$CARRY/$b"
+  done
+  for lib in $(ldd build-cuda/cuda_op_check build-cuda/cuda_runner_check | awk '/=>/ {print $3}' | sort -u); do
     case "$(basename "$lib")" in
       libfmt.so.*|libcudart.so.*) cp -L "$lib" "$CARRY/lib/" ;;
     esac
@@ -106,9 +110,22 @@ device() {
   fi
   if [ "${GPU_CHECK_BUILD_TEST:-0}" = 1 ] && [ "$built_here" = 0 ]; then build_test "$out"; fi
 
+  # The CUDA ModelRunner against the CPU runner on the bundled tiny model (carried binary only).
+  local runner_rc=skipped
+  if [ -e "$CARRY/cuda_runner_check.xz" ]; then
+    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$CARRY/cuda_runner_check.xz" /tmp/gpu-check/cuda_runner_check && chmod +x /tmp/gpu-check/cuda_runner_check
+    mkdir -p /tmp/gpu-check/models && tar xJf models/tiny-qwen3.tar.xz -C /tmp/gpu-check/models
+    timeout 120 /tmp/gpu-check/cuda_runner_check /tmp/gpu-check/models/tiny-qwen3 --steps 8 \
+      > "$out/runner_check.log" 2>&1
+    runner_rc=$?
+  fi
+
   echo
   sed -n '/==== cuda_op_check summary/,$p' "$out/op_check.log"
   [ "$rc" = 124 ] && echo "cuda_op_check TIMED OUT (300 s); log tail:" && tail -5 "$out/op_check.log"
+  [ -e "$out/runner_check.log" ] && cat "$out/runner_check.log"
+  echo "cuda_runner_check exit $runner_rc (0: the CUDA runner matches the CPU runner)"
   echo "sanitizers (small shapes, rc 0 = clean): $sanitize"
   echo "cuda_op_check exit $rc (0 pass, 1 parity failure, 2 CUDA error)"
   return "$rc"
