@@ -79,6 +79,15 @@ std::string EncodeControl(const ControlMessage& m) {
     w.Put(d.addr);
     w.Put(d.len);
   }
+  w.Put(static_cast<uint32_t>(m.push.size()));
+  for (const PushSegment& p : m.push) {
+    w.Put(p.target_addr);
+    w.Put(p.initiator_addr);
+    w.Put(p.len);
+    w.Put(p.key);
+  }
+  w.Put(static_cast<uint32_t>(m.keys.size()));
+  for (const std::string& k : m.keys) w.Str(k);
   return w.Take();
 }
 
@@ -110,6 +119,22 @@ Result<ControlMessage> DecodeControl(std::string_view bytes) {
   m.bounds.resize(num_bounds);
   for (Descriptor& d : m.bounds) {
     if (!r.Get(&d.addr) || !r.Get(&d.len)) return Err(StatusCode::kDataLoss, "rma control: truncated bounds");
+  }
+  uint32_t num_push = 0, num_keys = 0;
+  if (!r.Get(&num_push) || num_push > bytes.size() / 28) return Err(StatusCode::kDataLoss, "rma control: bad push");
+  m.push.resize(num_push);
+  for (PushSegment& p : m.push) {
+    if (!r.Get(&p.target_addr) || !r.Get(&p.initiator_addr) || !r.Get(&p.len) || !r.Get(&p.key)) {
+      return Err(StatusCode::kDataLoss, "rma control: truncated push");
+    }
+  }
+  if (!r.Get(&num_keys) || num_keys > bytes.size() / 4) return Err(StatusCode::kDataLoss, "rma control: bad keys");
+  m.keys.resize(num_keys);
+  for (std::string& k : m.keys) {
+    if (!r.Str(&k)) return Err(StatusCode::kDataLoss, "rma control: truncated keys");
+  }
+  for (const PushSegment& p : m.push) {
+    if (p.key >= m.keys.size()) return Err(StatusCode::kDataLoss, "rma control: push key out of range");
   }
   if (!r.empty()) return Err(StatusCode::kDataLoss, "rma control: trailing bytes");
   return m;

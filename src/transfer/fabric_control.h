@@ -14,6 +14,11 @@
 //               <------ kAck {xfer}             (only when kEnd asked for it: a notification)
 //   kPing {} ------------------------------->  ignored (liveness, see ControlType)
 //
+// A pushed READ (kPush in kBegin; libfabric, see RmaBackend::PushesReads): kBegin also carries the
+// initiator's segments and its keys for them; the target writes its ranges into the initiator's
+// memory and sends kGrant only once they landed (or failed). The initiator then never has an RMA
+// operation of its own in flight for a READ.
+//
 // `bounds` are, per remote region the segments touch, the smallest range covering them: the target
 // pins a registered region only if it contains that range, which is the same check as every segment
 // (they all lie inside). A pin expires `timeout_ms` + kGuardGraceMs after kBegin, so an initiator
@@ -23,7 +28,8 @@
 // u16, xfer_id u64, status code u32, then length-prefixed (u32) strings and arrays:
 //   status message, initiator name, initiator instance id, reply address (the initiator's backend
 //   address, for replies: libfabric), target instance id, op u8, timeout_ms u32, notification,
-//   bounds (u32 count, then {addr u64, len u64} each).
+//   bounds (u32 count, then {addr u64, len u64} each), push segments (u32 count, then {target_addr
+//   u64, initiator_addr u64, len u64, key u32} each), keys (u32 count, then strings).
 // Errors: Decode returns DataLoss for short, foreign or other-version messages.
 #pragma once
 
@@ -52,6 +58,16 @@ inline constexpr size_t kMaxControlBytes = 64 << 10;
 // from is gone (libfabric: the send fails once the connection broke).
 enum class ControlType : uint8_t { kBegin = 1, kGrant = 2, kEnd = 3, kAck = 4, kPing = 5 };
 inline constexpr uint16_t kWantAck = 1;  // kEnd: answer with kAck after delivering
+inline constexpr uint16_t kPush = 2;     // kBegin of a READ: the target writes the data (push)
+
+// One segment of a pushed READ: the target's [target_addr, +len) goes to the initiator's
+// initiator_addr, under keys[key] (the initiator's region blob of the backend).
+struct PushSegment {
+  uint64_t target_addr = 0;
+  uint64_t initiator_addr = 0;
+  uint64_t len = 0;
+  uint32_t key = 0;
+};
 
 struct ControlMessage {
   ControlType type = ControlType::kBegin;
@@ -66,6 +82,8 @@ struct ControlMessage {
   uint32_t timeout_ms = 0;
   std::optional<std::string> notification;  // kEnd
   std::vector<Descriptor> bounds;            // kBegin: host memory ranges of the target
+  std::vector<PushSegment> push;             // kBegin with kPush
+  std::vector<std::string> keys;             // kBegin with kPush
 };
 
 std::string EncodeControl(const ControlMessage& m);

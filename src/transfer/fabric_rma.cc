@@ -128,10 +128,13 @@ void RmaBackend::InvalidatePeer(const std::string& peer_name) {
 
 void RmaBackend::Retire(const std::shared_ptr<Peer>& peer, const Status& why) {
   peer->retired = true;
-  PeerBroken(*peer, why);
   bool data = false;
   for (const auto& [id, x] : xfers_) data |= x.peer == peer && x.data_pending;
-  if (data) AbortPeer(*peer, why);  // DataDone may come at once (and release the peer)
+  if (data) {
+    Abort(peer, why);  // DataDone may come at once (and release the peer)
+  } else {
+    PeerBroken(*peer, why);
+  }
   if (peer->active == 0) {
     ReleasePeer(*peer);  // idempotent
   } else if (std::find(retired_.begin(), retired_.end(), peer) == retired_.end()) {
@@ -145,6 +148,7 @@ void RmaBackend::PeerBroken(Peer& peer, const Status& why) {
     if (x.peer.get() != &peer) continue;
     if (x.data_pending) {
       if (x.error.ok()) x.error = why;
+      if (x.pushed) abort_.insert(x.peer);  // the peer may still be writing: cut it first (Tick)
     } else {
       fail.push_back(id);
     }
@@ -193,10 +197,26 @@ void RmaBackend::StartXfer(std::shared_ptr<TransferRequest> req) {
   begin.op = req->op;
   begin.timeout_ms = static_cast<uint32_t>(std::clamp<int64_t>(left, 1, int64_t{1} << 31));
   begin.bounds = std::move(*bounds);
+  const bool push = req->op == Op::kRead && PushesReads();
+  if (push) {
+    begin.flags |= kPush;
+    std::map<std::string, uint32_t> index;
+    for (const Segment& s : req->segments) {
+      auto key = LocalKey(s.local_addr, s.len);
+      if (!key.ok()) {
+        req->Complete(key.status());
+        return;
+      }
+      auto [it, fresh] = index.try_emplace(*key, static_cast<uint32_t>(begin.keys.size()));
+      if (fresh) begin.keys.push_back(*key);
+      begin.push.push_back({s.remote_addr, s.local_addr, s.len, it->second});
+    }
+  }
   uint64_t id = req->id;
   Xfer& x = xfers_[id];
   x.req = std::move(req);
   x.peer = peer;
+  x.pushed = x.data_pending = push;
   peer->active++;
   Status st = SendControl(*peer, EncodeControl(begin));
   if (!st.ok()) Finish(id, st);
@@ -215,6 +235,10 @@ void RmaBackend::HandleControl(std::string_view bytes, const ReplyFn& reply) {
                       ? Err(StatusCode::kFailedPrecondition, "agent {} is instance {}, not {}", host_.agent_name(),
                             host_.instance_id(), m->target_instance)
                       : guards_.Begin(*m, Clock::now());
+      if (st.ok() && (m->flags & kPush)) {
+        StartPush(*m);  // answers kGrant once the data landed
+        break;
+      }
       Status sent = reply(*m, EncodeControl(ReplyTo(*m, ControlType::kGrant, st)));
       if (!sent.ok()) guards_.End(*m);
       break;
@@ -242,6 +266,15 @@ void RmaBackend::OnGrant(const ControlMessage& m) {
   auto it = xfers_.find(m.xfer_id);
   if (it == xfers_.end() || it->second.phase != Phase::kAwaitGrant) return;
   Xfer& x = it->second;
+  if (x.pushed) {  // the target pushed the data: it landed, or the error says why not
+    if (!x.data_pending) return;
+    x.data_pending = false;
+    x.phase = Phase::kData;
+    AfterData(m.xfer_id, m.status.ok() ? Status::Ok()
+                                       : Status(m.status.code(), fmt::format("peer {}: {}", x.peer->name,
+                                                                             m.status.message())));
+    return;
+  }
   if (!m.status.ok()) {
     Finish(m.xfer_id, Status(m.status.code(), fmt::format("peer {}: {}", x.peer->name, m.status.message())));
     return;
@@ -253,9 +286,15 @@ void RmaBackend::OnGrant(const ControlMessage& m) {
 
 void RmaBackend::DataDone(uint64_t xfer_id, Status status) {
   auto it = xfers_.find(xfer_id);
-  if (it == xfers_.end() || !it->second.data_pending) return;
+  if (it == xfers_.end() || !it->second.data_pending || it->second.pushed) return;
+  it->second.data_pending = false;
+  AfterData(xfer_id, std::move(status));
+}
+
+void RmaBackend::AfterData(uint64_t xfer_id, Status status) {
+  auto it = xfers_.find(xfer_id);
+  if (it == xfers_.end()) return;
   Xfer& x = it->second;
-  x.data_pending = false;
   Status err = !x.error.ok() ? x.error : status;
   if (!err.ok()) {
     if (Connected(*x.peer)) SendEnd(x, err, false);  // release the target's pin
@@ -310,7 +349,23 @@ void RmaBackend::Finish(uint64_t xfer_id, Status status) {
   req->Complete(std::move(status));
 }
 
+void RmaBackend::Abort(const std::shared_ptr<Peer>& peer, const Status& why) {
+  PeerBroken(*peer, why);
+  AbortPeer(*peer, why);
+  // Pushed READs: after AbortPeer nothing the peer sends lands here any more.
+  std::vector<std::pair<uint64_t, Status>> done;
+  for (auto& [id, x] : xfers_) {
+    if (x.peer == peer && x.pushed && x.data_pending) done.emplace_back(id, x.error.ok() ? why : x.error);
+  }
+  for (auto& [id, st] : done) Finish(id, st);
+  abort_.erase(peer);
+}
+
 void RmaBackend::Tick() {
+  while (!abort_.empty()) {
+    std::shared_ptr<Peer> peer = *abort_.begin();
+    Abort(peer, Err(StatusCode::kInternal, "connection to {} aborted: it broke", peer->name));
+  }
   auto now = Clock::now();
   if (now - last_tick_ < kTick) return;
   last_tick_ = now;
@@ -332,15 +387,13 @@ void RmaBackend::Tick() {
     Finish(id, Err(StatusCode::kInternal, "{} transfer {} to {} timed out", name_, id, it->second.peer->name));
   }
   for (const auto& peer : abort) {
-    Status why = Err(StatusCode::kInternal, "connection to {} aborted: a transfer timed out", peer->name);
-    PeerBroken(*peer, why);
-    AbortPeer(*peer, why);
+    Abort(peer, Err(StatusCode::kInternal, "connection to {} aborted: a transfer timed out", peer->name));
   }
   if (now - last_keepalive_ >= kKeepAlive) {
     last_keepalive_ = now;
     std::set<std::shared_ptr<Peer>> waiting;
     for (auto& [id, x] : xfers_) {
-      if (!x.data_pending) waiting.insert(x.peer);
+      if (!x.data_pending || x.pushed) waiting.insert(x.peer);  // a push moves no data of ours
     }
     for (const auto& peer : waiting) KeepAlive(*peer);
   }
@@ -370,10 +423,13 @@ void RmaBackend::StopOnThread() {
   std::vector<std::shared_ptr<Peer>> all = retired_;
   for (auto& [name, p] : peers_) all.push_back(p);
   for (auto& p : all) {
-    PeerBroken(*p, why);
     bool data = false;
     for (const auto& [id, x] : xfers_) data |= x.peer == p && x.data_pending;
-    if (data) AbortPeer(*p, why);
+    if (data) {
+      Abort(p, why);
+    } else {
+      PeerBroken(*p, why);
+    }
   }
   for (auto until = Clock::now() + kStopDrain; !xfers_.empty() && Clock::now() < until;) {
     if (Progress() == 0) WaitEvents(1);

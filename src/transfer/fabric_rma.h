@@ -56,7 +56,8 @@ struct Xfer {
   std::shared_ptr<TransferRequest> req;
   std::shared_ptr<Peer> peer;
   Phase phase = Phase::kAwaitGrant;
-  bool data_pending = false;  // StartData ran, DataDone not yet
+  bool data_pending = false;  // StartData ran, DataDone not yet (pushed: kBegin sent, kGrant not yet)
+  bool pushed = false;        // a READ the target pushes (PushesReads)
   Status error;               // the first error seen while data was pending
 };
 
@@ -112,6 +113,15 @@ class RmaBackend : public Backend {
   // Every 200 ms while a transfer to `peer` waits for its answer: a transport that would not
   // notice a dead peer otherwise checks it (libfabric sends kPing).
   virtual void KeepAlive(Peer& peer) {}
+  // READs as pushes (fabric_control.h): the initiator sends its keys (LocalKey: the blob of the
+  // registered region containing a range) and the target's StartPush writes the data, then answers
+  // kGrant to begin.reply_address itself. AbortPeer must then also stop what the peer pushes into
+  // this agent's memory.
+  virtual bool PushesReads() const { return false; }
+  virtual Result<std::string> LocalKey(uint64_t addr, uint64_t len) {
+    return Err(StatusCode::kUnimplemented, "no pushed reads");
+  }
+  virtual void StartPush(const ControlMessage& begin) {}
   virtual int Progress() = 0;                // handles what completed; returns how many events
   virtual void WaitEvents(int timeout_ms) = 0;
   virtual void Wake() = 0;           // any thread: WaitEvents returns
@@ -128,6 +138,9 @@ class RmaBackend : public Backend {
   void OnGrant(const ControlMessage& m);
   void OnAck(const ControlMessage& m);
   void SendEnd(Xfer& x, const Status& status, bool want_ack);
+  void AfterData(uint64_t xfer_id, Status status);
+  // PeerBroken + the transport's AbortPeer; then pushed READs from the peer end too.
+  void Abort(const std::shared_ptr<Peer>& peer, const Status& why);
   void Finish(uint64_t xfer_id, Status status);
   void Tick();
   void StopOnThread();
@@ -149,6 +162,7 @@ class RmaBackend : public Backend {
   std::map<std::string, std::shared_ptr<Peer>> peers_;
   std::vector<std::shared_ptr<Peer>> retired_;
   std::map<uint64_t, Xfer> xfers_;
+  std::set<std::shared_ptr<Peer>> abort_;  // broken with pushed READs in flight: aborted at the next tick
   std::chrono::steady_clock::time_point last_tick_, last_keepalive_;
 };
 
