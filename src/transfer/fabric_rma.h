@@ -9,11 +9,14 @@
 // operation per coalesced segment (READ: get into local memory, WRITE: put into the peer's) and
 // calls DataDone once every operation completed (WRITE: remotely); then kEnd releases the target's
 // pin and carries the notification, and a transfer with a notification completes on kAck, after the
-// target delivered it. Errors: a refused kBegin (InvalidArgument for a range the target no longer
+// target delivered it. A transport may push READs instead (PushesReads: the target writes, kGrant
+// says the data landed). Errors: a refused kBegin (InvalidArgument for a range the target no longer
 // registers, FailedPrecondition for a restarted target), a broken connection (the transport calls
 // PeerBroken, then DataDone with an error for the data in flight), the deadline (a tick of at most
 // 10 ms: AbortPeer cancels the peer's data in flight, whose local memory is untouched once DataDone
-// ran). A transfer completes with an error only once no operation of it can touch memory.
+// ran, or, for a pushed READ, once AbortPeer returned). While a transfer awaits a peer's answer,
+// KeepAlive lets the transport probe the peer every 200 ms. A transfer completes with an error only
+// once no operation of it can touch memory. Units: bytes, addresses of the owning process.
 #pragma once
 
 #include <atomic>
