@@ -243,7 +243,7 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--kv-transfer-host", opt->kv_transfer_host,
                  "Address the transfer agent's tcp backend listens on and advertises");
   app.add_option("--kv-transfer-backend", opt->kv_transfer_backend,
-                 "Force one transfer backend (local, tcp); default: the agent's choice");
+                 "Force one transfer backend (local, tcp, ucx, libfabric when built); default: the agent's choice");
   app.add_option("--stats-interval-s", opt->stats_interval_s,
                  "decode: log the KV transfer lines at most this often (0: never)")
       ->check(CLI::NonNegativeNumber);
