@@ -34,6 +34,7 @@
 
 #include "common/file_util.h"
 #include "process_util.h"
+#include "http_util.h"
 #include "subprocess.h"
 
 namespace tandem {
@@ -45,22 +46,16 @@ using testing::ChildProcess;
 using testing::Eventually;
 using testing::RunCommand;
 using testing::ShellQuote;
+using testing::Curl;
+using testing::HttpResult;
+using testing::MetricValue;
+using testing::ReadText;
+using testing::SharedDir;
+using testing::StreamText;
 using json = nlohmann::json;
 
 constexpr int kBlockSize = 16;  // the workers' default --block-size
 constexpr const char* kNumKvBlocks = "2048";
-
-std::string SharedDir() {
-  const char* env = std::getenv("TANDEM_SHARED_DIR");
-  return env && *env ? env : TANDEM_SHARED_DIR;
-}
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 int CountOf(const std::string& haystack, const std::string& needle) {
   int n = 0;
@@ -72,63 +67,11 @@ int CountOf(const std::string& haystack, const std::string& needle) {
 
 int CeilBlocks(int tokens) { return (tokens + kBlockSize - 1) / kBlockSize; }
 
-struct HttpResult {
-  int status = 0;
-  std::string body;
-};
-
-HttpResult Curl(const std::string& args, int timeout_s) {
-  auto r = RunCommand("curl -s -m " + std::to_string(timeout_s) + " -w '\\n%{http_code}' " + args,
-                      timeout_s + 10);
-  HttpResult h;
-  const size_t nl = r.out.rfind('\n');
-  if (nl == std::string::npos) return h;
-  h.status = std::atoi(r.out.c_str() + nl + 1);
-  h.body = r.out.substr(0, nl);
-  return h;
-}
 HttpResult Get(const std::string& url) { return Curl(ShellQuote(url), 5); }
 HttpResult Post(const std::string& url, const json& body, int timeout_s = 120) {
   return Curl("-N -H 'content-type: application/json' -d " + ShellQuote(body.dump()) + " " +
                   ShellQuote(url),
               timeout_s);
-}
-
-// One sample of a Prometheus text body (no labels); -1 when absent.
-double MetricValue(const std::string& body, const std::string& name) {
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(name + " ", 0) == 0) return std::stod(line.substr(name.size() + 1));
-  }
-  return -1;
-}
-
-// The text of an SSE stream: every choice-0 text / delta.content, in order; error events counted.
-std::string StreamText(const std::string& body, bool chat, int* num_errors, bool* done) {
-  std::string text;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    std::string data = line.substr(6);
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    auto j = json::parse(data, nullptr, false);
-    if (j.is_discarded()) continue;
-    if (j.contains("error")) ++*num_errors;
-    if (!j.contains("choices") || j["choices"].empty()) continue;
-    const auto& c = j["choices"][0];
-    if (chat) {
-      if (c["delta"].contains("content") && c["delta"]["content"].is_string())
-        text += c["delta"]["content"].get<std::string>();
-    } else {
-      text += c["text"].get<std::string>();
-    }
-  }
-  return text;
 }
 
 // Choice 0's text of a non-streamed response ("" when it is not one).

@@ -8,7 +8,6 @@
 //     the worker leaves discovery within 5 s, the frontend answers 503, a restarted worker serves.
 #include <cstdlib>
 #include <filesystem>
-#include <regex>
 #include <string>
 
 #include <gtest/gtest.h>
@@ -16,6 +15,7 @@
 
 #include "common/file_util.h"
 #include "process_util.h"
+#include "http_util.h"
 #include "subprocess.h"
 
 namespace tandem {
@@ -27,16 +27,12 @@ using testing::ChildProcess;
 using testing::Eventually;
 using testing::RunCommand;
 using testing::ShellQuote;
-
-std::string SharedDir() {
-  const char* env = std::getenv("TANDEM_SHARED_DIR");
-  return env && *env ? env : TANDEM_SHARED_DIR;
-}
-
-struct HttpResult {
-  int status = 0;
-  std::string body;
-};
+using testing::Curl;
+using testing::HttpResult;
+using testing::MetricValue;
+using testing::ReadText;
+using testing::SharedDir;
+using testing::StreamText;
 
 class RuntimeAggTest : public ::testing::Test {
  protected:
@@ -90,16 +86,6 @@ class RuntimeAggTest : public ::testing::Test {
     return out;
   }
 
-  HttpResult Curl(const std::string& args, int timeout_s = 60) {
-    auto r = RunCommand("curl -s -m " + std::to_string(timeout_s) + " -w '\\n%{http_code}' " + args,
-                        timeout_s + 10);
-    HttpResult h;
-    const size_t nl = r.out.rfind('\n');
-    if (nl == std::string::npos) return h;
-    h.status = std::atoi(r.out.c_str() + nl + 1);
-    h.body = r.out.substr(0, nl);
-    return h;
-  }
   HttpResult Get(const std::string& path) { return Curl(ShellQuote(base_ + path), 5); }
   HttpResult Post(const std::string& path, const nlohmann::json& body, int timeout_s = 120) {
     return Curl("-N -H 'content-type: application/json' -d " + ShellQuote(body.dump()) + " " +
@@ -110,10 +96,7 @@ class RuntimeAggTest : public ::testing::Test {
   // tandem_kv_blocks_used from the frontend's /metrics (-1 when absent).
   double KvBlocksUsed() {
     HttpResult m = Get("/metrics");
-    std::smatch match;
-    static const std::regex re("\ntandem_kv_blocks_used ([0-9.e+]+)");
-    if (m.status != 200 || !std::regex_search(m.body, match, re)) return -1;
-    return std::stod(match[1]);
+    return m.status == 200 ? MetricValue(m.body, "tandem_kv_blocks_used") : -1;
   }
 
   // A background curl streaming a long generation to a file.
@@ -139,31 +122,6 @@ class RuntimeAggTest : public ::testing::Test {
   std::unique_ptr<ChildProcess> frontend_, worker_;
   std::vector<std::unique_ptr<ChildProcess>> curls_;
 };
-
-// The text of an SSE stream: every choice-0 text / delta.content, in order; error events counted.
-std::string StreamText(const std::string& body, bool chat, int* num_errors, bool* done) {
-  std::string text;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind("data: ", 0) != 0) continue;
-    std::string data = line.substr(6);
-    if (data == "[DONE]") {
-      *done = true;
-      continue;
-    }
-    auto j = nlohmann::json::parse(data, nullptr, false);
-    if (j.contains("error")) ++*num_errors;
-    if (!j.contains("choices") || j["choices"].empty()) continue;
-    const auto& c = j["choices"][0];
-    if (chat) {
-      if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
-    } else {
-      text += c["text"].get<std::string>();
-    }
-  }
-  return text;
-}
 
 TEST_F(RuntimeAggTest, GoldenGreedyTextThroughFrontendAndWorkerStreamedAndNot) {
   auto golden = ReadJsonFile(SharedDir() + "/golden/tiny-qwen3.json");

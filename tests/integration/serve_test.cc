@@ -26,6 +26,7 @@
 
 #include "common/file_util.h"
 #include "process_util.h"
+#include "http_util.h"
 #include "subprocess.h"
 
 namespace tandem {
@@ -37,18 +38,12 @@ using testing::ChildProcess;
 using testing::Eventually;
 using testing::RunCommand;
 using testing::ShellQuote;
-
-std::string SharedDir() {
-  const char* env = std::getenv("TANDEM_SHARED_DIR");
-  return env && *env ? env : TANDEM_SHARED_DIR;
-}
-
-std::string ReadText(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::Curl;
+using testing::HttpResult;
+using testing::MetricValue;
+using testing::ReadText;
+using testing::SharedDir;
+using testing::StreamText;
 
 // A live (not zombie) process.
 bool Alive(pid_t pid) {
@@ -92,11 +87,6 @@ pid_t PidOf(const std::map<pid_t, std::string>& children, const std::string& rol
   return 0;
 }
 
-struct HttpResult {
-  int status = 0;
-  std::string body;
-};
-
 class ServeTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -138,16 +128,6 @@ class ServeTest : public ::testing::Test {
            serve_->Running() && Get("/health").status == 200;
   }
 
-  HttpResult Curl(const std::string& args, int timeout_s) {
-    auto r = RunCommand("curl -s -m " + std::to_string(timeout_s) + " -w '\\n%{http_code}' " + args,
-                        timeout_s + 10);
-    HttpResult h;
-    const size_t nl = r.out.rfind('\n');
-    if (nl == std::string::npos) return h;
-    h.status = std::atoi(r.out.c_str() + nl + 1);
-    h.body = r.out.substr(0, nl);
-    return h;
-  }
   HttpResult Get(const std::string& path) { return Curl(ShellQuote(base_ + path), 5); }
   HttpResult Post(const std::string& path, const nlohmann::json& body) {
     return Curl("-H 'content-type: application/json' -d " + ShellQuote(body.dump()) + " " +
