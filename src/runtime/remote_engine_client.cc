@@ -12,6 +12,7 @@
 #include "common/logging.h"
 #include "runtime/proto_convert.h"
 #include "runtime/tandem.grpc.pb.h"
+#include "runtime/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {
@@ -27,16 +28,9 @@ struct Worker {
 };
 
 std::shared_ptr<Worker> Connect(const InstanceInfo& instance) {
-  grpc::ChannelArguments args;
-  // A worker whose host vanishes without closing the connection is noticed by keep-alive pings.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
   auto w = std::make_shared<Worker>();
   w->instance = instance;
-  w->channel = grpc::CreateCustomChannel(instance.endpoint, grpc::InsecureChannelCredentials(), args);
+  w->channel = CreateWorkerChannel(instance.endpoint);
   w->stub = v1::Worker::NewStub(w->channel);
   return w;
 }

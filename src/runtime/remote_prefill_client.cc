@@ -11,6 +11,7 @@
 #include "common/logging.h"
 #include "runtime/proto_convert.h"
 #include "runtime/tandem.grpc.pb.h"
+#include "runtime/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {
@@ -22,15 +23,9 @@ struct PrefillWorker {
 };
 
 std::shared_ptr<PrefillWorker> ConnectPrefill(const InstanceInfo& instance) {
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  args.SetMaxReceiveMessageSize(64 << 20);
-  args.SetMaxSendMessageSize(64 << 20);
   auto w = std::make_shared<PrefillWorker>();
   w->instance = instance;
-  w->channel = grpc::CreateCustomChannel(instance.endpoint, grpc::InsecureChannelCredentials(), args);
+  w->channel = CreateWorkerChannel(instance.endpoint);
   w->stub = v1::Worker::NewStub(w->channel);
   return w;
 }
