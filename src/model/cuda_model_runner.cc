@@ -26,94 +26,25 @@
 #include "kernels/cuda/reshape_and_cache.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
+#include "model/cuda_weights.h"
 #include "model/safetensors.h"
-#include "model/weights.h"
 
 namespace tandem {
 namespace {
 
 using bf16 = __nv_bfloat16;
 
-// An owned device allocation.
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  ~DeviceArray() { Reset(); }
-
-  Status Allocate(size_t bytes) {
-    Reset();
-    if (bytes == 0) return Status::Ok();
-    const cudaError_t e = cudaMalloc(&p_, bytes);
-    if (e == cudaErrorMemoryAllocation) {
-      (void)cudaGetLastError();  // clear it: out of memory is an answer, not a sticky fault
-      p_ = nullptr;
-      return Err(StatusCode::kResourceExhausted, "cudaMalloc of {} bytes: out of device memory",
-                 bytes);
-    }
-    TANDEM_CUDA_RETURN_IF_ERROR(e);
-    bytes_ = bytes;
-    return Status::Ok();
-  }
-  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
-  Status Reserve(size_t bytes) { return bytes <= bytes_ ? Status::Ok() : Allocate(bytes); }
-  void Reset() {
-    if (p_ != nullptr) cudaFree(p_);
-    p_ = nullptr;
-    bytes_ = 0;
-  }
-  template <typename T>
-  T* as() const { return static_cast<T*>(p_); }
-  size_t bytes() const { return bytes_; }
-
- private:
-  void* p_ = nullptr;
-  size_t bytes_ = 0;
-};
-
-// fp32 host tensors, concatenated, uploaded as bf16 (round to nearest even: exact for the bf16
-// checkpoints the CPU loader widened).
-Status UploadBf16(std::initializer_list<const std::vector<float>*> parts, DeviceArray* dev) {
-  size_t n = 0;
-  for (const auto* p : parts) n += p->size();
-  std::vector<bf16> host(n);
-  size_t i = 0;
-  for (const auto* p : parts) {
-    for (float v : *p) host[i++] = __float2bfloat16_rn(v);
-  }
-  TANDEM_RETURN_IF_ERROR(dev->Allocate(n * sizeof(bf16)));
-  if (n > 0) {
-    TANDEM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dev->as<bf16>(), host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
-  }
-  return Status::Ok();
-}
-
-struct DeviceLayer {
-  DeviceArray input_norm;  // [hidden]
-  DeviceArray qkv;         // [(nh + 2 nkv) * hd, hidden]: q_proj, k_proj, v_proj rows
-  DeviceArray qkv_bias;    // [(nh + 2 nkv) * hd] or empty
-  DeviceArray o;           // [hidden, nh * hd]
-  DeviceArray o_bias;      // [hidden] or empty
-  DeviceArray q_norm;      // [hd] or empty
-  DeviceArray k_norm;      // [hd] or empty
-  DeviceArray post_norm;   // [hidden]
-  DeviceArray gate_up;     // [2 * inter, hidden]: gate_proj rows, then up_proj rows
-  DeviceArray down;        // [hidden, inter]
-};
-
 class CudaModelRunner final : public ModelRunner {
  public:
-  CudaModelRunner(ModelConfig config, int device_id, cuda::CublasHandle cublas, cudaStream_t stream)
-      : config_(std::move(config)), device_id_(device_id), cublas_(std::move(cublas)),
-        stream_(stream) {}
+  CudaModelRunner(ModelConfig config, int device_id, CudaWeights weights, cuda::CublasHandle cublas,
+                  cudaStream_t stream)
+      : config_(std::move(config)), device_id_(device_id), w_(std::move(weights)),
+        cublas_(std::move(cublas)), stream_(stream) {}
   ~CudaModelRunner() override {
     cudaSetDevice(device_id_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
-  Status Upload(const ModelWeights& w);
 
   const ModelConfig& config() const override { return config_; }
 
@@ -131,57 +62,15 @@ class CudaModelRunner final : public ModelRunner {
 
   ModelConfig config_;
   int device_id_;
+  CudaWeights w_;
   cuda::CublasHandle cublas_;
   cudaStream_t stream_;
-  DeviceArray embed_, final_norm_, lm_head_, inv_freq_;
-  std::vector<DeviceLayer> layers_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd]
   int num_blocks_ = 0;
   int block_size_ = 0;
   // Step scratch, grown on demand.
   DeviceArray meta_, residual_, hidden_, qkv_, attn_, gate_up_, act_, sel_, logits_, workspace_;
 };
-
-Status CudaModelRunner::Upload(const ModelWeights& w) {
-  const ModelConfig& c = config_;
-  TANDEM_RETURN_IF_ERROR(UploadBf16({&w.embed}, &embed_));
-  TANDEM_RETURN_IF_ERROR(UploadBf16({&w.final_norm}, &final_norm_));
-  if (!w.lm_head.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&w.lm_head}, &lm_head_));
-  layers_ = std::vector<DeviceLayer>(c.num_hidden_layers);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& s = w.layers[l];
-    DeviceLayer& d = layers_[l];
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.input_norm}, &d.input_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.q_proj, &s.k_proj, &s.v_proj}, &d.qkv));
-    if (!s.q_bias.empty() || !s.k_bias.empty() || !s.v_bias.empty()) {
-      // A missing part of the bias is zero.
-      std::vector<float> qb = s.q_bias, kb = s.k_bias, vb = s.v_bias;
-      qb.resize(static_cast<size_t>(c.num_attention_heads) * c.head_dim, 0.0f);
-      kb.resize(static_cast<size_t>(c.num_key_value_heads) * c.head_dim, 0.0f);
-      vb.resize(kb.size(), 0.0f);
-      TANDEM_RETURN_IF_ERROR(UploadBf16({&qb, &kb, &vb}, &d.qkv_bias));
-    }
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.o_proj}, &d.o));
-    if (!s.o_bias.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.o_bias}, &d.o_bias));
-    if (!s.q_norm.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.q_norm}, &d.q_norm));
-    if (!s.k_norm.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.k_norm}, &d.k_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.post_norm}, &d.post_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.gate_proj, &s.up_proj}, &d.gate_up));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.down_proj}, &d.down));
-  }
-  cpu::RopeParams rope;
-  rope.theta = c.rope_theta;
-  rope.type = c.rope_scaling.type;
-  rope.factor = c.rope_scaling.factor;
-  rope.low_freq_factor = c.rope_scaling.low_freq_factor;
-  rope.high_freq_factor = c.rope_scaling.high_freq_factor;
-  rope.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
-  const std::vector<float> inv_freq = cpu::RopeInvFreq(c.head_dim, rope);
-  TANDEM_RETURN_IF_ERROR(inv_freq_.Allocate(inv_freq.size() * sizeof(float)));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(inv_freq_.as<float>(), inv_freq.data(),
-                                         inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
-  return Status::Ok();
-}
 
 Status CudaModelRunner::AllocateKVCache(int num_blocks, int block_size) {
   if (num_blocks <= 0 || block_size <= 0) {
@@ -390,9 +279,9 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* l
   };
   const DeviceArray kNone;
 
-  TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, embed_.as<bf16>(), vocab, hidden, x, stream_));
+  TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, w_.embed.as<bf16>(), vocab, hidden, x, stream_));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const DeviceLayer& w = layers_[l];
+    const DeviceLayer& w = w_.layers[l];
     // h holds the previous layer's MLP output: residual += h; h = norm(residual).
     TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
                                   : norm(h, w.input_norm, h, true));
@@ -405,7 +294,7 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* l
     r.q_norm = w.q_norm.bytes() > 0 ? w.q_norm.as<bf16>() : nullptr;
     r.k_norm = w.k_norm.bytes() > 0 ? w.k_norm.as<bf16>() : nullptr;
     r.positions = d_pos;
-    r.inv_freq = inv_freq_.as<float>();
+    r.inv_freq = w_.inv_freq.as<float>();
     r.num_tokens = T;
     r.num_heads = nh;
     r.num_kv_heads = nkv;
@@ -486,9 +375,9 @@ Status CudaModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* l
     return Status::Ok();
   }
   // residual += last MLP out; final norm; the logit rows gathered (Embedding as a row gather).
-  TANDEM_RETURN_IF_ERROR(norm(h, final_norm_, h, true));
+  TANDEM_RETURN_IF_ERROR(norm(h, w_.final_norm, h, true));
   TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_rows, R, h, T, hidden, sel_.as<bf16>(), stream_));
-  const DeviceArray& head = lm_head_.bytes() > 0 ? lm_head_ : embed_;
+  const DeviceArray& head = w_.lm_head_or_embed();
   TANDEM_RETURN_IF_ERROR(linear(sel_.as<bf16>(), hidden, head, kNone, logits_.as<float>(), vocab,
                                 cuda::OutDtype::kFloat32, R));
   logits->resize(static_cast<size_t>(R) * vocab);
@@ -516,13 +405,12 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id));
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-  TANDEM_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(st, config));
+  TANDEM_ASSIGN_OR_RETURN(CudaWeights weights, LoadCudaWeights(st, config));
   TANDEM_ASSIGN_OR_RETURN(cuda::CublasHandle cublas, cuda::CublasHandle::Create());
   cudaStream_t stream = nullptr;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
-  auto runner = std::make_unique<CudaModelRunner>(std::move(config), device_id, std::move(cublas),
-                                                  stream);
-  TANDEM_RETURN_IF_ERROR(runner->Upload(weights));
+  auto runner = std::make_unique<CudaModelRunner>(std::move(config), device_id, std::move(weights),
+                                                  std::move(cublas), stream);
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status.h"
@@ -25,7 +26,26 @@ struct SequenceSlice {
   std::span<const int32_t> token_ids;    // [num_new_tokens]
   int32_t start_pos = 0;                 // = num_computed_tokens before this step
   std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + num_new)
-  enum class Logits { kNone, kLast, kAll } logits = Logits::kLast;
+  // kArgmax (ModelRunner::Execute only): the runner picks the greedy token of the slice's last
+  // position itself, on its own device, so the logits row need not leave it.
+  enum class Logits { kNone, kLast, kAll, kArgmax } logits = Logits::kLast;
+  // kArgmax: -1 no log-probabilities; k >= 0: the chosen token's plus the k best (OpenAI top_logprobs).
+  int num_logprobs = -1;
+};
+
+// The greedy pick of one kArgmax slice, with the sampler's rules (engine/sampler.h): the largest
+// logit, the lowest id on ties; logprob = log_softmax(logits)[token_id]; top = the num_logprobs
+// largest log-probabilities, best first, ties lower id first.
+struct ArgmaxSample {
+  int32_t token_id = 0;
+  float logprob = 0.0f;                         // when num_logprobs >= 0
+  std::vector<std::pair<int32_t, float>> top;   // [num_logprobs]
+};
+
+// What Execute returns.
+struct ForwardOutput {
+  std::vector<float> logits;          // as Forward: rows of the kLast / kAll slices only
+  std::vector<ArgmaxSample> samples;  // one per kArgmax slice, in batch order
 };
 
 // Where the KV pool lives, for the transfer agent: layer l's block b is the
@@ -60,8 +80,17 @@ class ModelRunner {
   // token_ids.size() rows per seq with Logits::kAll (every token of the slice).
   // Errors: InvalidArgument (token id out of the vocab, a block table too short for the slice,
   // positions beyond max_position_embeddings).
+  // Forward treats kArgmax slices as kNone (no row).
   virtual Status Forward(const ForwardBatch& batch, std::vector<float>* logits) = 0;
+
+  // Forward plus the kArgmax picks. The default runs Forward with those slices as kLast and
+  // picks on the host; a GPU runner overrides it to keep the logits on the device.
+  // Errors: those of Forward; InvalidArgument for num_logprobs > vocab_size.
+  virtual Status Execute(const ForwardBatch& batch, ForwardOutput* out);
 };
+
+// The host pick of ArgmaxSample from one row of logits: [vocab_size].
+ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs);
 
 // The CPU reference runner: fp32 math on the stored (bf16/f16/f32) weights, loaded from a
 // Hugging Face model directory (config.json + model.safetensors or a sharded index).

@@ -1,0 +1,81 @@
+// Device-resident model weights for the CUDA runner (cuda_model_runner.h): bf16, one allocation
+// per tensor, q/k/v and gate/up fused row-wise so each is one GEMM. Built only with CUDA
+// (TANDEM_HAVE_CUDA; target tandem_model_cuda).
+//
+// Shapes ([out, in] row-major, Hugging Face names in model/weights.h):
+//   qkv      [(num_heads + 2 num_kv_heads) * head_dim, hidden]   q_proj, k_proj, v_proj rows
+//   gate_up  [2 * intermediate, hidden]                          gate_proj rows, then up_proj rows
+#pragma once
+
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <vector>
+
+#include "common/status.h"
+#include "model/config.h"
+#include "model/safetensors.h"
+
+namespace tandem {
+
+// An owned device allocation. Allocate: ResourceExhausted when the device is out of memory
+// (the CUDA error is cleared), Internal for other CUDA errors.
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& o) noexcept : p_(o.p_), bytes_(o.bytes_) { o.p_ = nullptr; o.bytes_ = 0; }
+  DeviceArray& operator=(DeviceArray&& o) noexcept {
+    if (this != &o) { Reset(); p_ = o.p_; bytes_ = o.bytes_; o.p_ = nullptr; o.bytes_ = 0; }
+    return *this;
+  }
+  ~DeviceArray() { Reset(); }
+
+  Status Allocate(size_t bytes);
+  // Grows (never shrinks) to at least `bytes`; the contents are not kept.
+  Status Reserve(size_t bytes) { return bytes <= bytes_ ? Status::Ok() : Allocate(bytes); }
+  void Reset();
+  template <typename T>
+  T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+struct DeviceLayer {
+  DeviceArray input_norm;  // [hidden]
+  DeviceArray qkv;         // [(nh + 2 nkv) * hd, hidden]
+  DeviceArray qkv_bias;    // [(nh + 2 nkv) * hd] or empty
+  DeviceArray o;           // [hidden, nh * hd]
+  DeviceArray o_bias;      // [hidden] or empty
+  DeviceArray q_norm;      // [hd] or empty
+  DeviceArray k_norm;      // [hd] or empty
+  DeviceArray post_norm;   // [hidden]
+  DeviceArray gate_up;     // [2 * inter, hidden]
+  DeviceArray down;        // [hidden, inter]
+};
+
+struct CudaWeights {
+  DeviceArray embed;       // [vocab, hidden]
+  DeviceArray final_norm;  // [hidden]
+  DeviceArray lm_head;     // [vocab, hidden]; empty when tied (use embed)
+  DeviceArray inv_freq;    // fp32 [head_dim / 2], RoPE inverse frequencies (kernels/cpu/rope.h)
+  std::vector<DeviceLayer> layers;
+
+  const DeviceArray& lm_head_or_embed() const { return lm_head.bytes() > 0 ? lm_head : embed; }
+  size_t bytes() const;    // device bytes held
+};
+
+// Loads every tensor the config calls for onto the current CUDA device as bf16.
+// Errors: those of LoadModelWeights (InvalidArgument naming a missing or misshapen tensor,
+// Unimplemented dtype), ResourceExhausted (device memory), Internal (CUDA).
+Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& config);
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA

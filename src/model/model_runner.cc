@@ -1,0 +1,74 @@
+// The host fallback of ModelRunner::Execute (model_runner.h).
+#include "model/model_runner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+namespace tandem {
+
+ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs) {
+  ArgmaxSample s;
+  // The largest logit; std::max_element keeps the first (lowest id) of equal maxima.
+  const auto best = std::max_element(logits.begin(), logits.end());
+  s.token_id = static_cast<int32_t>(best - logits.begin());
+  if (num_logprobs < 0) return s;
+  // log_softmax in double: logit - max - log(sum exp(logit - max)).
+  const double mx = *best;
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
+  const double lse = mx + std::log(sum);
+  s.logprob = static_cast<float>(static_cast<double>(*best) - lse);
+  const size_t k = std::min(static_cast<size_t>(num_logprobs), logits.size());
+  std::vector<int32_t> ids(logits.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  for (size_t i = 0; i < k; ++i) {
+    s.top.emplace_back(ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - lse));
+  }
+  return s;
+}
+
+Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
+  out->logits.clear();
+  out->samples.clear();
+  const int vocab = config().vocab_size;
+  ForwardBatch b = batch;
+  bool any_argmax = false;
+  for (SequenceSlice& s : b.seqs) {
+    if (s.logits != SequenceSlice::Logits::kArgmax) continue;
+    if (s.num_logprobs > vocab) {
+      return Err(StatusCode::kInvalidArgument, "num_logprobs {} exceeds the vocabulary of {}",
+                 s.num_logprobs, vocab);
+    }
+    s.logits = SequenceSlice::Logits::kLast;
+    any_argmax = true;
+  }
+  if (!any_argmax) return Forward(batch, &out->logits);
+  std::vector<float> all;
+  TANDEM_RETURN_IF_ERROR(Forward(b, &all));
+  // Split the rows: kArgmax slices' rows are picked here, the others are returned.
+  size_t row = 0;
+  const size_t v = static_cast<size_t>(vocab);
+  for (const SequenceSlice& s : batch.seqs) {
+    size_t rows = 0;
+    if (s.logits == SequenceSlice::Logits::kLast) rows = 1;
+    if (s.logits == SequenceSlice::Logits::kAll) rows = s.token_ids.size();
+    if (s.logits == SequenceSlice::Logits::kArgmax) {
+      out->samples.push_back(PickArgmax(std::span<const float>(all.data() + row * v, v),
+                                        s.num_logprobs));
+      ++row;
+      continue;
+    }
+    out->logits.insert(out->logits.end(), all.begin() + static_cast<std::ptrdiff_t>(row * v),
+                       all.begin() + static_cast<std::ptrdiff_t>((row + rows) * v));
+    row += rows;
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem
