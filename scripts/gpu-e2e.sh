@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# End to end on the GPU machine: the real `tandem` binary with --device cuda:0, aggregated and
+# disaggregated (1 prefill + 1 decode on the same GPU, KV staged through host memory by the tcp
+# backend), against the golden file (Hugging Face's greedy outputs for the bundled tiny model).
+#
+#   scripts/gpu-e2e.sh pack [BUILD_DIR]   here (nvcc, no GPU): strips and packs BUILD_DIR/tandem (a
+#                                         TANDEM_CUDA=ON build; default build-cuda) with the shared
+#                                         libraries the device machine lacks, and the golden files,
+#                                         into .device-carry/e2e/ (ignored).
+#   scripts/gpu-e2e.sh                    on the device (run tool, carry [".device-carry"]): unpacks,
+#                                         starts `tandem run --device cuda:0` (agg, then disagg with
+#                                         every prompt prefilled remotely), sends every golden prompt
+#                                         (greedy) and prints a table: prompts whose text equals HF's,
+#                                         the first differing token position otherwise, KV transfers.
+# Env: E2E_MODES="agg disagg". Logs go to $OUT. Never touches clocks, power or modes.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CARRY=$ROOT/.device-carry/e2e
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+
+pack() {
+  set -e
+  local build=${1:-build-cuda}
+  grep -qxF '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >> .git/info/exclude
+  [ -x "$build/tandem" ] || { echo "no $build/tandem: build it with -DTANDEM_CUDA=ON first"; exit 1; }
+  rm -rf "$CARRY" && mkdir -p "$CARRY/lib"
+  strip -o "$CARRY/tandem" "$build/tandem"
+  # Every shared library except the C/C++ runtime and the CUDA libraries the device has (its own
+  # CUDA 13.0 toolkit / driver): gRPC, Abseil, re2, c-ares, spdlog, fmt, yaml-cpp, UCX ... are
+  # missing there or in other versions.
+  for lib in $(ldd "$build/tandem" | awk '/=>/ {print $3}' | sort -u); do
+    case "$(basename "$lib")" in
+      libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
+      libcuda.so.*|libcublas*.so.*|libcudart.so.*|libnvidia*) ;;
+      *) cp -L "$lib" "$CARRY/lib/" ;;
+    esac
+  done
+  tar -C "$CARRY" -cf - tandem lib | xz -T2 -6 > "$CARRY/tandem-e2e.tar.xz"
+  rm -rf "$CARRY/tandem" "$CARRY/lib"
+  mkdir -p "$CARRY/golden"
+  cp /work/shared/golden/tiny-qwen3.json /work/shared/golden/tiny-qwen3-long.json "$CARRY/golden/" 2>/dev/null ||
+    cp ../shared/golden/*.json "$CARRY/golden/"
+  echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD) ($build)" > "$CARRY/BUILD_INFO"
+  du -sh "$CARRY"; ls -la "$CARRY"
+}
+
+find_cublas() {
+  local dirs="/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib"
+  dirs="$dirs $(python3 -c 'import nvidia, os; p = list(nvidia.__path__)[0]; print(" ".join(r for r, _, f in os.walk(p) if "libcublas.so.13" in f or "libcudart.so.13" in f))' 2>/dev/null)"
+  for d in $dirs; do
+    { [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcudart.so.13" ]; } && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
+  done
+  export LD_LIBRARY_PATH
+}
+
+device() {
+  local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e
+  mkdir -p "$out" "$work"
+  cat "$CARRY/BUILD_INFO"
+  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
+  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
+  find_cublas
+  if ! "$work/tandem" --help > /dev/null 2> "$out/loader.txt"; then
+    echo "tandem does not start here:"; cat "$out/loader.txt"; ldd "$work/tandem" | grep 'not found'
+    return 1
+  fi
+  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
+  local model
+  model=$(dirname "$(find "$work/models" -name config.json | head -1)")
+  local rc=0
+  for mode in ${E2E_MODES:-agg disagg}; do
+    local port=18000 log="$out/run-$mode.log" extra=()
+    [ "$mode" = disagg ] && extra=(--max-local-prefill-tokens 0 --log-dir "$out/run-$mode")
+    echo "== tandem run --mode $mode --device cuda:0"
+    TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" run --mode "$mode" --device cuda:0 \
+      --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" > "$log" 2>&1 &
+    local pid=$!
+    python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "$mode" \
+      --golden "$CARRY/golden" --out "$out/e2e-$mode.json" || rc=1
+    kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    grep -h "KV transfer backend\|KV Transfer metrics\|External prefix\|KV cache\|weights" \
+      "$log" "$out/run-$mode"/*.log 2>/dev/null | tail -8
+  done
+  echo "== summary"
+  python3 scripts/gpu/e2e_golden.py --summarize "$out"/e2e-*.json
+  return $rc
+}
+
+case "${1:-device}" in
+  pack) shift; pack "$@" ;;
+  device) device ;;
+  *) echo "usage: $0 [pack [BUILD_DIR]|device]"; exit 2 ;;
+esac
