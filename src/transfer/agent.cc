@@ -8,6 +8,7 @@
 #include "common/logging.h"
 #include "transfer/coalesce.h"
 #include "transfer/local_backend.h"
+#include "transfer/staging.h"
 #include "transfer/tcp_backend.h"
 #ifdef TANDEM_HAVE_UCX
 #include "transfer/ucx_backend.h"
@@ -103,6 +104,7 @@ class AgentCore : public BackendHost {
   Result<RegionPin> PinRegistered(MemoryKind kind, std::span<const Descriptor> ranges) override {
     return regions->Pin(kind, ranges);
   }
+  DeviceCopier* device_copier() const override { return options.device_copier.get(); }
   void DeliverNotification(Notification n) override {
     if (options.on_notification) {
       options.on_notification(n);
@@ -152,8 +154,9 @@ class AgentCore : public BackendHost {
       if (eligible(*b) && (!best || b->capabilities().priority > best->capabilities().priority)) best = b.get();
     }
     if (!best) {
-      return Err(StatusCode::kFailedPrecondition, "no backend of agent {} reaches peer {} ({})", options.name,
-                 peer.md.name, LocalityName(peer.locality));
+      return Err(StatusCode::kFailedPrecondition, "no backend of agent {} reaches peer {} ({}, {} -> {} memory)",
+                 options.name, peer.md.name, LocalityName(peer.locality), MemoryKindName(local_kind),
+                 MemoryKindName(remote_kind));
     }
     return best;
   }
@@ -312,6 +315,16 @@ std::vector<std::string> Agent::backend_names() const {
 }
 
 Result<Registration> Agent::RegisterMemory(const void* addr, uint64_t len, MemoryKind kind, int32_t device_id) {
+  if (device_id < 0) return Err(StatusCode::kInvalidArgument, "device id {} is negative", device_id);
+  if (kind == MemoryKind::kDevice &&
+      std::none_of(core_->backends.begin(), core_->backends.end(),
+                   [](const auto& b) { return b->capabilities().device_memory; })) {
+    return Err(StatusCode::kFailedPrecondition,
+               "agent {} cannot register {} memory: none of its backends moves device memory (tcp and "
+               "local stage it through host memory when the agent has a DeviceCopier; ucx and "
+               "libfabric take host memory only)",
+               name(), MemoryName(kind, device_id));
+  }
   uint64_t a = reinterpret_cast<uint64_t>(addr);
   TANDEM_ASSIGN_OR_RETURN(uint64_t id, core_->regions->Add(a, len, kind, device_id));
   RegionInfo info{id, a, len, kind, device_id};
@@ -402,6 +415,30 @@ Result<std::string> Agent::BackendFor(const std::string& peer_name, MemoryKind k
   }
   TANDEM_ASSIGN_OR_RETURN(Backend * b, core_->Choose(*peer, core_->options.backend_override, kind, kind));
   return b->name();
+}
+
+Result<std::string> Agent::DescribeBackend(MemoryKind kind, int32_t device_id) const {
+  auto describe = [&](Locality locality) -> Result<std::string> {
+    detail::PeerEntry everyone;  // a peer at `locality` offering every backend
+    everyone.md.name = locality == Locality::kRemote ? "a peer on another node" : "a peer on this node";
+    everyone.locality = locality;
+    for (const auto& b : core_->backends) everyone.backends.push_back(b->name());
+    TANDEM_ASSIGN_OR_RETURN(Backend * b, core_->Choose(everyone, core_->options.backend_override, kind, kind));
+    const BackendCapabilities caps = b->capabilities();
+    if (kind == MemoryKind::kHost) return fmt::format("{} (host memory)", b->name());
+    return fmt::format("{} ({}{})", b->name(), caps.device_staged ? "host staging for " : "",
+                       MemoryName(kind, device_id));
+  };
+  auto node = describe(Locality::kSameNode);
+  auto remote = describe(Locality::kRemote);
+  if (!node.ok() && !remote.ok()) {
+    return Err(StatusCode::kFailedPrecondition, "agent {} cannot move {} memory to another process: {}", name(),
+               MemoryName(kind, device_id), node.status().message());
+  }
+  if (!remote.ok()) return fmt::format("{} on this node, none to other nodes", *node);
+  if (!node.ok()) return fmt::format("{} to other nodes, none on this node", *remote);
+  if (*node == *remote) return *node;
+  return fmt::format("{} on this node, {} to other nodes", *node, *remote);
 }
 
 Result<TransferHandle> Agent::Post(Op op, const DescList& local, const DescList& remote, const std::string& peer_name,

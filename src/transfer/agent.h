@@ -46,12 +46,18 @@ struct AgentOptions {
   std::vector<std::string> backends = {"local", "tcp"};
   // Per-backend parameters. tcp: "host" (listen/advertise address, default 127.0.0.1), "port"
   // (default 0 = ephemeral), "num_connections" (per peer, default 2), "stripe_min_bytes" (a
-  // transfer at least this large is split over the connections, default 4 MiB).
+  // transfer at least this large is split over the connections, default 4 MiB),
+  // "staging_chunk_bytes" (pinned staging buffers of device memory, default 4 MiB).
   std::map<std::string, BackendParams> backend_params;
   // Force one backend (by name) for every peer instead of the automatic choice.
   std::string backend_override;
   // A transfer not complete this long after Post ends in an error.
   std::chrono::milliseconds timeout{30000};
+  // How this agent copies between host and device memory (the CUDA one: MakeCudaCopier in
+  // transfer/cuda/cuda_copier.h). With it, tcp and local move device memory (kDevice) through
+  // host memory; without it device memory cannot be registered (unless a backend moves it
+  // natively). The agent keeps it alive.
+  std::shared_ptr<DeviceCopier> device_copier;
   // Called (on a backend thread; keep it short) for each notification received. When set,
   // notifications go here instead of the GetNotifications() queue.
   std::function<void(const Notification&)> on_notification;
@@ -130,7 +136,8 @@ class Agent {
   std::vector<std::string> backend_names() const;
 
   // Registers [addr, addr + len) of `kind` on `device_id`. Re-export metadata afterwards so peers
-  // see the region.
+  // see the region. Errors: InvalidArgument for an empty range or a negative device id;
+  // FailedPrecondition for device memory that no backend of this agent moves (no DeviceCopier).
   Result<Registration> RegisterMemory(const void* addr, uint64_t len, MemoryKind kind = MemoryKind::kHost,
                                       int32_t device_id = 0);
 
@@ -143,6 +150,12 @@ class Agent {
   Status InvalidatePeer(const std::string& peer_name);
   // The backend Post would use for `peer` (automatic choice or override).
   Result<std::string> BackendFor(const std::string& peer_name, MemoryKind kind = MemoryKind::kHost) const;
+  // The backend that would move memory of `kind` on `device_id` (both sides) to a peer on this
+  // node and one on another node that offer every backend, for the start-up log line:
+  // "tcp (host staging for cuda:0)", "ucx (host memory)", or "tcp (host memory) on this node, ucx
+  // (host memory) to other nodes" when they differ. FailedPrecondition when none (or not the
+  // override) moves that memory, naming why.
+  Result<std::string> DescribeBackend(MemoryKind kind, int32_t device_id = 0) const;
 
   // Starts a transfer without blocking: local.descs[i] <-> remote.descs[i] (equal lengths).
   // Adjacent pairs contiguous on both sides (inside one region each) travel as one region.

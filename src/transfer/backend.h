@@ -5,9 +5,11 @@
 // re-checks every range against the target agent's registrations (BackendHost::PinRegistered)
 // before touching memory, and delivers the notification only after the data landed.
 //
-// Backends here: "local" (same process, memcpy) and "tcp" (host memory over its own sockets).
-// Later: "cuda_ipc" (same node, device memory; IPC handles in RegionMetadata::backend_info),
-// "ucx" and "libfabric" (remote, registered memory with remote keys in backend_info).
+// Backends here: "local" (same process, memcpy) and "tcp" (its own sockets) move host memory, and
+// device memory through the agent's DeviceCopier (device_copier.h) when it has one: local copies
+// through it, tcp stages through pinned host buffers (staging.h). "ucx" and "libfabric" (remote,
+// registered memory with remote keys in backend_info) move host memory only. Later: "cuda_ipc"
+// (same node, device memory; IPC handles in RegionMetadata::backend_info).
 #pragma once
 
 #include <atomic>
@@ -21,6 +23,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "transfer/device_copier.h"
 #include "transfer/metadata.h"
 #include "transfer/region_table.h"
 #include "transfer/types.h"
@@ -31,6 +34,7 @@ namespace tandem::transfer {
 struct BackendCapabilities {
   bool host_memory = false;
   bool device_memory = false;
+  bool device_staged = false;  // device memory moves through host memory (the agent's DeviceCopier)
   bool same_process = false;  // peers in this process
   bool same_node = false;     // other processes on this node
   bool remote = false;        // other nodes
@@ -86,6 +90,9 @@ class BackendHost {
   virtual Result<RegionPin> PinRegistered(MemoryKind kind, std::span<const Descriptor> ranges) = 0;
   // Receiving side: the data of a transfer from `peer` landed.
   virtual void DeliverNotification(Notification n) = 0;
+  // How this agent reaches its device memory (AgentOptions::device_copier); null when it has
+  // none, and then the host-staging backends refuse device memory.
+  virtual DeviceCopier* device_copier() const { return nullptr; }
 };
 
 using BackendParams = std::map<std::string, std::string>;

@@ -42,6 +42,7 @@ class LocalBackend final : public Backend {
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
     c.host_memory = true;
+    c.device_memory = host_.device_copier() != nullptr;  // copies through it
     c.same_process = true;
     c.priority = 100;
     return c;
@@ -135,18 +136,71 @@ class LocalBackend final : public Backend {
     // The target's side of the check: its registrations now, pinned while we copy.
     auto pin = target->host->PinRegistered(req.remote_kind, ranges);
     if (!pin.ok()) return Err(pin.status().code(), "peer {} refused: {}", req.peer, pin.status().message());
-    for (const Segment& s : req.segments) {
-      auto* local = reinterpret_cast<void*>(s.local_addr);
-      auto* remote = reinterpret_cast<void*>(s.remote_addr);
-      if (req.op == Op::kWrite) {
-        std::memmove(remote, local, s.len);
-      } else {
-        std::memmove(local, remote, s.len);
+    if (req.local_kind == MemoryKind::kHost && req.remote_kind == MemoryKind::kHost) {
+      for (const Segment& s : req.segments) {
+        auto* local = reinterpret_cast<void*>(s.local_addr);
+        auto* remote = reinterpret_cast<void*>(s.remote_addr);
+        if (req.op == Op::kWrite) {
+          std::memmove(remote, local, s.len);
+        } else {
+          std::memmove(local, remote, s.len);
+        }
       }
+    } else {
+      TANDEM_RETURN_IF_ERROR(DeviceCopy(req));  // landed (synced) when it returns
     }
     pin->Release();
     if (req.notification) target->host->DeliverNotification({host_.agent_name(), *req.notification});
     return Status::Ok();
+  }
+
+  // Copies with device memory on either side through this agent's DeviceCopier (one process: the
+  // peer's device memory is ours to reach). Returns after every copy landed.
+  Status DeviceCopy(const TransferRequest& req) {
+    DeviceCopier* copier = host_.device_copier();
+    if (!copier) {
+      return Err(StatusCode::kFailedPrecondition, "agent {} has no DeviceCopier: the local backend cannot copy device memory",
+                 host_.agent_name());
+    }
+    std::map<int32_t, std::unique_ptr<CopyStream>> streams;
+    auto stream = [&](int32_t device) -> Result<CopyStream*> {
+      auto it = streams.find(device);
+      if (it != streams.end()) return it->second.get();
+      TANDEM_ASSIGN_OR_RETURN(auto s, copier->NewStream(device));
+      return (streams[device] = std::move(s)).get();
+    };
+    Status st;
+    for (const Segment& s : req.segments) {
+      const bool write = req.op == Op::kWrite;
+      const MemoryKind src_kind = write ? req.local_kind : req.remote_kind;
+      const MemoryKind dst_kind = write ? req.remote_kind : req.local_kind;
+      const uint64_t src = write ? s.local_addr : s.remote_addr;
+      const uint64_t dst = write ? s.remote_addr : s.local_addr;
+      const int32_t src_dev = write ? s.local_device : s.remote_device;
+      const int32_t dst_dev = write ? s.remote_device : s.local_device;
+      if (src_kind == MemoryKind::kHost && dst_kind == MemoryKind::kHost) {
+        std::memmove(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), s.len);
+        continue;
+      }
+      auto cs = stream(dst_kind == MemoryKind::kDevice ? dst_dev : src_dev);
+      if (!cs.ok()) {
+        st = cs.status();
+        break;
+      }
+      if (src_kind == MemoryKind::kHost) {
+        st = (*cs)->FromHost(dst, reinterpret_cast<const void*>(src), s.len);
+      } else if (dst_kind == MemoryKind::kHost) {
+        st = (*cs)->ToHost(reinterpret_cast<void*>(dst), src, s.len);
+      } else {
+        st = (*cs)->DeviceToDevice(dst, src_dev, src, s.len);
+      }
+      if (!st.ok()) break;
+    }
+    for (auto& [device, cs] : streams) {  // always: no copy may outlive the pins
+      Status synced = cs->Sync();
+      if (st.ok()) st = synced;
+    }
+    return st;
   }
 
   BackendHost& host_;

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "transfer/staging.h"
 #include "transfer/tcp_client.h"
 #include "transfer/tcp_wire.h"
 
@@ -27,6 +28,7 @@ struct TcpParams {
   uint64_t stripe_min_bytes = 4ull << 20;
   int io_timeout_ms = 30000;
   int connect_timeout_ms = 5000;
+  uint64_t staging_chunk_bytes = kDefaultStagingChunkBytes;
 };
 
 Result<TcpParams> ParseParams(const BackendParams& params) {
@@ -50,6 +52,9 @@ Result<TcpParams> ParseParams(const BackendParams& params) {
         p.io_timeout_ms = std::stoi(value);
       } else if (key == "connect_timeout_ms") {
         p.connect_timeout_ms = std::stoi(value);
+      } else if (key == "staging_chunk_bytes") {
+        p.staging_chunk_bytes = std::stoull(value);
+        if (p.staging_chunk_bytes < 4096 || p.staging_chunk_bytes > (1ull << 30)) throw std::out_of_range(key);
       } else {
         return Err(StatusCode::kInvalidArgument, "tcp backend: unknown parameter '{}'", key);
       }
@@ -103,6 +108,8 @@ class TcpBackend final : public Backend {
   BackendCapabilities capabilities() const override {
     BackendCapabilities c;
     c.host_memory = true;
+    c.device_memory = host_.device_copier() != nullptr;  // staged through pinned host buffers
+    c.device_staged = c.device_memory;
     c.same_process = c.same_node = c.remote = true;
     c.priority = 10;
     return c;
@@ -139,8 +146,10 @@ class TcpBackend final : public Backend {
   }
 
   Status Post(std::shared_ptr<TransferRequest> req) override {
-    if (req->local_kind != MemoryKind::kHost || req->remote_kind != MemoryKind::kHost) {
-      return Err(StatusCode::kInvalidArgument, "the tcp backend moves host memory only");
+    if (req->local_kind == MemoryKind::kDevice && !host_.device_copier()) {
+      return Err(StatusCode::kFailedPrecondition,
+                 "agent {} has no DeviceCopier: the tcp backend cannot stage its device memory",
+                 host_.agent_name());
     }
     auto t = std::make_shared<TcpTransfer>();
     t->request = req;
@@ -159,7 +168,8 @@ class TcpBackend final : public Backend {
           c.reset();
         }
         if (!c) {
-          c = std::make_shared<ClientConn>(peer.target, host_.agent_name(), params_.connect_timeout_ms);
+          c = std::make_shared<ClientConn>(peer.target, host_.agent_name(), params_.connect_timeout_ms,
+                                           host_.device_copier(), params_.staging_chunk_bytes);
           c->Start();
         }
       }
@@ -319,10 +329,13 @@ class TcpBackend final : public Backend {
     FrameHeader ok;
     ok.type = FrameType::kHelloOk;
     if (!SendAll(fd, &ok, sizeof(ok), stall).ok()) return;
+    std::unique_ptr<Stager> stager;  // device memory of this agent, staged (created on first use)
     for (;;) {
       auto* bytes = reinterpret_cast<char*>(&h);
       if (!RecvAll(fd, bytes, 1, idle).ok() || !RecvAll(fd, bytes + 1, sizeof(h) - 1, stall).ok()) return;
       if (h.magic != kMagic || h.num_segments > kMaxSegments || h.aux_len > kMaxAux) return;
+      if (h.target_kind > static_cast<uint8_t>(MemoryKind::kDevice)) return;
+      const auto kind = static_cast<MemoryKind>(h.target_kind);
       std::vector<WireSegment> wire(h.num_segments);
       std::string aux(h.aux_len, '\0');
       if (!RecvAll(fd, wire.data(), wire.size() * sizeof(WireSegment), stall).ok()) return;
@@ -334,12 +347,33 @@ class TcpBackend final : public Backend {
         total += w.len;
       }
       Status result;
+      if (kind == MemoryKind::kDevice && (h.type == FrameType::kWrite || h.type == FrameType::kRead)) {
+        if (!host_.device_copier()) {
+          result = Err(StatusCode::kFailedPrecondition,
+                       "agent {} has no DeviceCopier: the tcp backend cannot stage its device memory",
+                       host_.agent_name());
+        } else if (!stager) {
+          stager = std::make_unique<Stager>(*host_.device_copier(), params_.staging_chunk_bytes);
+        }
+      }
       if (h.type == FrameType::kWrite) {
         if (total != h.payload_len) return;  // protocol error
-        auto pin = host_.PinRegistered(MemoryKind::kHost, ranges);  // our side of the bounds check
+        // Our side of the bounds check.
+        Result<RegionPin> pin = result.ok() ? host_.PinRegistered(kind, ranges) : Result<RegionPin>(result);
         if (!pin.ok()) {
           result = pin.status();
           if (!Discard(fd, h.payload_len, stall).ok()) return;
+        } else if (kind == MemoryKind::kDevice) {
+          // Into pinned buffers, then onto the device; the ack goes out after the last copy landed.
+          bool io_failed = false;
+          result = stager->Receive(ranges, [&](void* p, uint64_t n) {
+            Status st = RecvAll(fd, p, n, stall);
+            io_failed = !st.ok();
+            return st;
+          });
+          if (io_failed) return;
+          pin->Release();
+          if (result.ok() && (h.flags & kHasNotification)) host_.DeliverNotification({peer, aux});
         } else {
           for (const Descriptor& d : ranges) {
             if (!RecvAll(fd, reinterpret_cast<void*>(d.addr), d.len, stall).ok()) return;
@@ -348,13 +382,23 @@ class TcpBackend final : public Backend {
           if (h.flags & kHasNotification) host_.DeliverNotification({peer, aux});
         }
       } else if (h.type == FrameType::kRead) {
-        auto pin = host_.PinRegistered(MemoryKind::kHost, ranges);
+        Result<RegionPin> pin = result.ok() ? host_.PinRegistered(kind, ranges) : Result<RegionPin>(result);
         if (pin.ok()) {
           FrameHeader r;
           r.type = FrameType::kReadData;
           r.xfer_id = h.xfer_id;
           r.payload_len = total;
           if (!SendAll(fd, &r, sizeof(r), stall).ok()) return;
+          if (kind == MemoryKind::kDevice) {
+            // A device error past the header cannot be answered in band: the connection drops.
+            Status st = stager->Send(ranges, [&](const void* p, uint64_t n) { return SendAll(fd, p, n, stall); });
+            if (!st.ok()) {
+              log::warn("tcp transfer backend of {}: READ of {} for {} failed: {}", host_.agent_name(),
+                        MemoryName(kind, ranges.empty() ? 0 : ranges[0].device_id), peer, st.ToString());
+              return;
+            }
+            continue;
+          }
           for (const Descriptor& d : ranges) {
             if (!SendAll(fd, reinterpret_cast<const void*>(d.addr), d.len, stall).ok()) return;
           }

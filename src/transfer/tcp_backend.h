@@ -1,4 +1,4 @@
-// The "tcp" backend: host memory over its own TCP data connections (tcp_wire.h has the format).
+// The "tcp" backend: host (and staged device) memory over its own TCP data connections (tcp_wire.h has the format).
 //
 // Each agent listens on host:port (port 0: ephemeral) and publishes "host:port" in its metadata.
 // Toward each peer it keeps num_connections connections (opened lazily on the first transfer, and
@@ -7,13 +7,20 @@
 // (after re-checking the ranges against its registrations; a refused payload is drained, never
 // written) and acknowledges. READ: the target checks, then sends the bytes back.
 //
+// Device memory (MemoryKind::kDevice, with the agent's DeviceCopier): each side stages its own
+// device ranges through two pinned host buffers of staging_chunk_bytes (staging.h), chunk by
+// chunk, the device copy of one chunk overlapping the socket I/O of the other. A WRITE into device
+// memory is acknowledged (and its notification delivered) only after the last chunk landed on the
+// device; a device error there is answered as an error, the payload drained. An agent without a
+// DeviceCopier refuses device ranges (FailedPrecondition).
+//
 // Failures: a connection that closes or resets fails its in-flight transfers at once; a transfer
 // past its deadline fails within a tick (20 ms) and takes its connection down; the target drops a
 // connection that stalls mid-message for io_timeout_ms. The next transfer reconnects.
 //
 // Params: "host" (default 127.0.0.1), "port" (0), "advertise_host" (default host),
 // "num_connections" (2), "stripe_min_bytes" (4194304), "io_timeout_ms" (30000),
-// "connect_timeout_ms" (5000).
+// "connect_timeout_ms" (5000), "staging_chunk_bytes" (4194304; 4 KiB to 1 GiB).
 #pragma once
 
 #include <memory>

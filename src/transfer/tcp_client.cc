@@ -43,8 +43,28 @@ void StripeDone(const std::shared_ptr<Stripe>& stripe, const Status& status) {
   t->request->Complete(Status::Ok());
 }
 
-ClientConn::ClientConn(Target target, std::string my_name, int connect_timeout_ms)
-    : target_(std::move(target)), my_name_(std::move(my_name)), connect_timeout_ms_(connect_timeout_ms) {}
+ClientConn::ClientConn(Target target, std::string my_name, int connect_timeout_ms, DeviceCopier* copier,
+                       uint64_t staging_chunk_bytes)
+    : target_(std::move(target)),
+      my_name_(std::move(my_name)),
+      connect_timeout_ms_(connect_timeout_ms),
+      copier_(copier),
+      staging_chunk_(staging_chunk_bytes) {}
+
+namespace {
+
+std::vector<Descriptor> LocalRanges(const Stripe& s) {
+  std::vector<Descriptor> ranges;
+  ranges.reserve(s.segments.size());
+  for (const Segment& seg : s.segments) ranges.push_back({seg.local_addr, seg.len, seg.local_device});
+  return ranges;
+}
+
+Status NoCopier() {
+  return Status(StatusCode::kFailedPrecondition, "no DeviceCopier: cannot stage device memory");
+}
+
+}  // namespace
 
 ClientConn::~ClientConn() {
   Break(Err(StatusCode::kFailedPrecondition, "connection closed"));
@@ -164,6 +184,8 @@ Status ClientConn::SendStripe(const Stripe& s) {
   h.num_segments = static_cast<uint32_t>(s.segments.size());
   h.aux_len = static_cast<uint32_t>(s.aux.size());
   h.payload_len = s.type == FrameType::kWrite ? s.bytes : 0;
+  const TransferRequest& req = *s.parent->request;
+  if (s.type == FrameType::kWrite || s.type == FrameType::kRead) h.target_kind = static_cast<uint8_t>(req.remote_kind);
   std::string buf(sizeof(h) + s.segments.size() * sizeof(WireSegment) + s.aux.size(), '\0');
   char* p = buf.data();
   std::memcpy(p, &h, sizeof(h));
@@ -175,6 +197,12 @@ Status ClientConn::SendStripe(const Stripe& s) {
   }
   std::memcpy(p, s.aux.data(), s.aux.size());
   TANDEM_RETURN_IF_ERROR(SendAll(fd_, buf.data(), buf.size(), tick));
+  if (s.type == FrameType::kWrite && req.local_kind == MemoryKind::kDevice) {
+    // A device error past the header leaves the payload short: the caller breaks the connection.
+    if (!copier_) return NoCopier();
+    if (!send_stager_) send_stager_ = std::make_unique<Stager>(*copier_, staging_chunk_);
+    return send_stager_->Send(LocalRanges(s), [&](const void* p, uint64_t n) { return SendAll(fd_, p, n, tick); });
+  }
   if (s.type == FrameType::kWrite) {
     for (const Segment& seg : s.segments) {
       TANDEM_RETURN_IF_ERROR(SendAll(fd_, reinterpret_cast<const void*>(seg.local_addr), seg.len, tick));
@@ -262,11 +290,31 @@ void ClientConn::ReceiverLoop() {
         st = Err(StatusCode::kInternal, "protocol error: READ data of {} bytes for {}", h.payload_len, s->bytes);
         break;
       }
-      for (const Segment& seg : s->segments) {
-        st = RecvAll(fd_, reinterpret_cast<void*>(seg.local_addr), seg.len, tick);
+      if (s->parent->request->local_kind == MemoryKind::kDevice) {
+        // Staged onto the device; done only once the last chunk landed. A device error drains the
+        // rest of the payload (the connection stays in step) and fails this stripe only.
+        bool io_failed = false;
+        if (!copier_) {
+          result = NoCopier();
+          st = Discard(fd_, h.payload_len, tick);
+          io_failed = !st.ok();
+        } else {
+          if (!recv_stager_) recv_stager_ = std::make_unique<Stager>(*copier_, staging_chunk_);
+          result = recv_stager_->Receive(LocalRanges(*s), [&](void* p, uint64_t n) {
+            Status io = RecvAll(fd_, p, n, tick);
+            io_failed = !io.ok();
+            if (!io.ok()) st = io;
+            return io;
+          });
+        }
+        if (io_failed) break;
+      } else {
+        for (const Segment& seg : s->segments) {
+          st = RecvAll(fd_, reinterpret_cast<void*>(seg.local_addr), seg.len, tick);
+          if (!st.ok()) break;
+        }
         if (!st.ok()) break;
       }
-      if (!st.ok()) break;
     } else if (h.type != FrameType::kAck) {
       st = Err(StatusCode::kInternal, "protocol error: unexpected frame type {}", static_cast<int>(h.type));
       break;

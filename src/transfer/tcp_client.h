@@ -1,6 +1,7 @@
 // The initiator side of the tcp backend: one ClientConn per data connection to a peer, with a
 // sender thread (connects, says hello, writes requests and WRITE payloads straight from registered
-// memory) and a receiver thread (reads responses, READ payloads straight into registered memory).
+// host memory, or staged from device memory) and a receiver thread (reads responses, READ payloads
+// straight into registered host memory, or staged into device memory).
 //
 // A transfer may be split into stripes over several connections; it completes when every stripe
 // has. Memory safety: a stripe is completed (and so its memory released to the caller) only by
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "transfer/backend.h"
+#include "transfer/staging.h"
 #include "transfer/tcp_wire.h"
 
 namespace tandem::transfer::tcp {
@@ -54,7 +56,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
     std::string peer_name;
     std::string instance_id;  // the hello checks that the listener is still this instance
   };
-  ClientConn(Target target, std::string my_name, int connect_timeout_ms);
+  // `copier` (may be null: host memory only) stages this agent's device memory in chunks of
+  // `staging_chunk_bytes`.
+  ClientConn(Target target, std::string my_name, int connect_timeout_ms, DeviceCopier* copier = nullptr,
+             uint64_t staging_chunk_bytes = kDefaultStagingChunkBytes);
   ~ClientConn();
 
   void Start();  // launches the sender thread (which connects lazily)
@@ -82,6 +87,10 @@ class ClientConn : public std::enable_shared_from_this<ClientConn> {
   const Target target_;
   const std::string my_name_;
   const int connect_timeout_ms_;
+  DeviceCopier* const copier_;
+  const uint64_t staging_chunk_;
+  std::unique_ptr<Stager> send_stager_;  // the sender thread's (WRITE from device memory)
+  std::unique_ptr<Stager> recv_stager_;  // the receiver thread's (READ into device memory)
 
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -4,8 +4,8 @@
 // then num_segments WireSegments, then aux_len bytes of aux (a name, a notification, an error
 // message), then payload_len bytes of payload:
 //   initiator -> target: kHello (aux "<name>\n<target instance id>"), kWrite (segments = remote
-//     ranges, aux = notification when flags & kHasNotification, payload = the bytes), kRead
-//     (segments), kNotify (aux = notification).
+//     ranges of target_kind memory, aux = notification when flags & kHasNotification, payload =
+//     the bytes), kRead (segments, target_kind), kNotify (aux = notification).
 //   target -> initiator: kHelloOk, kAck, kError (status_code, aux = message), kReadData (payload).
 // The target answers each request in order, so a connection's responses match its requests FIFO.
 #pragma once
@@ -28,7 +28,7 @@ inline constexpr uint16_t kHasNotification = 1;
 struct FrameHeader {
   uint32_t magic = kMagic;
   FrameType type = FrameType::kAck;
-  uint8_t reserved0 = 0;
+  uint8_t target_kind = 0;  // kWrite, kRead: the MemoryKind of the target's ranges (0 host, 1 device)
   uint16_t flags = 0;
   uint64_t xfer_id = 0;  // the stripe's id, echoed in the response
   uint32_t num_segments = 0;

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fake_device.h"
 #include "transfer_test_util.h"
 
 namespace tandem::transfer {
@@ -50,17 +51,34 @@ std::optional<std::string> ReadMsg(int fd) {
   return s;
 }
 
-// The child: an agent named `name` with one registered buffer of `size` bytes (pattern `seed`).
+// The child: an agent named `name` with one registered buffer of `size` bytes (pattern `seed`),
+// host memory or (`device`) fake device memory of device 3 staged by the tcp backend.
 // Commands: "wait" -> the first notification's message and the buffer's checksum; "quit".
-[[noreturn]] void ChildMain(const std::string& name, int in_fd, int out_fd, uint64_t size, uint64_t seed) {
+[[noreturn]] void ChildMain(const std::string& name, int in_fd, int out_fd, uint64_t size, uint64_t seed,
+                            bool device) {
   AgentOptions o;
   o.name = name;
   o.backends = {"tcp"};
+  std::shared_ptr<testing::FakeDevice> fake;
+  testing::DeviceBuffer dev_buf;
+  if (device) {
+    fake = std::make_shared<testing::FakeDevice>();
+    o.device_copier = fake;
+    o.backend_params["tcp"]["staging_chunk_bytes"] = "1048576";
+  }
   auto agent = Agent::Create(o);
   if (!agent.ok()) _exit(3);
-  std::vector<uint8_t> buf(size);
-  FillRandom(buf, seed);
-  auto reg = (*agent)->RegisterMemory(buf.data(), buf.size());
+  std::vector<uint8_t> host_buf(device ? 0 : size);
+  uint8_t* data = host_buf.data();
+  if (device) {
+    dev_buf = fake->Alloc(3, size);
+    data = fake->Alias(3, dev_buf.addr(), size);  // the child's own view; the agent gets the device address
+  }
+  std::vector<uint8_t> pattern(size);
+  FillRandom(pattern, seed);
+  std::memcpy(data, pattern.data(), size);
+  auto reg = device ? (*agent)->RegisterMemory(dev_buf.ptr(), size, MemoryKind::kDevice, 3)
+                    : (*agent)->RegisterMemory(data, size);
   if (!reg.ok()) _exit(4);
   if (!WriteMsg(out_fd, (*agent)->ExportMetadata())) _exit(5);
   for (;;) {
@@ -76,7 +94,7 @@ std::optional<std::string> ReadMsg(int fd) {
         }
         std::this_thread::sleep_for(1ms);
       }
-      WriteMsg(out_fd, message + " " + std::to_string(Checksum(buf.data(), buf.size())));
+      WriteMsg(out_fd, message + " " + std::to_string(Checksum(data, size)));
     }
   }
 }
@@ -86,7 +104,7 @@ struct Child {
   int to = -1, from = -1;
   std::string metadata;
 
-  static Child Spawn(const std::string& name, uint64_t size, uint64_t seed) {
+  static Child Spawn(const std::string& name, uint64_t size, uint64_t seed, bool device = false) {
     int down[2], up[2];
     EXPECT_EQ(pipe(down), 0);
     EXPECT_EQ(pipe(up), 0);
@@ -95,7 +113,7 @@ struct Child {
     if (c.pid == 0) {
       ::close(down[1]);
       ::close(up[0]);
-      ChildMain(name, down[0], up[1], size, seed);
+      ChildMain(name, down[0], up[1], size, seed, device);
     }
     ::close(down[0]);
     ::close(up[1]);
@@ -251,6 +269,68 @@ TEST(TransferProcessTest, PeerKilledMidTransferWithoutTimeout) {
   EXPECT_EQ(WaitEnd(*h, 5s), TransferState::kError);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
   EXPECT_FALSE(h->status().ok());
+}
+
+// Device memory on both sides (fake devices, one per process), staged by tcp: WRITE and READ
+// across processes, then a peer that stops mid-transfer and is killed: an error, no hang.
+TEST(TransferProcessTest, DeviceMemoryAcrossProcessesAndAPeerKilledMidTransfer) {
+  constexpr uint64_t kSize = 64 << 20;
+  Child child = Child::Spawn("decode-dev", kSize, 21, /*device=*/true);
+  ASSERT_TRUE(child.ReadMetadata());
+  auto md = DecodeMetadata(child.metadata);
+  ASSERT_TRUE(md.ok());
+  ASSERT_EQ(md->regions.size(), 1u);
+  EXPECT_EQ(md->regions[0].kind, MemoryKind::kDevice);
+  EXPECT_EQ(md->regions[0].device_id, 3);
+  const uint64_t remote = md->regions[0].addr;
+
+  auto fake = std::make_shared<testing::FakeDevice>();
+  AgentOptions o;
+  o.name = "prefill-dev";
+  o.backends = {"tcp"};
+  o.device_copier = fake;
+  o.backend_params["tcp"] = {{"staging_chunk_bytes", "1048576"}, {"num_connections", "1"}};
+  auto agent = std::move(Agent::Create(o).value());
+  testing::DeviceBuffer src = fake->Alloc(1, kSize), back = fake->Alloc(1, kSize);
+  uint8_t* src_view = fake->Alias(1, src.addr(), kSize);
+  uint8_t* back_view = fake->Alias(1, back.addr(), kSize);
+  std::vector<uint8_t> pattern(kSize);
+  FillRandom(pattern, 8);
+  std::memcpy(src_view, pattern.data(), kSize);
+  auto rs = std::move(agent->RegisterMemory(src.ptr(), kSize, MemoryKind::kDevice, 1).value());
+  auto rb = std::move(agent->RegisterMemory(back.ptr(), kSize, MemoryKind::kDevice, 1).value());
+  ASSERT_TRUE(agent->LoadPeerMetadata(child.metadata).ok());
+  auto dev = [](uint64_t addr, uint64_t len, int32_t device) {
+    DescList l;
+    l.kind = MemoryKind::kDevice;
+    l.Add(addr, len, device);
+    return l;
+  };
+
+  auto rd = agent->Post(Op::kRead, dev(back.addr(), kSize, 1), dev(remote, kSize, 3), "decode-dev");
+  ASSERT_TRUE(rd.ok()) << rd.status().ToString();
+  ASSERT_EQ(WaitEnd(*rd), TransferState::kDone) << rd->status().ToString();
+  std::vector<uint8_t> expected(kSize);
+  FillRandom(expected, 21);
+  EXPECT_EQ(Checksum(back_view, kSize), Checksum(expected.data(), kSize));
+  auto w = agent->Post(Op::kWrite, dev(src.addr(), kSize, 1), dev(remote, kSize, 3), "decode-dev", "dev:1");
+  ASSERT_TRUE(w.ok());
+  ASSERT_EQ(WaitEnd(*w), TransferState::kDone) << w->status().ToString();
+  EXPECT_EQ(child.Ask("wait"), "prefill-dev/dev:1 " + std::to_string(Checksum(pattern.data(), kSize)));
+  EXPECT_GE(fake->counts().to_host, kSize);
+  EXPECT_GE(fake->counts().from_host, kSize);
+
+  // Stopped: the WRITE stays in flight (socket buffers full); killed: an error within a second.
+  ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
+  auto h = agent->Post(Op::kWrite, dev(src.addr(), kSize, 1), dev(remote, kSize, 3), "decode-dev", "never");
+  ASSERT_TRUE(h.ok());
+  std::this_thread::sleep_for(300ms);
+  ASSERT_EQ(h->Check(), TransferState::kInProgress);
+  auto t0 = Clock::now();
+  child.Kill();
+  EXPECT_EQ(WaitEnd(*h, 5s), TransferState::kError);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 1.0);
+  EXPECT_EQ(fake->violations(), "");
 }
 
 }  // namespace

@@ -1,0 +1,63 @@
+// A fake device for the transfer tests: "device memory" that faults when anything but the copier
+// touches it. Each allocation is a memfd mapped twice: PROT_NONE at the device address (what
+// agents register and descriptors name) and read-write at an alias only the copier (and the test,
+// through Alias) uses. A backend that dereferences a device address crashes the test.
+//
+// Copies are deferred: a stream only records them and runs them at Sync (after the copy delay),
+// as a GPU runs them later than they are enqueued. A backend that acknowledges a write, reuses a
+// staging buffer or releases memory before syncing then shows wrong bytes.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+
+#include "device_env.h"
+#include "transfer/device_copier.h"
+
+namespace tandem::transfer::testing {
+
+class FakeDevice final : public DeviceCopier, public std::enable_shared_from_this<FakeDevice> {
+ public:
+  static constexpr int32_t kNumDevices = 4;
+  ~FakeDevice() override;
+
+  std::string name() const override { return "fake"; }
+  Result<std::unique_ptr<CopyStream>> NewStream(int32_t device_id) override;
+  Result<PinnedBuffer> AllocPinned(uint64_t bytes) override;
+
+  DeviceBuffer Alloc(int32_t device, uint64_t bytes);
+  // The read-write alias of device [addr, addr + len) on `device`; null (and a recorded violation)
+  // when the range is not inside one allocation of that device.
+  uint8_t* Alias(int32_t device, uint64_t addr, uint64_t len);
+
+  CopyCounts counts() const;
+  std::string violations() const;  // "" when every copy named valid device memory
+  void set_copy_delay(std::chrono::milliseconds d) { delay_ms_ = d.count(); }
+  // The copy that brings the bytes copied from now on past `b` fails (0: no failure).
+  void set_fail_after_bytes(uint64_t b) { fail_after_ = b == 0 ? 0 : copied_.load() + b; }
+
+ private:
+  friend class FakeStream;
+  struct Allocation {
+    int32_t device = 0;
+    uint64_t len = 0;
+    uint8_t* alias = nullptr;
+    int fd = -1;
+  };
+  void Free(uint64_t addr);
+  // Counts `len` copied bytes; false when that passes the failure point.
+  bool Account(uint64_t len);
+
+  mutable std::mutex mu_;
+  std::map<uint64_t, Allocation> allocs_;  // by device address
+  std::string violations_;
+  std::atomic<uint64_t> to_host_{0}, from_host_{0}, d2d_{0}, syncs_{0}, copied_{0};
+  std::atomic<int64_t> delay_ms_{0};
+  std::atomic<uint64_t> fail_after_{0};
+};
+
+}  // namespace tandem::transfer::testing
