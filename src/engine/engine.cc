@@ -10,6 +10,7 @@
 
 #include "common/logging.h"
 #include "engine/kv_cache_manager.h"
+#include "engine/kv_cache_sizing.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -31,6 +32,14 @@ const char* FinishReasonName(FinishReason reason) {
 namespace {
 
 constexpr int kMaxLogprobs = 20;
+
+// Rows whose token is the plain argmax of the model's logits (SampleToken's temperature 0 without
+// ApplyPenalties), so ModelRunner::Execute may pick it (kArgmax, the same tie rule and logprobs
+// as sampler.h). Other rows need the host sampler.
+bool PickedByRunner(const SamplingParams& p) {
+  return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
+         p.presence_penalty == 0.0f;
+}
 
 Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, bool have_tokenizer) {
   auto bad = [](const char* what, auto value) {
@@ -183,25 +192,36 @@ class EngineImpl final : public Engine {
     }
     if (sched.scheduled.empty()) return outputs;
 
-    // Run the model.
+    // Run the model. Greedy rows without penalties are picked by the runner (kArgmax: on a GPU
+    // the logits stay there); the others come back as logits for the host sampler.
     ForwardBatch batch;
     batch.seqs.reserve(sched.scheduled.size());
+    size_t num_rows = 0, num_samples = 0;
     for (const ScheduledRequest& s : sched.scheduled) {
       SequenceSlice slice;
       slice.token_ids =
           std::span<const int32_t>(s.request->token_ids).subspan(s.start_pos, s.num_new_tokens);
       slice.start_pos = s.start_pos;
       slice.block_table = kv_.GetBlockIds(s.request->request_id);
-      slice.logits = s.samples ? SequenceSlice::Logits::kLast : SequenceSlice::Logits::kNone;
+      slice.logits = SequenceSlice::Logits::kNone;
+      if (s.samples && PickedByRunner(s.request->params)) {
+        slice.logits = SequenceSlice::Logits::kArgmax;
+        // ComputeLogprobs clamps the count to the vocabulary; Execute refuses more.
+        slice.num_logprobs = std::min(s.request->params.logprobs, model_config().vocab_size);
+        ++num_samples;
+      } else if (s.samples) {
+        slice.logits = SequenceSlice::Logits::kLast;
+        ++num_rows;
+      }
       batch.seqs.push_back(slice);
     }
-    Status st = runner_->Forward(batch, &logits_);
-    size_t num_rows = 0;
-    for (const ScheduledRequest& s : sched.scheduled) num_rows += s.samples ? 1 : 0;
+    Status st = runner_->Execute(batch, &forward_);
     const size_t vocab = static_cast<size_t>(model_config().vocab_size);
-    if (st.ok() && logits_.size() != num_rows * vocab) {
-      st = Err(StatusCode::kInternal, "the model runner returned {} logits, expected {} x {}",
-               logits_.size(), num_rows, vocab);
+    if (st.ok() && (forward_.logits.size() != num_rows * vocab ||
+                    forward_.samples.size() != num_samples)) {
+      st = Err(StatusCode::kInternal,
+               "the model runner returned {} logits and {} greedy picks, expected {} x {} and {}",
+               forward_.logits.size(), forward_.samples.size(), num_rows, vocab, num_samples);
     }
     if (!st.ok()) {
       log::error("forward pass failed: {}", st.ToString());
@@ -215,12 +235,23 @@ class EngineImpl final : public Engine {
     scheduler_.OnStepComputed(sched);
 
     // Sample and post-process.
-    size_t row = 0;
-    for (const ScheduledRequest& s : sched.scheduled) {
-      if (!s.samples) continue;
-      std::span<float> logits(logits_.data() + row * vocab, vocab);
-      ++row;
-      outputs.push_back(SampleAndProcess(*requests_.at(s.request->request_id), logits));
+    size_t row = 0, sample = 0;
+    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
+      const SequenceSlice::Logits kind = batch.seqs[i].logits;
+      if (kind == SequenceSlice::Logits::kNone) continue;
+      Entry& e = *requests_.at(sched.scheduled[i].request->request_id);
+      if (kind == SequenceSlice::Logits::kArgmax) {
+        ArgmaxSample& pick = forward_.samples[sample++];
+        std::optional<TokenLogprob> logprob;
+        if (e.request.params.logprobs >= 0) {
+          logprob = TokenLogprob{pick.token_id, pick.logprob, std::move(pick.top)};
+        }
+        outputs.push_back(ProcessToken(e, pick.token_id, std::move(logprob)));
+      } else {
+        std::span<float> logits(forward_.logits.data() + row * vocab, vocab);
+        ++row;
+        outputs.push_back(SampleAndProcess(e, logits));
+      }
     }
     return outputs;
   }
@@ -385,7 +416,7 @@ class EngineImpl final : public Engine {
   std::unordered_set<std::string> held_;         // finished hold_blocks requests' ids
   std::unordered_map<std::string, std::unique_ptr<Entry>> requests_;
   std::vector<RequestOutput> pending_;  // outputs of aborted requests, returned by the next Step
-  std::vector<float> logits_;
+  ForwardOutput forward_;               // the last step's logits rows and greedy picks
 };
 
 }  // namespace
@@ -428,18 +459,7 @@ Result<std::unique_ptr<Engine>> Engine::Create(std::unique_ptr<ModelRunner> runn
     return Err(StatusCode::kInvalidArgument, "num_kv_blocks must be >= 0 but is {}",
                config.num_kv_blocks);
   }
-  int num_blocks = config.num_kv_blocks;
-  if (num_blocks == 0) {
-    const size_t block_bytes = runner->KVBlockBytes(config.block_size);
-    if (block_bytes == 0) return Status(StatusCode::kInternal, "the runner reports 0-byte KV blocks");
-    const size_t n = config.kv_cache_bytes / block_bytes;
-    if (n < 1) {
-      return Err(StatusCode::kResourceExhausted,
-                 "kv_cache_bytes {} cannot hold one KV block of {} bytes ({} tokens)",
-                 config.kv_cache_bytes, block_bytes, config.block_size);
-    }
-    num_blocks = static_cast<int>(std::min<size_t>(n, 1u << 30));
-  }
+  TANDEM_ASSIGN_OR_RETURN(const int num_blocks, ComputeNumKVBlocks(*runner, config));
   TANDEM_RETURN_IF_ERROR(runner->AllocateKVCache(num_blocks, config.block_size));
   log::debug("engine: {} KV blocks of {} tokens, max_model_len {}", num_blocks, config.block_size,
              config.max_model_len);

@@ -2,6 +2,10 @@
 //
 //   step() = schedule -> run model -> sample -> post-process (detokenize, stop checks)
 //
+// Greedy requests without penalties are picked by the runner (ModelRunner::Execute, kArgmax: on a
+// GPU only the token and its logprobs leave the device); the others' logits rows come back to the
+// host sampler (sampler.h). Both give the same tokens and logprobs.
+//
 // The scheduler thinks in tokens: each step moves every running request's num_computed_tokens
 // toward its num_tokens under a token budget; prefill, chunked prefill and decode are one mechanism.
 #pragma once
@@ -21,7 +25,14 @@ namespace tandem {
 struct EngineConfig {
   int block_size = 16;                 // tokens per KV block
   int num_kv_blocks = 0;               // 0: from kv_cache_bytes
-  size_t kv_cache_bytes = 256u << 20;  // KV pool size when num_kv_blocks == 0
+  // KV pool size when num_kv_blocks == 0. 0: a host runner gets kDefaultHostKVCacheBytes; a
+  // device runner (ModelRunner::GetDeviceMemoryInfo) gets what gpu_memory_utilization leaves
+  // after its weights and the scratch of the largest step (vLLM's profile run; kv_cache_sizing.h).
+  // ResourceExhausted when that cannot hold one max_model_len request.
+  size_t kv_cache_bytes = 0;
+  // The fraction of the device's total memory this engine may use for weights, step scratch and
+  // the KV pool (vLLM's meaning: two workers sharing a GPU take e.g. 0.45 each).
+  double gpu_memory_utilization = 0.9;
   int max_num_seqs = 64;               // running requests at most
   int max_num_batched_tokens = 2048;   // token budget of one step (chunked prefill splits prompts)
   int max_model_len = 0;               // 0: the model's max_position_embeddings
@@ -31,6 +42,11 @@ struct EngineConfig {
   // it, locally.
   int max_local_prefill_tokens = 0;
 };
+
+inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;
+// Held back from the device KV pool for what the profile run does not allocate (CUDA graphs,
+// the allocator's rounding, library workspaces created later).
+inline constexpr size_t kDeviceMemoryMarginBytes = 512u << 20;
 
 // Per-request roles in disaggregated serving (DESIGN.md section 1).
 struct RequestOptions {

@@ -1,4 +1,4 @@
-// The host fallback of ModelRunner::Execute (model_runner.h).
+// The host fallbacks of ModelRunner::Execute and GetDeviceMemoryInfo (model_runner.h).
 #include "model/model_runner.h"
 
 #include <algorithm>
@@ -69,6 +69,10 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
     row += rows;
   }
   return Status::Ok();
+}
+
+Result<DeviceMemoryInfo> ModelRunner::GetDeviceMemoryInfo() {
+  return Status(StatusCode::kUnimplemented, "this model runner computes in host memory");
 }
 
 }  // namespace tandem

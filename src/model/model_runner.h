@@ -62,6 +62,16 @@ struct ForwardBatch {
   std::vector<SequenceSlice> seqs;
 };
 
+// The memory of the device a runner computes on (bytes), for sizing the KV pool from what is free
+// (vLLM's gpu_memory_utilization; engine/kv_cache_sizing.h).
+struct DeviceMemoryInfo {
+  size_t total_bytes = 0;    // the device's memory (cudaMemGetInfo's total)
+  size_t free_bytes = 0;     // free now on the whole device (other processes' use counts)
+  size_t used_bytes = 0;     // held by this runner: weights, scratch, KV pool, library workspaces
+                             // (the drop in free memory since the runner was created)
+  size_t weights_bytes = 0;  // of which the weights
+};
+
 class ModelRunner {
  public:
   virtual ~ModelRunner() = default;
@@ -87,6 +97,11 @@ class ModelRunner {
   // picks on the host; a GPU runner overrides it to keep the logits on the device.
   // Errors: those of Forward; InvalidArgument for num_logprobs > vocab_size.
   virtual Status Execute(const ForwardBatch& batch, ForwardOutput* out);
+
+  // The device's memory now (scratch grown by earlier steps stays held, so a step at the largest
+  // batch before this call counts in it). Unimplemented for a host runner (the default): the
+  // engine then sizes the KV pool from EngineConfig::kv_cache_bytes alone.
+  virtual Result<DeviceMemoryInfo> GetDeviceMemoryInfo();
 };
 
 // The host pick of ArgmaxSample from one row of logits: [vocab_size].
