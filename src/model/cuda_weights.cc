@@ -4,18 +4,19 @@
 
 #include "model/cuda_weights.h"
 
-#include <cuda_bf16.h>
-
-#include <initializer_list>
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <thread>
+#include <utility>
 #include <vector>
 
+#include "common/logging.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/cuda_check.h"
-#include "model/weights.h"
+#include "model/weight_plan.h"
 
 namespace tandem {
-
-using bf16 = __nv_bfloat16;
 
 Status DeviceArray::Allocate(size_t bytes) {
   Reset();
@@ -50,54 +51,58 @@ size_t CudaWeights::bytes() const {
 
 namespace {
 
-// fp32 host tensors, concatenated, uploaded as bf16 (round to nearest even: exact for the bf16
-// checkpoints the CPU loader widened).
-Status UploadBf16(std::initializer_list<const std::vector<float>*> parts, DeviceArray* dev) {
-  size_t n = 0;
-  for (const auto* p : parts) n += p->size();
-  std::vector<bf16> host(n);
-  size_t i = 0;
-  for (const auto* p : parts) {
-    for (float v : *p) host[i++] = __float2bfloat16_rn(v);
+// Pinned host memory (cudaHostAlloc), freed on destruction.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (p_ != nullptr) cudaFreeHost(p_);
   }
-  TANDEM_RETURN_IF_ERROR(dev->Allocate(n * sizeof(bf16)));
-  if (n > 0) {
-    TANDEM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(dev->as<bf16>(), host.data(), n * sizeof(bf16), cudaMemcpyHostToDevice));
+  Status Allocate(size_t bytes) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault));
+    return Status::Ok();
   }
-  return Status::Ok();
+  uint16_t* data() const { return static_cast<uint16_t*>(p_); }
+
+ private:
+  void* p_ = nullptr;
+};
+
+// A stream and one event per staging buffer, destroyed on exit (also on errors).
+struct CopyResources {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t done[2] = {nullptr, nullptr};
+  ~CopyResources() {
+    for (cudaEvent_t e : done) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
+    if (stream != nullptr) {
+      cudaStreamSynchronize(stream);  // no copy may outlive the staging buffers
+      cudaStreamDestroy(stream);
+    }
+  }
+};
+
+// The device tensor of each planned one.
+std::vector<std::pair<const DeviceTensorPlan*, DeviceArray*>> Bind(const WeightPlan& plan,
+                                                                   CudaWeights* w) {
+  std::vector<std::pair<const DeviceTensorPlan*, DeviceArray*>> out = {
+      {&plan.embed, &w->embed}, {&plan.final_norm, &w->final_norm}, {&plan.lm_head, &w->lm_head}};
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerPlan& p = plan.layers[i];
+    DeviceLayer& d = w->layers[i];
+    out.insert(out.end(), {{&p.input_norm, &d.input_norm}, {&p.qkv, &d.qkv},
+                           {&p.qkv_bias, &d.qkv_bias}, {&p.o, &d.o}, {&p.o_bias, &d.o_bias},
+                           {&p.q_norm, &d.q_norm}, {&p.k_norm, &d.k_norm},
+                           {&p.post_norm, &d.post_norm}, {&p.gate_up, &d.gate_up},
+                           {&p.down, &d.down}});
+  }
+  return out;
 }
 
-}  // namespace
-
-Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& c) {
-  TANDEM_ASSIGN_OR_RETURN(ModelWeights w, LoadModelWeights(st, c));
-  CudaWeights out;
-  TANDEM_RETURN_IF_ERROR(UploadBf16({&w.embed}, &out.embed));
-  TANDEM_RETURN_IF_ERROR(UploadBf16({&w.final_norm}, &out.final_norm));
-  if (!w.lm_head.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&w.lm_head}, &out.lm_head));
-  out.layers = std::vector<DeviceLayer>(c.num_hidden_layers);
-  for (int l = 0; l < c.num_hidden_layers; ++l) {
-    const LayerWeights& s = w.layers[l];
-    DeviceLayer& d = out.layers[l];
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.input_norm}, &d.input_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.q_proj, &s.k_proj, &s.v_proj}, &d.qkv));
-    if (!s.q_bias.empty() || !s.k_bias.empty() || !s.v_bias.empty()) {
-      // A missing part of the bias is zero.
-      std::vector<float> qb = s.q_bias, kb = s.k_bias, vb = s.v_bias;
-      qb.resize(static_cast<size_t>(c.num_attention_heads) * c.head_dim, 0.0f);
-      kb.resize(static_cast<size_t>(c.num_key_value_heads) * c.head_dim, 0.0f);
-      vb.resize(kb.size(), 0.0f);
-      TANDEM_RETURN_IF_ERROR(UploadBf16({&qb, &kb, &vb}, &d.qkv_bias));
-    }
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.o_proj}, &d.o));
-    if (!s.o_bias.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.o_bias}, &d.o_bias));
-    if (!s.q_norm.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.q_norm}, &d.q_norm));
-    if (!s.k_norm.empty()) TANDEM_RETURN_IF_ERROR(UploadBf16({&s.k_norm}, &d.k_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.post_norm}, &d.post_norm));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.gate_proj, &s.up_proj}, &d.gate_up));
-    TANDEM_RETURN_IF_ERROR(UploadBf16({&s.down_proj}, &d.down));
-  }
+Status UploadInvFreq(const ModelConfig& c, DeviceArray* out) {
   cpu::RopeParams rope;
   rope.theta = c.rope_theta;
   rope.type = c.rope_scaling.type;
@@ -106,12 +111,88 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
   rope.high_freq_factor = c.rope_scaling.high_freq_factor;
   rope.original_max_position_embeddings = c.rope_scaling.original_max_position_embeddings;
   const std::vector<float> inv_freq = cpu::RopeInvFreq(c.head_dim, rope);
-  TANDEM_RETURN_IF_ERROR(out.inv_freq.Allocate(inv_freq.size() * sizeof(float)));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out.inv_freq.as<float>(), inv_freq.data(),
+  TANDEM_RETURN_IF_ERROR(out->Allocate(inv_freq.size() * sizeof(float)));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(out->as<float>(), inv_freq.data(),
                                          inv_freq.size() * sizeof(float), cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& c,
+                                    const CudaWeightsLoadOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  TANDEM_ASSIGN_OR_RETURN(const WeightPlan plan, PlanBf16Weights(st, c));
+  CudaWeights out;
+  size_t total = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&out.device_free_before_load, &total));
+  out.layers = std::vector<DeviceLayer>(c.num_hidden_layers);
+  std::map<const DeviceTensorPlan*, DeviceArray*> device;
+  for (const auto& [t, d] : Bind(plan, &out)) {
+    if (t->parts.empty()) continue;
+    device[t] = d;
+    Status st_alloc = d->Allocate(t->bytes());
+    if (!st_alloc.ok()) {
+      return Status(st_alloc.code(),
+                    fmt::format("weights: {} ({} bytes; {} of {} bytes of weights): {}", t->name,
+                                t->bytes(), out.bytes(), plan.total_bytes(), st_alloc.message()));
+    }
+  }
+
+  const std::vector<StagingChunk> chunks = ScheduleStaging(plan, options.staging_bytes);
+  size_t staging = 0;
+  for (const StagingChunk& ch : chunks) staging = std::max(staging, ch.bytes);
+  PinnedBuffer buffers[2];
+  CopyResources copy;
+  if (staging > 0) {
+    for (PinnedBuffer& b : buffers) TANDEM_RETURN_IF_ERROR(b.Allocate(staging));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy.stream, cudaStreamNonBlocking));
+    for (cudaEvent_t& e : copy.done) {
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    }
+  }
+  const int threads = options.num_threads > 0
+                          ? options.num_threads
+                          : static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u));
+  // Chunk i fills buffer i % 2 once that buffer's previous copies are done, then copies it.
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const StagingChunk& ch = chunks[i];
+    const int b = static_cast<int>(i % 2);
+    if (i >= 2) TANDEM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(copy.done[b]));
+    FillStagingChunk(ch, buffers[b].data(), threads);
+    for (const StagingPiece& p : ch.pieces) {
+      char* dst = device.at(p.tensor)->as<char>() + p.dst_offset * 2;
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst,
+                                                  reinterpret_cast<const char*>(buffers[b].data()) +
+                                                      p.staging_offset,
+                                                  static_cast<size_t>(p.count) * 2,
+                                                  cudaMemcpyHostToDevice, copy.stream));
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(copy.done[b], copy.stream));
+  }
+  if (copy.stream != nullptr) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy.stream));
+  TANDEM_RETURN_IF_ERROR(UploadInvFreq(c, &out.inv_freq));
+
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double bytes = static_cast<double>(plan.total_bytes());
+  log::info("weights: {:.2f} GiB bf16 onto the GPU in {:.2f} s ({:.2f} GB/s), {} tensors from {} "
+            "file(s), {} staging chunks of up to {} MiB, {} host threads",
+            bytes / (1ull << 30), seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+            plan.tensors().size(), st.num_files(), chunks.size(), staging >> 20, threads);
   return out;
 }
 
+Result<DeviceMemoryInfo> QueryDeviceMemory(int device_id, const CudaWeights& weights) {
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id));
+  DeviceMemoryInfo m;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&m.free_bytes, &m.total_bytes));
+  m.used_bytes = weights.device_free_before_load > m.free_bytes
+                     ? weights.device_free_before_load - m.free_bytes
+                     : weights.bytes();
+  m.weights_bytes = weights.bytes();
+  return m;
+}
 
 }  // namespace tandem
 

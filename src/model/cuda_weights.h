@@ -2,9 +2,14 @@
 // per tensor, q/k/v and gate/up fused row-wise so each is one GEMM. Built only with CUDA
 // (TANDEM_HAVE_CUDA; target tandem_model_cuda).
 //
-// Shapes ([out, in] row-major, Hugging Face names in model/weights.h):
+// Shapes ([out, in] row-major, Hugging Face names in model/weights.h; the plan in weight_plan.h):
 //   qkv      [(num_heads + 2 num_kv_heads) * head_dim, hidden]   q_proj, k_proj, v_proj rows
 //   gate_up  [2 * intermediate, hidden]                          gate_proj rows, then up_proj rows
+//
+// Loading reads the mapped safetensors straight into the device tensors: BF16 bytes are copied as
+// stored, F16/F32 converted per chunk on the host, through two pinned staging buffers (one filled
+// by host threads while the other is copied), so the host holds the mapping plus the staging
+// buffers, never an fp32 copy of the model.
 #pragma once
 
 #ifdef TANDEM_HAVE_CUDA
@@ -16,6 +21,7 @@
 
 #include "common/status.h"
 #include "model/config.h"
+#include "model/model_runner.h"
 #include "model/safetensors.h"
 
 namespace tandem {
@@ -69,12 +75,28 @@ struct CudaWeights {
 
   const DeviceArray& lm_head_or_embed() const { return lm_head.bytes() > 0 ? lm_head : embed; }
   size_t bytes() const;    // device bytes held
+
+  // cudaMemGetInfo's free bytes on the device before the weights were allocated: the baseline of
+  // DeviceMemoryInfo::used_bytes (QueryDeviceMemory).
+  size_t device_free_before_load = 0;
 };
 
-// Loads every tensor the config calls for onto the current CUDA device as bf16.
-// Errors: those of LoadModelWeights (InvalidArgument naming a missing or misshapen tensor,
-// Unimplemented dtype), ResourceExhausted (device memory), Internal (CUDA).
-Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& config);
+struct CudaWeightsLoadOptions {
+  size_t staging_bytes = 128u << 20;  // each of the two pinned staging buffers
+  int num_threads = 0;                // host threads filling a chunk; 0: min(8, cores)
+};
+
+// Loads every tensor the config calls for onto the current CUDA device as bf16 (weight_plan.h),
+// logging the time and rate. Errors: those of LoadModelWeights with the same messages
+// (InvalidArgument naming a missing or misshapen tensor, Unimplemented dtype), ResourceExhausted
+// (device memory, naming the tensor), Internal (CUDA).
+Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& config,
+                                    const CudaWeightsLoadOptions& options = {});
+
+// The device's memory now (model_runner.h's DeviceMemoryInfo): used_bytes is the drop in free
+// memory since before `weights` were loaded (weights, scratch, KV pool, cuBLAS workspaces; other
+// processes allocating meanwhile count too). Internal on a CUDA error.
+Result<DeviceMemoryInfo> QueryDeviceMemory(int device_id, const CudaWeights& weights);
 
 }  // namespace tandem
 

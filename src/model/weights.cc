@@ -3,10 +3,9 @@
 #include <fmt/format.h>
 
 namespace tandem {
-namespace {
 
-Status Bind(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
-            std::vector<float>* out) {
+Result<const TensorView*> FindWeight(const SafetensorsModel& st, const std::string& name,
+                                     const std::vector<int64_t>& expected) {
   auto found = st.Find(name);
   if (!found.ok()) {
     return Err(StatusCode::kInvalidArgument, "checkpoint has no tensor {} (expected shape {})",
@@ -18,7 +17,15 @@ Status Bind(const SafetensorsModel& st, const std::string& name, std::vector<int
                "tensor {} has shape {}, but config.json implies {} (in {})", name,
                ShapeString(t.shape), ShapeString(expected), t.file);
   }
-  return TensorToFloat(t, out);
+  return &t;
+}
+
+namespace {
+
+Status Bind(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
+            std::vector<float>* out) {
+  TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
+  return TensorToFloat(*t, out);
 }
 
 }  // namespace

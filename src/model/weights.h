@@ -55,6 +55,12 @@ struct ModelWeights {
   const std::vector<float>& lm_head_or_embed() const { return lm_head.empty() ? embed : lm_head; }
 };
 
+// The tensor `name`, checked against the shape config.json implies: InvalidArgument naming the
+// tensor when it is missing (with the expected shape) or misshapen (both shapes and its file).
+// LoadModelWeights and the CUDA loader's plan (weight_plan.h) bind through it.
+Result<const TensorView*> FindWeight(const SafetensorsModel& st, const std::string& name,
+                                     const std::vector<int64_t>& expected);
+
 // Binds and converts every tensor the config calls for.
 Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelConfig& config);
 
