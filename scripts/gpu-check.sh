@@ -1,48 +1,84 @@
 #!/usr/bin/env bash
-# The one script for the GPU machine: CUDA op parity and timings (dev/kernels/cuda_op_check).
+# The one script for the GPU machine (issue 6): CUDA op parity and timings, the CUDA runner against
+# the CPU runner and the golden file, the peer check against HF transformers on random Qwen3-0.6B /
+# Qwen3-8B checkpoints, and the benchmark (tandem's Engine beside HF beside the roofline).
 #
-#   scripts/gpu-check.sh pack   on the dev machine (nvcc, no GPU): builds cuda_op_check and
-#                               cuda_runner_check with the project's CMake (sm_90, OpenBLAS static)
-#                               into build-cuda/ and packs them
-#                               with libfmt/libcudart and the headers for a fallback build into
+#   scripts/gpu-check.sh pack   on the dev machine (nvcc, no GPU): builds cuda_op_check,
+#                               cuda_runner_check, cuda_peer_dump and cuda_engine_bench with the
+#                               project's CMake (sm_90, OpenBLAS static) into build-cuda/ and packs
+#                               them (stripped, xz) with the shared libraries the device lacks, the
+#                               headers for a fallback build and the golden files into
 #                               .device-carry/ (ignored through .git/info/exclude).
 #   scripts/gpu-check.sh build-device   only the kernels-only fallback build, into build-kernels/.
-#   scripts/gpu-check.sh        on the device machine (run tool, carry [".device-carry"]): runs the
-#                               carried binary, or builds one there from dev/kernels/CMakeLists.txt
-#                               (kernels only: the device has CUDA and CMake but not gRPC, Boost...)
-#                               when it is missing or cannot load; runs the full check, then
-#                               compute-sanitizer (memcheck; racecheck on prefill) on the small
-#                               shapes, then cuda_runner_check on the bundled tiny model. The
-#                               summary table prints last.
-# Env: GPU_CHECK_SANITIZE=0 skips compute-sanitizer; GPU_CHECK_BUILD_TEST=1 also tries the fallback
-# build; GPU_CHECK_ARGS passes arguments to cuda_op_check (e.g. "--only decode").
-# Logs go to $OUT when set (the device tool brings them back). Never touches clocks, power, modes.
+#   scripts/gpu-check.sh        on the device machine (run tool, carry [".device-carry"]): the
+#                               stages of GPU_CHECK_STAGES in order, then the summary (last).
+#
+# Stages (GPU_CHECK_STAGES, comma separated; default ops,runner,golden,peer,bench,hf):
+#   ops       cuda_op_check: every CUDA op against its CPU reference, timed (GPU_CHECK_ARGS passes
+#             arguments, e.g. "--only decode"); built on the device from dev/kernels/CMakeLists.txt
+#             when the carried binary is missing or cannot load
+#   sanitize  compute-sanitizer memcheck (small shapes) and racecheck (small prefill); also run when
+#             GPU_CHECK_SANITIZE=1
+#   runner    cuda_runner_check: the CUDA ModelRunner against the CPU runner on the bundled tiny model
+#   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
+#             against shared/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
+#   peer      peer-0.6b and peer-8b: scripts/gpu/peer_check.py (random checkpoint made with
+#             transformers, HF bf16 logits and greedy tokens vs cuda_peer_dump)
+#   bench     cuda_engine_bench on the random Qwen3-8B checkpoint (made if the peer stage did not
+#             leave one): decode tok/s at batch 1/8/64/256 with 1k context, prefill 512/2k/8k;
+#             GPU_CHECK_BENCH_ARGS adds arguments; GPU_CHECK_GRAPHS_COMPARE=1 runs it again with
+#             TANDEM_CUDA_GRAPHS=0 (a second column)
+#   hf        scripts/gpu/hf_bench.py: HF transformers on the same shapes (GPU_CHECK_HF_ARGS adds
+#             arguments, e.g. "--batches 1,8")
+# The benchmark table (bench_table.py) prints when bench or hf ran.
+# Env: GPU_CHECK_DEADLINE (seconds for the whole call, default 570: a stage that would start too late
+# is skipped, each is cut at what is left, so the summary always prints); GPU_CHECK_BUILD_TEST=1 also
+# tries the fallback build; GPU_CHECK_KEEP=1 keeps the checkpoints (in /dev/shm when it has room,
+# else /tmp; removed at the end otherwise).
+# Files in $OUT (at most 8 come back): gpu-check.log (every stage's output as it runs),
+# op_check.log, summary.txt, results.tar.gz (the JSON results), memcheck.log, racecheck.log,
+# device-build.log. Never touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 CARRY=$ROOT/.device-carry
+BINS="cuda_op_check cuda_runner_check cuda_peer_dump cuda_engine_bench"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1
 
 pack() {
   set -e
   grep -qxF '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >> .git/info/exclude
   cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON > /dev/null
-  cmake --build build-cuda -j2 --target cuda_op_check cuda_runner_check
-  rm -rf "$CARRY" && mkdir -p "$CARRY/lib" "$CARRY/include"
-  for b in cuda_op_check cuda_runner_check; do
+  # shellcheck disable=SC2086
+  nice -n 10 cmake --build build-cuda -j2 --target $BINS
+  # Only this script's files: .device-carry/e2e (scripts/gpu-e2e.sh) stays.
+  mkdir -p "$CARRY"
+  rm -rf "$CARRY/lib" "$CARRY/include" "$CARRY/golden" "$CARRY/BUILD_INFO"
+  for b in $BINS; do rm -f "$CARRY/$b.xz"; done
+  mkdir -p "$CARRY/lib" "$CARRY/include" "$CARRY/golden"
+  for b in $BINS; do
     strip -o "$CARRY/$b" "build-cuda/$b"
     xz -T2 -6 "$CARRY/$b"
   done
-  for lib in $(ldd build-cuda/cuda_op_check build-cuda/cuda_runner_check | awk '/=>/ {print $3}' | sort -u); do
+  # Every shared library but the C/C++ runtime and the CUDA driver / cuBLAS (the device has its
+  # own, found by find_cublas): fmt, spdlog, pcre2, utf8proc, xxhash, cudart ...
+  # shellcheck disable=SC2086
+  for lib in $(cd build-cuda && ldd $BINS | awk '/=>/ {print $3}' | sort -u); do
     case "$(basename "$lib")" in
-      libfmt.so.*|libcudart.so.*) cp -L "$lib" "$CARRY/lib/" ;;
+      libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
+      libcuda.so.*|libcublas*.so.*|libnvidia*) ;;
+      *) cp -L "$lib" "$CARRY/lib/" ;;
     esac
   done
   cp -r /usr/include/fmt "$CARRY/include/"
   cblas=$(dirname "$(find /usr/include -name cblas.h | head -1)")
   cp "$cblas"/cblas.h "$cblas"/openblas_config.h "$CARRY/include/" 2>/dev/null || true
+  local golden=/work/shared/golden
+  [ -d "$golden" ] || golden=$ROOT/../shared/golden
+  cp "$golden"/tiny-qwen3.json "$golden"/tiny-qwen3-long.json "$CARRY/golden/"
   { echo "built $(date -u +%FT%TZ) on $(uname -n) from $(git rev-parse --short HEAD)"
-    git status --short -- src/kernels dev/kernels | head -20; } > "$CARRY/BUILD_INFO"
+    git status --short -- src dev/kernels | head -20; } > "$CARRY/BUILD_INFO"
   du -sh "$CARRY"; ls -la "$CARRY" "$CARRY/lib"
 }
 
@@ -64,73 +100,6 @@ build_on_device() {
     && cmake --build build-kernels -j"$(nproc)" --target cuda_op_check
 }
 
-device() {
-  local out=${OUT:-/tmp/gpu-check-out}
-  mkdir -p "$out"
-  echo "== $(date -u +%FT%TZ) gpu-check on $(uname -n)"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu \
-    --format=csv 2>&1 | tee "$out/gpu.txt"
-  export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
-  find_cublas
-  local bin="" built_here=0
-  if [ -e "$CARRY/cuda_op_check.xz" ]; then
-    mkdir -p /tmp/gpu-check && python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-      "$CARRY/cuda_op_check.xz" /tmp/gpu-check/cuda_op_check && chmod +x /tmp/gpu-check/cuda_op_check
-    cat "$CARRY/BUILD_INFO" 2>/dev/null
-    # A loader problem (a missing library, an old libstdc++) shows before main prints its usage.
-    local probe
-    probe=$(/tmp/gpu-check/cuda_op_check --probe 2>&1 || true)  # exits 2 after the usage line
-    if grep -q "^usage:" <<< "$probe"; then
-      bin=/tmp/gpu-check/cuda_op_check
-    else
-      echo "carried binary cannot start:"; head -5 <<< "$probe"
-      ldd /tmp/gpu-check/cuda_op_check | grep "not found"
-    fi
-  fi
-  if [ -z "$bin" ]; then
-    build_test "$out" && bin=$ROOT/build-kernels/cuda_op_check
-    built_here=1
-  fi
-  [ -n "$bin" ] || { echo "no cuda_op_check to run"; return 2; }
-  echo "== cuda_op_check ${GPU_CHECK_ARGS:-} ($bin)"
-  # shellcheck disable=SC2086
-  timeout 300 "$bin" ${GPU_CHECK_ARGS:-} > "$out/op_check.log" 2>&1
-  local rc=$?
-  grep -v "^ok " "$out/op_check.log" | sed '/==== cuda_op_check summary/,$d'  # failures, notes, timings
-
-  local sanitize="skipped"
-  if [ "${GPU_CHECK_SANITIZE:-1}" = 1 ] && command -v compute-sanitizer > /dev/null; then
-    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$bin" --small --seed 1 \
-      > "$out/memcheck.log" 2>&1
-    local mem_rc=$?
-    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 3 "$bin" --small --only prefill \
-      > "$out/racecheck.log" 2>&1
-    local race_rc=$?
-    sanitize="memcheck rc $mem_rc ($(grep -m1 'ERROR SUMMARY' "$out/memcheck.log")), racecheck prefill rc $race_rc ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$out/racecheck.log"))"
-  fi
-  if [ "${GPU_CHECK_BUILD_TEST:-0}" = 1 ] && [ "$built_here" = 0 ]; then build_test "$out"; fi
-
-  # The CUDA ModelRunner against the CPU runner on the bundled tiny model (carried binary only).
-  local runner_rc=skipped
-  if [ -e "$CARRY/cuda_runner_check.xz" ]; then
-    python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-      "$CARRY/cuda_runner_check.xz" /tmp/gpu-check/cuda_runner_check && chmod +x /tmp/gpu-check/cuda_runner_check
-    mkdir -p /tmp/gpu-check/models && tar xJf models/tiny-qwen3.tar.xz -C /tmp/gpu-check/models
-    timeout 120 /tmp/gpu-check/cuda_runner_check /tmp/gpu-check/models/tiny-qwen3 --steps 8 \
-      > "$out/runner_check.log" 2>&1
-    runner_rc=$?
-  fi
-
-  echo
-  sed -n '/==== cuda_op_check summary/,$p' "$out/op_check.log"
-  [ "$rc" = 124 ] && echo "cuda_op_check TIMED OUT (300 s); log tail:" && tail -5 "$out/op_check.log"
-  [ -e "$out/runner_check.log" ] && cat "$out/runner_check.log"
-  echo "cuda_runner_check exit $runner_rc (0: the CUDA runner matches the CPU runner)"
-  echo "sanitizers (small shapes, rc 0 = clean): $sanitize"
-  echo "cuda_op_check exit $rc (0 pass, 1 parity failure, 2 CUDA error)"
-  return "$rc"
-}
-
 # The kernels-only fallback build on the device, timed, log to $1/device-build.log.
 build_test() {
   local t0=$SECONDS
@@ -142,9 +111,202 @@ build_test() {
   fi
 }
 
+BIN=/tmp/gpu-check
+# Unpacks a carried binary into $BIN; 0 when it starts (prints its usage or runs with no GPU), else 1.
+unpack() {
+  local name=$1
+  [ -e "$CARRY/$name.xz" ] || { echo "no $CARRY/$name.xz (run scripts/gpu-check.sh pack)"; return 1; }
+  python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+    "$CARRY/$name.xz" "$BIN/$name" && chmod +x "$BIN/$name"
+  local missing
+  missing=$(ldd "$BIN/$name" 2>&1 | grep "not found")
+  if [ -n "$missing" ]; then
+    echo "$name cannot start here: $missing"
+    return 1
+  fi
+}
+
+# Stage bookkeeping: STATUS lines for the summary, the deadline.
+STATUS=()
+FAILED=()  # stages whose command failed: their log tails go into the summary
+T_START=$SECONDS
+DEADLINE=${GPU_CHECK_DEADLINE:-570}
+left() { echo $((DEADLINE - (SECONDS - T_START))); }
+want() { [[ ",$STAGES," == *",$1,"* ]]; }
+note() { STATUS+=("$(printf '%-10s %s' "$1" "$2")"); echo "== $(date -u +%T) stage $1: $2"; }
+
+# run_stage NAME MAX_SECONDS MIN_SECONDS CMD...: runs CMD under timeout min(MAX, time left - 20),
+# its output appended to $OUT/gpu-check.log and kept in $RES/NAME.log; skipped when less than
+# MIN_SECONDS are left. Sets RC.
+run_stage() {
+  local name=$1 max=$2 min=$3
+  shift 3
+  local budget
+  budget=$(( $(left) - 20 ))
+  if [ "$budget" -lt "$min" ]; then
+    RC=skipped
+    note "$name" "SKIPPED (${budget} s left before the deadline, needs ~${min} s)"
+    return
+  fi
+  [ "$budget" -gt "$max" ] && budget=$max
+  echo "== $(date -u +%T) stage $name (timeout $budget s): $*"
+  { echo; echo "==== stage $name: $* (timeout $budget s)"; } >> "$OUT_DIR/gpu-check.log"
+  local t0=$SECONDS
+  timeout "$budget" "$@" 2>&1 | tee "$RES/$name.log" >> "$OUT_DIR/gpu-check.log"
+  RC=${PIPESTATUS[0]}
+  local msg="exit $RC in $((SECONDS - t0)) s"
+  [ "$RC" = 124 ] && msg="TIMED OUT after $budget s"
+  [ "$RC" != 0 ] && FAILED+=("$name")
+  echo "==== stage $name: $msg" >> "$OUT_DIR/gpu-check.log"
+  note "$name" "$msg"
+}
+
+device() {
+  OUT_DIR=${OUT:-/tmp/gpu-check-out}
+  RES=$BIN/results
+  rm -rf "$RES"
+  mkdir -p "$OUT_DIR" "$BIN" "$RES"
+  local s list=()
+  IFS=, read -ra list <<< "${GPU_CHECK_STAGES:-ops,runner,golden,peer,bench,hf}"
+  STAGES=""
+  for s in "${list[@]}"; do
+    [ "$s" = peer ] && s=peer-0.6b,peer-8b
+    STAGES="$STAGES${STAGES:+,}$s"
+  done
+  [ "${GPU_CHECK_SANITIZE:-0}" = 1 ] && ! want sanitize && STAGES="$STAGES,sanitize"
+  {
+    echo "== $(date -u +%FT%TZ) gpu-check on $(uname -n), stages $STAGES, deadline $DEADLINE s"
+    nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.mem,clocks.max.sm,power.draw,power.limit,temperature.gpu \
+      --format=csv 2>&1
+    cat "$CARRY/BUILD_INFO" 2>/dev/null
+    python3 -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' 2>&1 | tail -1
+    df -h /tmp /dev/shm 2>&1 | tail -2
+  } | tee "$OUT_DIR/gpu-check.log"
+  export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
+  find_cublas
+  peer_dir=/tmp/tandem-peer
+  if [ "$(df --output=avail -B1 /dev/shm 2>/dev/null | tail -1)" -gt 48000000000 ] 2>/dev/null; then
+    peer_dir=/dev/shm/tandem-peer
+  fi
+  [ "${GPU_CHECK_KEEP:-0}" = 1 ] || trap 'rm -rf "$peer_dir"' EXIT
+  local ckpt8=$peer_dir/qwen3-8b models=$BIN/models op_rc=skipped
+
+  if want ops; then
+    local opbin=""
+    if unpack cuda_op_check && "$BIN/cuda_op_check" --probe 2>&1 | grep -q "^usage:"; then
+      opbin=$BIN/cuda_op_check
+    elif build_test "$OUT_DIR"; then
+      opbin=$ROOT/build-kernels/cuda_op_check
+    fi
+    if [ -n "$opbin" ]; then
+      echo "== $(date -u +%T) stage ops: $opbin ${GPU_CHECK_ARGS:-}"
+      # shellcheck disable=SC2086
+      timeout 300 "$opbin" ${GPU_CHECK_ARGS:-} > "$OUT_DIR/op_check.log" 2>&1
+      op_rc=$?
+      grep -v "^ok " "$OUT_DIR/op_check.log" | sed '/==== cuda_op_check summary/,$d' | tail -30
+      note ops "exit $op_rc (0 pass, 1 parity failure, 2 CUDA error)$([ "$op_rc" = 124 ] && echo ' TIMED OUT')"
+    else
+      op_rc=2
+      note ops "no cuda_op_check to run"
+    fi
+    [ "${GPU_CHECK_BUILD_TEST:-0}" = 1 ] && [ "$opbin" = "$BIN/cuda_op_check" ] && build_test "$OUT_DIR"
+  fi
+  if want sanitize && command -v compute-sanitizer > /dev/null && [ -x "$BIN/cuda_op_check" ]; then
+    timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/cuda_op_check" --small --seed 1 \
+      > "$OUT_DIR/memcheck.log" 2>&1
+    local mem_rc=$?
+    timeout 60 compute-sanitizer --tool racecheck --error-exitcode 3 "$BIN/cuda_op_check" --small --only prefill \
+      > "$OUT_DIR/racecheck.log" 2>&1
+    local race_rc=$?
+    note sanitize "memcheck rc $mem_rc ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/memcheck.log")), racecheck prefill rc $race_rc ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT_DIR/racecheck.log"))"
+  fi
+
+  if want runner || want golden; then
+    mkdir -p "$models" && tar xJf models/tiny-qwen3.tar.xz -C "$models"
+  fi
+  if want runner; then
+    if unpack cuda_runner_check; then
+      run_stage runner 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3" --steps 8
+    else note runner "no binary"; fi
+  fi
+  local have_dump=0
+  unpack cuda_peer_dump > /dev/null 2>&1 && have_dump=1
+  if want golden; then
+    if [ "$have_dump" = 1 ]; then
+      run_stage golden 180 20 python3 scripts/gpu/golden_check.py --dump "$BIN/cuda_peer_dump" \
+        --model "$models/tiny-qwen3" --json "$RES/golden.json" \
+        "$CARRY/golden/tiny-qwen3.json" "$CARRY/golden/tiny-qwen3-long.json"
+    else note golden "no cuda_peer_dump ($(unpack cuda_peer_dump 2>&1 | tail -1))"; fi
+  fi
+  for m in 0.6b 8b; do
+    want "peer-$m" || continue
+    if [ "$have_dump" = 0 ]; then note "peer-$m" "no cuda_peer_dump"; continue; fi
+    local keep=()
+    # The bench stage reuses the 8B checkpoint.
+    [ "$m" = 8b ] && { want bench || [ "${GPU_CHECK_KEEP:-0}" = 1 ]; } && keep=(--keep)
+    [ "$m" = 0.6b ] && [ "${GPU_CHECK_KEEP:-0}" = 1 ] && keep=(--keep)
+    run_stage "peer-$m" 360 60 python3 scripts/gpu/peer_check.py --model "$m" \
+      --dump "$BIN/cuda_peer_dump" --workdir "$peer_dir" --json "$RES/peer-$m.json" "${keep[@]}"
+  done
+
+  if want bench; then
+    if unpack cuda_engine_bench; then
+      if [ ! -e "$ckpt8/config.json" ]; then
+        run_stage make-8b 200 60 python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
+          --workdir "$peer_dir"
+      fi
+      # shellcheck disable=SC2086
+      run_stage bench 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem.json" \
+        ${GPU_CHECK_BENCH_ARGS:-}
+      if [ "${GPU_CHECK_GRAPHS_COMPARE:-0}" = 1 ]; then
+        # shellcheck disable=SC2086
+        TANDEM_CUDA_GRAPHS=0 run_stage bench-nographs 360 60 "$BIN/cuda_engine_bench" "$ckpt8" \
+          --json "$RES/bench-tandem-nographs.json" ${GPU_CHECK_BENCH_ARGS:-}
+      fi
+    else note bench "no cuda_engine_bench"; fi
+    [ "${GPU_CHECK_KEEP:-0}" = 1 ] || rm -rf "$ckpt8"
+  fi
+  if want hf; then
+    # shellcheck disable=SC2086
+    run_stage hf 300 60 python3 scripts/gpu/hf_bench.py --json "$RES/bench-hf.json" ${GPU_CHECK_HF_ARGS:-}
+  fi
+  [ "${GPU_CHECK_KEEP:-0}" = 1 ] || rm -rf "$peer_dir"
+
+  # ---- the summary, last ----
+  {
+    echo
+    echo "================ gpu-check summary ($(date -u +%T), $((SECONDS - T_START)) s) ================"
+    if [ -e "$OUT_DIR/op_check.log" ] && want ops; then
+      sed -n '/==== cuda_op_check summary/,$p' "$OUT_DIR/op_check.log" | grep -v "^ok " | head -5
+      echo "cuda_op_check: $(grep -c '^ok ' "$OUT_DIR/op_check.log") ok, $(grep -c '^FAIL' "$OUT_DIR/op_check.log") FAIL (full table: op_check.log)"
+    fi
+    [ -e "$RES/runner.log" ] && grep -E "^(ok|FAIL) |cuda_runner_check" "$RES/runner.log"
+    [ -e "$RES/golden.log" ] && grep -E "^golden|^FAIL" "$RES/golden.log"
+    for m in 0.6b 8b; do
+      [ -e "$RES/peer-$m.log" ] && grep -E "^(ok|FAIL) |^     greedy|^peer check" "$RES/peer-$m.log"
+    done
+    if [ -e "$RES/bench-tandem.json" ] || [ -e "$RES/bench-hf.json" ]; then
+      local t2=()
+      [ -e "$RES/bench-tandem-nographs.json" ] && t2=(--tandem2 "$RES/bench-tandem-nographs.json" --tandem2-label "TANDEM_CUDA_GRAPHS=0")
+      python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --hf "$RES/bench-hf.json" "${t2[@]}"
+    fi
+    for f in "${FAILED[@]}"; do
+      echo "--- $f failed; the end of its log:"
+      tail -8 "$RES/$f.log"
+    done
+    echo "stages:"
+    printf '  %s\n' "${STATUS[@]}"
+  } 2>&1 | tee "$OUT_DIR/summary.txt"
+  tar -C "$RES" -czf "$OUT_DIR/results.tar.gz" . 2>/dev/null
+  # The exit status: the op check's, else 1 when a stage failed.
+  [ "$op_rc" != skipped ] && [ "$op_rc" != 0 ] && return "$op_rc"
+  printf '%s\n' "${STATUS[@]}" | grep -qE "exit [1-9]|TIMED OUT|no binary|no cuda" && return 1
+  return 0
+}
+
 case "${1:-device}" in
   pack) pack ;;
   build-device) build_on_device ;;
   device) device ;;
-  *) echo "usage: $0 [pack|device]" >&2; exit 2 ;;
+  *) echo "usage: $0 [pack|build-device|device]" >&2; exit 2 ;;
 esac

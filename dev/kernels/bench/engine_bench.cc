@@ -1,0 +1,332 @@
+// cuda_engine_bench: decode throughput and prefill latency through tandem's real Engine
+// (engine/engine.h: Engine::Create, AddRequest, Step) on the CUDA ModelRunner (or the CPU one,
+// --cpu, for trying the tool out on a small model).
+//
+// Decode at batch B: B requests of --context random prompt tokens, greedy (temperature 0),
+// ignore_eos, max_tokens large enough; the steps until every request has its first token are the
+// prefill phase (not timed); then --warmup steps, then --steps timed steps in which every request
+// decodes one token (each Step() checked to give exactly B outputs of one token). The remaining
+// requests are aborted. tokens/s = B * steps / (sum of the timed Step() times).
+// Prefill of T tokens: one request of T random tokens, max_tokens 1, max_num_batched_tokens >= T
+// so it is one step; one untimed run first, then --repeats timed runs (fresh tokens, so no prefix
+// cache hit); the median of the Step() times (host clock: Step returns after the device finished,
+// the sampled token being on the host).
+//
+// One engine for all shapes: max_num_seqs = the largest batch, num_kv_blocks sized for
+// max(batch) x (context + max_tokens) tokens, or the longest prefill (block 16).
+// Prints one line per shape and, with --json FILE, writes the numbers for scripts/gpu/bench_table.py.
+// Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
+//        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--json FILE] [--cpu]
+// Env TANDEM_CUDA_GRAPHS (when the runner reads it) switches CUDA graphs; it is echoed in the JSON.
+// Exit 0, 2 on an error, 77 with no CUDA device.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime.h>
+
+#include "engine/engine.h"
+#include "model/cuda_model_runner.h"
+#include "model/model_runner.h"
+
+namespace tandem {
+namespace {
+
+constexpr int kBlockSize = 16;
+
+// max_tokens of the decode requests: room for the prefill phase (the first requests decode while
+// later ones prefill, about batch * context / budget steps), the warm-up and the timed steps.
+int DecodeMaxTokens(int batch, int context, int budget, int warmup, int steps) {
+  return 2 * ((batch * context + budget - 1) / budget + 2) + warmup + steps + 8;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+std::vector<int> ParseList(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) v.push_back(std::atoi(item.c_str()));
+  }
+  return v;
+}
+
+double Median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+struct Args {
+  std::string model_dir, json;
+  std::vector<int> batches = {1, 8, 64, 256};
+  std::vector<int> prefills = {512, 2048, 8192};
+  int context = 1024, steps = 32, warmup = 2, repeats = 3, budget = 0;
+  bool cpu = false;
+};
+
+class Bench {
+ public:
+  Bench(Engine& engine, int vocab) : engine_(engine), vocab_(vocab), rng_(20261130) {}
+
+  std::vector<int32_t> RandomPrompt(int n) {
+    // Ordinary token ids (Qwen's specials start at 151643); any id < vocab is valid.
+    std::uniform_int_distribution<int32_t> dist(0, std::min(vocab_, 151643) - 1);
+    std::vector<int32_t> ids(n);
+    for (int32_t& x : ids) x = dist(rng_);
+    return ids;
+  }
+
+  // Steps until no request is left (after aborting them all).
+  void Drain(const std::vector<std::string>& ids) {
+    for (const auto& id : ids) engine_.AbortRequest(id);
+    while (engine_.HasUnfinishedRequests()) engine_.Step();
+  }
+
+  // Returns false on an error (printed).
+  bool Decode(int batch, int context, int steps, int warmup, int budget, std::ostringstream& json) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps);
+    std::vector<std::string> ids;
+    for (int i = 0; i < batch; ++i) {
+      ids.push_back("d" + std::to_string(batch) + "-" + std::to_string(i) + "-" + std::to_string(serial_++));
+      if (Status st = engine_.AddRequest(ids.back(), RandomPrompt(context), p); !st.ok()) {
+        std::fprintf(stderr, "decode batch %d: AddRequest: %s\n", batch, st.ToString().c_str());
+        Drain(ids);
+        return false;
+      }
+    }
+    std::map<std::string, int> produced;
+    const double t_prefill = Now();
+    int phase_steps = 0;
+    while (static_cast<int>(produced.size()) < batch) {
+      if (!engine_.HasUnfinishedRequests()) break;
+      for (const RequestOutput& o : engine_.Step()) {
+        if (o.finish_reason == FinishReason::kError) {
+          std::fprintf(stderr, "decode batch %d: request error: %s\n", batch, o.error.c_str());
+          Drain(ids);
+          return false;
+        }
+        if (!o.new_token_ids.empty()) produced[o.request_id] += static_cast<int>(o.new_token_ids.size());
+      }
+      ++phase_steps;
+    }
+    const double prefill_phase_s = Now() - t_prefill;
+    if (static_cast<int>(produced.size()) < batch) {
+      std::fprintf(stderr, "decode batch %d: only %zu requests started\n", batch, produced.size());
+      Drain(ids);
+      return false;
+    }
+    std::vector<double> times;
+    int irregular = 0;
+    for (int s = 0; s < warmup + steps; ++s) {
+      const double t0 = Now();
+      std::vector<RequestOutput> outs = engine_.Step();
+      const double dt = Now() - t0;
+      int ones = 0;
+      for (const RequestOutput& o : outs) {
+        if (o.finish_reason == FinishReason::kError) {
+          std::fprintf(stderr, "decode batch %d: request error: %s\n", batch, o.error.c_str());
+          Drain(ids);
+          return false;
+        }
+        ones += o.new_token_ids.size() == 1;
+      }
+      if (ones != batch || static_cast<int>(outs.size()) != batch) ++irregular;
+      if (s >= warmup) times.push_back(dt);
+    }
+    Drain(ids);
+    double total = 0;
+    for (double t : times) total += t;
+    const double tok_s = batch * static_cast<double>(times.size()) / total;
+    const double med = Median(times);
+    std::printf("decode  batch %4d ctx %5d: %3zu steps %8.2f ms/step median (min %.2f, max %.2f) "
+                "%10.1f tok/s  [prefill phase %d steps %.2f s%s]\n",
+                batch, context, times.size(), med * 1e3,
+                *std::min_element(times.begin(), times.end()) * 1e3,
+                *std::max_element(times.begin(), times.end()) * 1e3, tok_s, phase_steps,
+                prefill_phase_s, irregular ? ", IRREGULAR steps (not every request decoded)" : "");
+    std::fflush(stdout);
+    json << (first_ ? "" : ",\n") << "  {\"kind\": \"decode\", \"batch\": " << batch
+         << ", \"context\": " << context << ", \"steps\": " << times.size()
+         << ", \"total_s\": " << total << ", \"median_step_s\": " << med
+         << ", \"tok_s\": " << tok_s << ", \"irregular_steps\": " << irregular << "}";
+    first_ = false;
+    return true;
+  }
+
+  bool Prefill(int tokens, int repeats, std::ostringstream& json) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_tokens = 1;
+    std::vector<double> times;
+    int max_steps = 0;
+    for (int r = -1; r < repeats; ++r) {  // r = -1: untimed warm-up
+      const std::string id = "p" + std::to_string(tokens) + "-" + std::to_string(serial_++);
+      if (Status st = engine_.AddRequest(id, RandomPrompt(tokens), p); !st.ok()) {
+        std::fprintf(stderr, "prefill %d: AddRequest: %s\n", tokens, st.ToString().c_str());
+        return false;
+      }
+      const double t0 = Now();
+      int n = 0;
+      bool finished = false;
+      while (!finished && engine_.HasUnfinishedRequests()) {
+        for (const RequestOutput& o : engine_.Step()) {
+          if (o.finish_reason == FinishReason::kError) {
+            std::fprintf(stderr, "prefill %d: request error: %s\n", tokens, o.error.c_str());
+            Drain({id});
+            return false;
+          }
+          finished = finished || (o.request_id == id && o.finished);
+        }
+        ++n;
+      }
+      const double dt = Now() - t0;
+      if (r >= 0) {
+        times.push_back(dt);
+        max_steps = std::max(max_steps, n);
+      }
+    }
+    const double med = Median(times);
+    std::printf("prefill %5d tokens: %8.2f ms median of %d (min %.2f) in %d step(s)\n", tokens,
+                med * 1e3, repeats, *std::min_element(times.begin(), times.end()) * 1e3, max_steps);
+    std::fflush(stdout);
+    json << (first_ ? "" : ",\n") << "  {\"kind\": \"prefill\", \"tokens\": " << tokens
+         << ", \"repeats\": " << repeats << ", \"median_s\": " << med
+         << ", \"min_s\": " << *std::min_element(times.begin(), times.end())
+         << ", \"steps\": " << max_steps << "}";
+    first_ = false;
+    return true;
+  }
+
+ private:
+  Engine& engine_;
+  int vocab_;
+  std::mt19937 rng_;
+  int serial_ = 0;
+  bool first_ = true;
+};
+
+int Run(const Args& a) {
+  const double t_load = Now();
+  auto runner_or = a.cpu ? LoadCpuModelRunner(a.model_dir) : LoadCudaModelRunner(a.model_dir, 0);
+  if (!runner_or.ok()) {
+    std::fprintf(stderr, "load %s: %s\n", a.model_dir.c_str(), runner_or.status().ToString().c_str());
+    return 2;
+  }
+  const double load_s = Now() - t_load;
+  const ModelConfig mc = (*runner_or)->config();
+  int max_batch = 1, max_prefill = 0;
+  for (int b : a.batches) max_batch = std::max(max_batch, b);
+  for (int t : a.prefills) max_prefill = std::max(max_prefill, t);
+  const int budget = a.budget > 0 ? a.budget : std::max(16384, max_prefill);
+  // The longest decode request: context + max_tokens of Decode() for the largest batch.
+  const int decode_len =
+      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps);
+  const long long decode_blocks =
+      static_cast<long long>(max_batch) * ((decode_len + kBlockSize - 1) / kBlockSize + 1);
+  const long long prefill_blocks = (max_prefill + kBlockSize - 1) / kBlockSize + 2;
+  EngineConfig cfg;
+  cfg.block_size = kBlockSize;
+  cfg.num_kv_blocks = static_cast<int>(std::max(decode_blocks, prefill_blocks) + 64);
+  cfg.max_num_seqs = max_batch;
+  cfg.max_num_batched_tokens = budget;
+  cfg.max_model_len = 0;  // the model's
+  cfg.enable_prefix_caching = true;
+  const size_t kv_bytes = (*runner_or)->KVBlockBytes(kBlockSize) * static_cast<size_t>(cfg.num_kv_blocks);
+  auto engine_or = Engine::Create(std::move(*runner_or), nullptr, cfg);
+  if (!engine_or.ok()) {
+    std::fprintf(stderr, "Engine::Create: %s\n", engine_or.status().ToString().c_str());
+    return 2;
+  }
+  Engine& engine = **engine_or;
+  const char* graphs = std::getenv("TANDEM_CUDA_GRAPHS");
+  std::printf("cuda_engine_bench: %s (%s) loaded in %.1f s: %s, %d layers, hidden %d, heads %d/%d, "
+              "vocab %d; engine: %d KV blocks of %d (%.1f GB), max_num_seqs %d, budget %d tokens, "
+              "TANDEM_CUDA_GRAPHS=%s\n",
+              a.model_dir.c_str(), a.cpu ? "cpu" : "cuda", load_s, mc.architecture.c_str(),
+              mc.num_hidden_layers, mc.hidden_size, mc.num_attention_heads, mc.num_key_value_heads,
+              mc.vocab_size, cfg.num_kv_blocks, kBlockSize, kv_bytes / 1e9, max_batch, budget,
+              graphs ? graphs : "(unset)");
+  std::fflush(stdout);
+  std::ostringstream json;
+  json << "{\"tool\": \"cuda_engine_bench\", \"backend\": \"" << (a.cpu ? "cpu" : "cuda")
+       << "\", \"cuda_graphs_env\": \"" << (graphs ? graphs : "") << "\", \"load_s\": " << load_s
+       << ", \"num_kv_blocks\": " << cfg.num_kv_blocks << ", \"budget\": " << budget
+       << ", \"results\": [\n";
+  Bench bench(engine, mc.vocab_size);
+  int errors = 0;
+  // Prefill first: the prefill runs also warm the GEMMs up for the decode phases' prefills.
+  for (int t : a.prefills) errors += !bench.Prefill(t, a.repeats, json);
+  for (int b : a.batches) errors += !bench.Decode(b, a.context, a.steps, a.warmup, budget, json);
+  json << "\n], \"errors\": " << errors << "}\n";
+  if (!a.json.empty()) {
+    std::ofstream f(a.json);
+    f << json.str();
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", a.json.c_str());
+      return 2;
+    }
+  }
+  return errors ? 2 : 0;
+}
+
+}  // namespace
+}  // namespace tandem
+
+int main(int argc, char** argv) {
+  tandem::Args a;
+  const char* usage =
+      "usage: %s MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32] [--warmup 2] "
+      "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--json FILE] [--cpu]\n";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, usage, argv[0]);
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--batches") a.batches = tandem::ParseList(value());
+    else if (arg == "--prefill") a.prefills = tandem::ParseList(value());
+    else if (arg == "--context") a.context = std::atoi(value().c_str());
+    else if (arg == "--steps") a.steps = std::atoi(value().c_str());
+    else if (arg == "--warmup") a.warmup = std::atoi(value().c_str());
+    else if (arg == "--repeats") a.repeats = std::atoi(value().c_str());
+    else if (arg == "--budget") a.budget = std::atoi(value().c_str());
+    else if (arg == "--json") a.json = value();
+    else if (arg == "--cpu") a.cpu = true;
+    else if (!arg.empty() && arg[0] != '-' && a.model_dir.empty()) a.model_dir = arg;
+    else {
+      std::fprintf(stderr, usage, argv[0]);
+      return 2;
+    }
+  }
+  if (a.model_dir.empty() || a.steps < 1 || a.repeats < 1 || a.context < 1) {
+    std::fprintf(stderr, usage, argv[0]);
+    return 2;
+  }
+  int count = 0;
+  if (!a.cpu && (cudaGetDeviceCount(&count) != cudaSuccess || count == 0)) {
+    std::printf("cuda_engine_bench: no CUDA device\n");
+    return 77;
+  }
+  return tandem::Run(a);
+}
