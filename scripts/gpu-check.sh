@@ -211,6 +211,7 @@ device() {
     fi
     [ "${GPU_CHECK_BUILD_TEST:-0}" = 1 ] && [ "$opbin" = "$BIN/cuda_op_check" ] && build_test "$OUT_DIR"
   fi
+  want sanitize && [ ! -x "$BIN/cuda_op_check" ] && unpack cuda_op_check
   if want sanitize && command -v compute-sanitizer > /dev/null && [ -x "$BIN/cuda_op_check" ]; then
     timeout 120 compute-sanitizer --tool memcheck --error-exitcode 3 "$BIN/cuda_op_check" --small --seed 1 \
       > "$OUT_DIR/memcheck.log" 2>&1

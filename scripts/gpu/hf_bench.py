@@ -109,10 +109,12 @@ def main():
                 cache = o.past_key_values
                 how = "repeat"
                 if B > 1:
-                    if hasattr(cache, "batch_repeat_interleave"):
+                    try:
                         cache.batch_repeat_interleave(B)
-                    else:
+                    except Exception as e:  # noqa: BLE001 (missing in this version, or failing)
+                        log("batch_repeat_interleave(%d): %r; prefilling the batch instead" % (B, e))
                         del o, cache
+                        qwen3_random.empty_cache()
                         how = "batch prefill"
                         o = forward(model, prompt.expand(B, -1).contiguous())
                         cache = o.past_key_values
