@@ -114,6 +114,20 @@ def main():
         row += "  %.2f GB / %.2f TFLOP (%s-bound)" % (nbytes / 1e9, flops / 1e12,
                                                       "bandwidth" if nbytes / BW > flops / FLOPS else "compute")
         print(row)
+    # The issue's goals (issue 6), on the first tandem column.
+    goals = [("decode B=1 <= 4.5 ms/token", ("decode", 1), lambda r: 1e3 / r["tok_s"], 4.5, "ms"),
+             ("prefill 2k <= 70 ms", ("prefill", 2048), lambda r: r["median_s"] * 1e3, 70.0, "ms"),
+             ("decode B=256 >= 10,000 tok/s", ("decode", 256), lambda r: -r["tok_s"], -10000.0,
+              "tok/s")]
+    line = []
+    for label, k, val, limit, unit in goals:
+        if k in t:
+            v = val(t[k])
+            line.append("%s: %s (%.1f %s)" % (label, "met" if v <= limit else "NOT met", abs(v), unit))
+    if line:
+        print("goals (%s): %s" % (a.tandem_label, "; ".join(line)))
+    print("stronger peer (DESIGN.md section 5, not run here): HF static cache + torch.compile: decode "
+          "B=1 8.6 ms/step (116 tok/s), B=64 1,906 tok/s; prefill 1024 + 1 step 48 ms")
     for name, doc in (("tandem", load(a.tandem)), ("HF", load(a.hf))):
         if doc and doc.get("errors"):
             print("%s errors: %s" % (name, doc["errors"]))
