@@ -15,7 +15,8 @@ weights are drawn).
      bf16 and tandem against the fp32 reference, the first position where the greedy tokens
      differ, and whether that divergence is a near-tie (HF's margin between its token and tandem's
      within tandem's error on those two logits plus a bf16 rounding step).
-Pass: worst prompt-row error <= --tol and every divergence a near-tie. Exit 0 pass, 1 fail,
+Pass: worst prompt-row error <= --tol (or, past it, tandem's worst row against the fp32 reference
+at most twice HF bf16's) and every divergence a near-tie. Exit 0 pass, 1 fail,
 2 error. A JSON summary goes to --json.
 
 Usage: peer_check.py --model 8b|0.6b --dump PATH/cuda_peer_dump [--workdir DIR] [--steps 32]
@@ -170,7 +171,13 @@ def compare(name, prompts, hf, ref, dump_dir, steps, tol):
             r["divergence"] = dict(step=div, hf_token=a_h, tandem_token=a_t, hf_margin=margin,
                                    tandem_err_on_pair=err, bf16_slack=slack,
                                    near_tie=margin <= err + slack)
-        passed = r["prompt"]["worst"] <= tol and (div is None or r["divergence"]["near_tie"])
+        # Logits pass within tol of HF, or (deep random models) when tandem is about as close to
+        # the fp32 reference as HF's own bf16 run is (at most twice its worst-row error).
+        r["logits_ok"] = r["prompt"]["worst"] <= tol
+        if not r["logits_ok"] and ref is not None:
+            r["logits_ok"] = r["tandem_vs_fp32"]["worst"] <= 2 * r["hf_bf16_vs_fp32"]["worst"]
+            r["logits_ok_by"] = "fp32 reference"
+        passed = r["logits_ok"] and (div is None or r["divergence"]["near_tie"])
         r["pass"] = passed
         ok = ok and passed
         results.append(r)
@@ -182,6 +189,8 @@ def compare(name, prompts, hf, ref, dump_dir, steps, tol):
             line += ("; vs fp32 ref: tandem %.2e, HF bf16 %.2e (median rows %.2e / %.2e)" % (
                 r["tandem_vs_fp32"]["worst"], r["hf_bf16_vs_fp32"]["worst"],
                 r["tandem_vs_fp32"]["median"], r["hf_bf16_vs_fp32"]["median"]))
+        if r.get("logits_ok_by"):
+            line += " [over tol %.0e; judged against the fp32 reference: tandem within 2x of HF]" % tol
         log(line)
         if div is None:
             log("     greedy: all %d tokens equal" % steps)
@@ -264,7 +273,8 @@ def main():
     shutil.rmtree(dump_dir, ignore_errors=True)
     if not a.keep:
         shutil.rmtree(ckpt, ignore_errors=True)
-    log("peer check qwen3-%s: %s (tol %.0e on the worst prompt row; %.1f s)" % (
+    log("peer check qwen3-%s: %s (tol %.0e on the worst prompt row, or within 2x of HF bf16 against "
+        "fp32; %.1f s)" % (
         name, "PASS" if ok else "FAIL", a.tol, time.time() - t_all))
     if a.json:
         with open(a.json, "w") as f:
