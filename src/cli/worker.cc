@@ -111,6 +111,7 @@ int RunWorker(const WorkerOptions& opt) {
     agent_options.backend_params["tcp"]["host"] = opt.kv_transfer_host;
     agent_options.backend_override = opt.kv_transfer_backend;
     agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
+    agent_options.device_copier = worker::KVDeviceCopier(layout);  // a KV pool on the GPU: host staging
     auto created = transfer::Agent::Create(std::move(agent_options));
     if (!created.ok()) {
       std::fprintf(stderr, "tandem worker: transfer agent: %s\n", created.status().ToString().c_str());

@@ -420,7 +420,7 @@ Result<std::string> Agent::BackendFor(const std::string& peer_name, MemoryKind k
 Result<std::string> Agent::DescribeBackend(MemoryKind kind, int32_t device_id) const {
   auto describe = [&](Locality locality) -> Result<std::string> {
     detail::PeerEntry everyone;  // a peer at `locality` offering every backend
-    everyone.md.name = locality == Locality::kRemote ? "a peer on another node" : "a peer on this node";
+    everyone.md.name = "<any>";
     everyone.locality = locality;
     for (const auto& b : core_->backends) everyone.backends.push_back(b->name());
     TANDEM_ASSIGN_OR_RETURN(Backend * b, core_->Choose(everyone, core_->options.backend_override, kind, kind));

@@ -9,6 +9,11 @@
 // geometry mismatch, transfer error, deadline) is an outcome with an error: the engine then
 // prefills locally (AsyncEngine logs why).
 //
+// The blocks may be GPU memory (KVCacheLayout::device_id >= 0, registered as cuda:N with the
+// agent's DeviceCopier: KVDeviceCopier, RegisterKVCache): the prefill worker learns that from the
+// agent metadata sent here, and the tcp backend acknowledges a write only after its last staged
+// chunk landed on the device, so the first decode step never reads KV still in flight.
+//
 // Accounting (DESIGN.md section 4): each successful remote prefill counts as one KV transfer of
 // the bytes the prefill worker reports; failures count as errors. External prefix cache hit rate =
 // prompt tokens whose KV arrived from a prefill worker / prompt tokens looked up by this engine.

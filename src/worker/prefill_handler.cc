@@ -1,8 +1,14 @@
 #include "worker/prefill_handler.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "common/logging.h"
+#include "transfer/metadata.h"
+#include "transfer/staging.h"
+#ifdef TANDEM_HAVE_CUDA_COPIER
+#include "transfer/cuda/cuda_copier.h"
+#endif
 
 namespace tandem::worker {
 
@@ -20,11 +26,30 @@ struct PrefillHandler::Job {
   RequestOutput final_output;
   int32_t first_token = -1;
   std::vector<TokenLogprob> logprobs;
+  // Where the decode worker's pool lives (its agent metadata).
+  transfer::MemoryKind remote_kind = transfer::MemoryKind::kHost;
+  int32_t remote_device = 0;
   // Set on the transfer thread.
   transfer::TransferHandle handle;
   int num_blocks_written = 0;
   bool blocks_held = false;
 };
+
+std::shared_ptr<transfer::DeviceCopier> KVDeviceCopier(const KVCacheLayout& layout) {
+  if (layout.device_id < 0) return nullptr;
+#ifdef TANDEM_HAVE_CUDA_COPIER
+  return transfer::MakeCudaCopier();
+#else
+  return nullptr;  // built without CUDA: RegisterKVCache refuses the device pool, saying so
+#endif
+}
+
+Result<std::string> KVTransferBackendLine(const transfer::Agent& agent, const KVCacheLayout& layout) {
+  const transfer::MemoryKind kind =
+      layout.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
+  TANDEM_ASSIGN_OR_RETURN(std::string described, agent.DescribeBackend(kind, std::max(layout.device_id, 0)));
+  return "KV transfer backend: " + described;
+}
 
 Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& agent,
                                                            const KVCacheLayout& layout) {
@@ -34,8 +59,20 @@ Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& age
   const int32_t device = layout.device_id < 0 ? 0 : layout.device_id;
   const uint64_t len = static_cast<uint64_t>(layout.block_bytes) * layout.num_blocks;
   for (void* base : layout.layer_base) {
-    TANDEM_ASSIGN_OR_RETURN(transfer::Registration reg, agent.RegisterMemory(base, len, kind, device));
-    regs.push_back(std::move(reg));
+    auto reg = agent.RegisterMemory(base, len, kind, device);
+    if (!reg.ok()) {
+      return Status(reg.status().code(), "registering the KV pool (" + transfer::MemoryName(kind, device) +
+                                             ") with the transfer agent: " + reg.status().message());
+    }
+    regs.push_back(std::move(reg).value());
+  }
+  auto line = KVTransferBackendLine(agent, layout);
+  if (line.ok()) {
+    log::info("{}", *line);
+  } else if (kind == transfer::MemoryKind::kDevice) {
+    return line.status();  // e.g. --kv-transfer-backend ucx with the pool on the GPU
+  } else {
+    log::warn("KV transfer backend: none ({})", line.status().message());
   }
   return regs;
 }
@@ -64,6 +101,16 @@ PrefillHandler::~PrefillHandler() {
   }
   cv_.notify_all();
   transfer_thread_.join();
+}
+
+Result<std::pair<transfer::MemoryKind, int32_t>> KVPoolMemoryOf(std::string_view agent_metadata,
+                                                                  uint64_t layer0_base) {
+  TANDEM_ASSIGN_OR_RETURN(transfer::AgentMetadata md, transfer::DecodeMetadata(agent_metadata));
+  for (const transfer::RegionMetadata& r : md.regions) {
+    if (layer0_base >= r.addr && layer0_base - r.addr < r.len) return std::make_pair(r.kind, r.device_id);
+  }
+  return Err(StatusCode::kInvalidArgument, "agent {} registered no region at the KV pool's {:#x}", md.name,
+             layer0_base);
 }
 
 Status PrefillHandler::EnsurePeer(const runtime::KVTarget& target) {
@@ -104,12 +151,17 @@ void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefil
   } else {
     st = EnsurePeer(t);
   }
-  if (!st.ok()) {
-    done(st);
+  using PoolMemory = Result<std::pair<transfer::MemoryKind, int32_t>>;
+  PoolMemory remote_memory =
+      st.ok() ? KVPoolMemoryOf(t.agent_metadata, t.layer_base.empty() ? 0 : t.layer_base[0]) : PoolMemory(st);
+  if (!remote_memory.ok()) {
+    done(remote_memory.status());
     return;
   }
 
   auto job = std::make_shared<Job>();
+  job->remote_kind = remote_memory->first;
+  job->remote_device = remote_memory->second;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (stopping_ || !outstanding_.insert(request.request_id).second) {
@@ -226,17 +278,17 @@ void PrefillHandler::TransferLoop() {
                            "the write window closed before the KV was ready; nothing was written"));
         continue;
       }
+      // Our pool where our engine keeps it; the decode worker's where its metadata says.
       transfer::DescList local, remote;
-      const transfer::MemoryKind kind =
-          layout_.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
-      local.kind = remote.kind = kind;
+      local.kind = layout_.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
       const int32_t device = layout_.device_id < 0 ? 0 : layout_.device_id;
+      remote.kind = job->remote_kind;
       const uint64_t bb = layout_.block_bytes;
       for (size_t l = 0; l < layout_.layer_base.size(); ++l) {
         const uint64_t src = reinterpret_cast<uint64_t>(layout_.layer_base[l]);
         for (int i = first; i < end; ++i) {
           local.Add(src + static_cast<uint64_t>(held[i]) * bb, bb, device);
-          remote.Add(t.layer_base[l] + static_cast<uint64_t>(t.block_ids[i]) * bb, bb, device);
+          remote.Add(t.layer_base[l] + static_cast<uint64_t>(t.block_ids[i]) * bb, bb, job->remote_device);
         }
       }
       transfer::PostOptions post;

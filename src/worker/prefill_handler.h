@@ -10,6 +10,9 @@
 //      block_size)) of every layer into the decode worker's block table (one Post, descriptors
 //      layer-major so runs of consecutive blocks coalesce), with the request id as the
 //      notification, bounded by the write window; then frees the held blocks and answers.
+// Each side's pool may be host or GPU memory: ours from our engine's layout, the decode worker's
+// from its agent metadata (KVPoolMemoryOf); the agent picks a backend that moves both (tcp
+// stages GPU memory through pinned host buffers).
 // Cancel while computing aborts the engine request (answer: FailedPrecondition "cancelled"); once
 // the write is posted it runs to its end (bounded by the window). Blocks are always released.
 #pragma once
@@ -22,7 +25,9 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine/async_engine.h"
@@ -64,8 +69,28 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
   std::thread transfer_thread_;
 };
 
-// Registers every layer's KV pool region of `layout` with `agent` (host memory when device_id < 0).
+// The DeviceCopier an agent needs for `layout`'s pool (AgentOptions::device_copier): null for a
+// host pool; the CUDA copier for a pool on a GPU (device_id >= 0) when built with CUDA
+// (TANDEM_HAVE_CUDA_COPIER), else null (and RegisterKVCache then refuses the pool, saying why).
+std::shared_ptr<transfer::DeviceCopier> KVDeviceCopier(const KVCacheLayout& layout);
+
+// Registers every layer's KV pool region of `layout` with `agent`: host memory when device_id < 0,
+// else device memory of that GPU (tcp stages it through pinned host buffers; the agent needs
+// KVDeviceCopier(layout)). Logs the start-up line KVTransferBackendLine. Errors: the agent's
+// (FailedPrecondition: no backend moves that memory), or, for a GPU pool, that no backend (or not
+// the override) reaches another process with it.
 Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& agent,
                                                            const KVCacheLayout& layout);
+
+// "KV transfer backend: tcp (host staging for cuda:0)", "KV transfer backend: tcp (host memory)":
+// what moves `layout`'s pool to and from other workers (Agent::DescribeBackend), for operators
+// to grep (issue 7).
+Result<std::string> KVTransferBackendLine(const transfer::Agent& agent, const KVCacheLayout& layout);
+
+// The memory kind and device of the region that holds `layer0_base` in a peer's agent metadata
+// (the decode worker's KV pool). Errors: DataLoss for bad metadata, InvalidArgument when no
+// region holds the address.
+Result<std::pair<transfer::MemoryKind, int32_t>> KVPoolMemoryOf(std::string_view agent_metadata,
+                                                                  uint64_t layer0_base);
 
 }  // namespace tandem::worker

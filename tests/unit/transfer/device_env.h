@@ -4,6 +4,7 @@
 // the agents only through the copier.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
