@@ -1,16 +1,44 @@
 #include "cli/engine_options.h"
 
+#include <charconv>
 #include <filesystem>
 
 #include "common/file_util.h"
 
 namespace tandem::cli {
 
+Result<int> ParseDevice(const std::string& device) {
+  if (device == "cpu") return -1;
+  int id = -1;
+  if (device == "cuda") {
+    id = 0;
+  } else if (device.rfind("cuda:", 0) == 0 && device.size() > 5) {
+    const char* begin = device.data() + 5;
+    const char* end = device.data() + device.size();
+    auto [p, ec] = std::from_chars(begin, end, id);
+    if (ec != std::errc() || p != end || id < 0) id = -1;
+  }
+  if (id < 0) {
+    return Err(StatusCode::kInvalidArgument, "--device {}: expected cpu, cuda or cuda:N", device);
+  }
+#ifndef TANDEM_HAVE_CUDA
+  return Err(StatusCode::kFailedPrecondition,
+             "--device {}: this tandem was built without CUDA (configure with -DTANDEM_CUDA=ON "
+             "where nvcc is installed); use --device cpu",
+             device);
+#else
+  return id;
+#endif
+}
+
 EngineConfig EngineOptions::ToEngineConfig() const {
   EngineConfig config;
   config.block_size = block_size;
   config.num_kv_blocks = num_kv_blocks;
-  config.kv_cache_bytes = static_cast<size_t>(kv_cache_gib * (1ull << 30));
+  // 0 leaves the engine to size the pool from the device's free memory; the CPU keeps 1 GiB.
+  const double gib = kv_cache_gib > 0 ? kv_cache_gib : (device == "cpu" ? 1.0 : 0.0);
+  config.kv_cache_bytes = static_cast<size_t>(gib * (1ull << 30));
+  config.gpu_memory_utilization = gpu_memory_utilization;
   config.max_num_seqs = max_num_seqs;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.max_model_len = max_model_len;
@@ -29,11 +57,24 @@ std::string EngineOptions::ServedModelName() const {
   return name;
 }
 
+const std::vector<std::string>& EngineSizeFlagNames() {
+  static const std::vector<std::string> names = {
+      "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
+      "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len"};
+  return names;
+}
+
 void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
   app.add_option("--model", opt->model_dir,
                  "Hugging Face model directory (default: the bundled tiny Qwen3)");
   app.add_option("--served-model-name", opt->served_model_name,
                  "Model id in the API (default: the model directory's name)");
+  app.add_option("--device", opt->device,
+                 "cpu, cuda (= cuda:0) or cuda:N: where the engine computes and keeps its KV cache")
+      ->check([](const std::string& d) {
+        auto id = ParseDevice(d);
+        return id.ok() ? std::string() : id.status().message();
+      });
   app.add_option("--max-num-seqs", opt->max_num_seqs, "Running requests at most")
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-waiting-requests", opt->max_waiting_requests,
@@ -47,8 +88,15 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
   app.add_option("--num-kv-blocks", opt->num_kv_blocks,
                  "KV pool size in blocks (0: from --kv-cache-gib)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--kv-cache-gib", opt->kv_cache_gib, "KV pool size in GiB when --num-kv-blocks is 0")
-      ->check(CLI::Range(0.001, 1e6));
+  app.add_option("--kv-cache-gib", opt->kv_cache_gib,
+                 "KV pool size in GiB when --num-kv-blocks is 0 (0, the default: 1 GiB on the "
+                 "CPU; on a GPU what --gpu-memory-utilization leaves after the weights and the "
+                 "largest step)")
+      ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--gpu-memory-utilization", opt->gpu_memory_utilization,
+                 "GPU: the fraction of the device's total memory this worker may use for "
+                 "weights, activations and KV cache (vLLM's meaning)")
+      ->check(CLI::Range(0.01, 1.0));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));

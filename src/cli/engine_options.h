@@ -1,25 +1,33 @@
 // Engine options shared by `tandem run` and `tandem worker`: the CLI flags, the EngineConfig they
-// make, and the served model name.
+// make, the device, and the served model name.
 #pragma once
 
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "common/status.h"
 #include "engine/engine.h"
 
 namespace tandem::cli {
 
+// --device: "cpu" -> -1; "cuda" -> 0; "cuda:N" -> N. InvalidArgument for anything else;
+// FailedPrecondition ("this tandem was built without CUDA") for cuda in a build without it.
+Result<int> ParseDevice(const std::string& device);
+
 struct EngineOptions {
   std::string model_dir;          // empty: the bundled tiny Qwen3
   std::string served_model_name;  // empty: the model directory's name
+  std::string device = "cpu";     // cpu | cuda | cuda:N
   int max_num_seqs = 64;
   int max_waiting_requests = 256;
   int max_num_batched_tokens = 2048;
   int block_size = 16;
   int num_kv_blocks = 0;
-  double kv_cache_gib = 1.0;
+  double kv_cache_gib = 0;        // 0: 1 GiB on the CPU; on a GPU from gpu_memory_utilization
+  double gpu_memory_utilization = 0.9;
   int max_model_len = 0;
 
   EngineConfig ToEngineConfig() const;
@@ -27,8 +35,13 @@ struct EngineOptions {
   std::string ServedModelName() const;   // served_model_name or ModelDir()'s last component
 };
 
-// --model, --served-model-name and the engine's sizes (--max-num-seqs, --max-waiting-requests,
-// --max-num-batched-tokens, --block-size, --num-kv-blocks, --kv-cache-gib, --max-model-len).
+// --model, --served-model-name, --device and the engine's sizes (--max-num-seqs,
+// --max-waiting-requests, --max-num-batched-tokens, --block-size, --num-kv-blocks,
+// --kv-cache-gib, --gpu-memory-utilization, --max-model-len).
 void AddEngineOptions(CLI::App& app, EngineOptions* options);
+
+// The engine flag names (without --) that AddEngineOptions adds besides --model,
+// --served-model-name and --device: what `tandem run` passes on to its workers.
+const std::vector<std::string>& EngineSizeFlagNames();
 
 }  // namespace tandem::cli

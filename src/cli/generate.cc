@@ -1,5 +1,6 @@
-// tandem generate: runs one prompt through the CPU engine and prints text (streamed) or one JSON
-// object: {prompt_token_ids, token_ids, text, finish_reason, top_logprobs, usage}.
+// tandem generate: runs one prompt through the engine (CPU, or the CUDA runner with --device
+// cuda:N) and prints text (streamed) or one JSON object:
+// {prompt_token_ids, token_ids, text, finish_reason, top_logprobs, usage}.
 #include <cstdio>
 #include <iostream>
 #include <memory>
@@ -8,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
+#include "cli/engine_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "engine/engine.h"
@@ -35,6 +37,8 @@ struct GenerateOptions {
   int max_num_batched_tokens = 2048;
   int num_kv_blocks = 0;
   int max_model_len = 0;
+  std::string device = "cpu";
+  double gpu_memory_utilization = 0.9;
 };
 
 int Fail(const Status& status) {
@@ -49,7 +53,10 @@ int RunGenerate(const GenerateOptions& opt) {
   config.max_num_batched_tokens = opt.max_num_batched_tokens;
   config.num_kv_blocks = opt.num_kv_blocks;
   config.max_model_len = opt.max_model_len;
-  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat);
+  config.gpu_memory_utilization = opt.gpu_memory_utilization;
+  const Result<int> device_id = ParseDevice(opt.device);
+  if (!device_id.ok()) return Fail(device_id.status());
+  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat, *device_id);
   if (!bundle.ok()) return Fail(bundle.status());
   const Tokenizer& tokenizer = *bundle->tokenizer;
   Engine& engine = *bundle->engine;
@@ -161,6 +168,10 @@ Runner RegisterGenerate(CLI::App& app) {
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0 = the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));
+  app.add_option("--device", opt->device, "cpu, cuda (= cuda:0) or cuda:N");
+  app.add_option("--gpu-memory-utilization", opt->gpu_memory_utilization,
+                 "GPU: the fraction of the device's memory for weights, activations and KV cache")
+      ->check(CLI::Range(0.01, 1.0));
   return [opt] { return RunGenerate(*opt); };
 }
 

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "common/logging.h"
+#include "model/cuda_model_runner.h"
 
 namespace tandem::cli {
 
@@ -25,10 +26,24 @@ Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_
   return bundle;
 }
 
+namespace {
+
+Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id) {
+  if (device_id < 0) return LoadCpuModelRunner(model_dir);
+#ifdef TANDEM_HAVE_CUDA
+  return LoadCudaModelRunner(model_dir, device_id);
+#else
+  return Err(StatusCode::kFailedPrecondition,
+             "--device cuda:{}: this tandem was built without CUDA; use --device cpu", device_id);
+#endif
+}
+
+}  // namespace
+
 Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
-                                    bool need_chat_template) {
+                                    bool need_chat_template, int device_id) {
   TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, need_chat_template));
-  TANDEM_ASSIGN_OR_RETURN(auto runner, LoadCpuModelRunner(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(auto runner, LoadRunner(model_dir, device_id));
   TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
   return bundle;
 }

@@ -1,5 +1,5 @@
 // Loading a Hugging Face model directory into what a worker serves: tokenizer, chat renderer and
-// an Engine on the CPU runner.
+// an Engine on the CPU runner or, in a build with CUDA, the CUDA runner.
 #pragma once
 
 #include <memory>
@@ -24,9 +24,11 @@ struct ModelBundle {
 // template is an error only when need_chat_template (else logged).
 Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_template);
 
-// LoadTextBundle plus the weights and an Engine on the CPU runner. Errors: LoadTextBundle's, and
-// whatever loading the weights or creating the engine reports.
+// LoadTextBundle plus the weights and an Engine on the CPU runner (device_id -1) or the CUDA
+// runner on GPU device_id (engine_options.h's ParseDevice). Errors: LoadTextBundle's,
+// FailedPrecondition for a GPU in a build without CUDA, and whatever loading the weights or
+// creating the engine reports.
 Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
-                                    bool need_chat_template);
+                                    bool need_chat_template, int device_id = -1);
 
 }  // namespace tandem::cli

@@ -4,7 +4,10 @@
 //     workers, HTTP options to the frontend. Its own discovery namespace (run-<pid>) unless
 //     --namespace is given.
 //   --mode agg: one process holding the OpenAI-compatible frontend and one aggregated worker (the
-//     CPU engine on its own thread). /health answers 503 until the model is loaded.
+//     engine on its own thread). /health answers 503 until the model is loaded.
+//   --device cpu|cuda:N: the engine's device; in disagg mode every worker's (prefill and decode
+//     then share that GPU, each with an equal part of --gpu-memory-utilization unless it is given).
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
@@ -39,7 +42,6 @@ struct RunOptions {
   int num_prefill = 1;
   int num_decode = 1;
   int max_local_prefill_tokens = -1;  // -1: the decode worker's default
-  std::string device = "cpu";
   std::string namespace_name;         // empty: run-<pid>
   std::string log_dir;
 };
@@ -79,9 +81,8 @@ class LateRoutes {
 // The engine flags given on the command line, as they were given, for the workers.
 std::vector<std::pair<std::string, std::string>> GivenEngineFlags(const CLI::App& app) {
   std::vector<std::pair<std::string, std::string>> flags;
-  for (const char* name : {"max-num-seqs", "max-waiting-requests", "max-num-batched-tokens",
-                           "block-size", "num-kv-blocks", "kv-cache-gib", "max-model-len"}) {
-    const CLI::Option* o = app.get_option_no_throw(std::string("--") + name);
+  for (const std::string& name : EngineSizeFlagNames()) {
+    const CLI::Option* o = app.get_option_no_throw("--" + name);
     if (o && o->count() > 0) flags.emplace_back(name, o->results().back());
   }
   return flags;
@@ -104,14 +105,26 @@ int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
                          "--max-body-bytes", std::to_string(opt.http.max_body_bytes)};
   // The key travels in the environment, not on a command line that ps shows.
   if (!opt.http.api_key.empty()) graph.frontend.env["TANDEM_API_KEY"] = opt.http.api_key;
-  const auto engine_flags = GivenEngineFlags(app);
+  auto engine_flags = GivenEngineFlags(app);
+  // Every worker shares the one GPU: unless told otherwise, each gets an equal part of the
+  // default fraction (each counts only its own memory against it; kv_cache_sizing.h).
+  const int num_workers = opt.num_prefill + opt.num_decode;
+  const bool utilization_given =
+      std::any_of(engine_flags.begin(), engine_flags.end(),
+                  [](const auto& f) { return f.first == "gpu-memory-utilization"; });
+  if (opt.engine.device != "cpu" && num_workers > 1 && !utilization_given) {
+    const double each = opt.engine.gpu_memory_utilization / num_workers;
+    engine_flags.emplace_back("gpu-memory-utilization", fmt::format("{:.4f}", each));
+    log::info("{} workers share {}: --gpu-memory-utilization {:.4f} each", num_workers,
+              opt.engine.device, each);
+  }
   for (const auto& [mode, replicas] :
        {std::pair<std::string, int>{"prefill", opt.num_prefill}, {"decode", opt.num_decode}}) {
     if (replicas == 0) continue;
     runtime::GraphWorkerGroup group;
     group.mode = mode;
     group.replicas = replicas;
-    group.devices = {opt.device};
+    group.devices = {opt.engine.device};
     group.engine = engine_flags;
     if (mode == "decode") group.max_local_prefill_tokens = opt.max_local_prefill_tokens;
     graph.workers.push_back(std::move(group));
@@ -139,7 +152,10 @@ int RunAggregated(const RunOptions& opt) {
             model_dir);
 
   const EngineConfig config = opt.engine.ToEngineConfig();
-  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false);
+  const Result<int> device_id = ParseDevice(opt.engine.device);
+  auto bundle = device_id.ok() ? LoadModelBundle(model_dir, config, /*need_chat_template=*/false,
+                                                 *device_id)
+                               : Result<ModelBundle>(device_id.status());
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem run: %s\n", bundle.status().ToString().c_str());
     server.Stop();
@@ -188,7 +204,6 @@ Runner RegisterRun(CLI::App& app) {
                  "disagg: prompts shorter than this prefill on the decode worker "
                  "(default: the worker's)")
       ->check(CLI::Range(0, 1 << 30));
-  app.add_option("--device", opt->device, "disagg: the workers' device (cpu; cuda:N later)");
   app.add_option("--namespace", opt->namespace_name,
                  "disagg: discovery namespace of the workers (default: run-<pid>, private)");
   app.add_option("--log-dir", opt->log_dir,

@@ -1,6 +1,7 @@
-// tandem worker --mode agg|prefill|decode: one worker process. The CPU engine on its own thread
-// (AsyncEngine) behind a gRPC server (runtime/worker_server.h), registered in discovery as
-// <namespace>/<mode>/<instance_id> with its model in the metadata.
+// tandem worker --mode agg|prefill|decode: one worker process. The engine (CPU, or the CUDA runner
+// with --device cuda:N) on its own thread (AsyncEngine) behind a gRPC server
+// (runtime/worker_server.h), registered in discovery as <namespace>/<mode>/<instance_id> with its
+// model in the metadata.
 //
 //   agg      prefill and decode here; the frontend sends it requests.
 //   decode   the frontend sends it requests; prompts whose uncached part exceeds
@@ -43,7 +44,6 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string namespace_name = "tandem";
-  std::string device = "cpu";
   std::string instance_id;
   int metrics_port = -1;
   int max_local_prefill_tokens = 1000;
@@ -81,9 +81,9 @@ std::unique_ptr<http::HttpServer> StartMetricsServer(const WorkerOptions& opt) {
 }
 
 int RunWorker(const WorkerOptions& opt) {
-  if (opt.device != "cpu") {
-    std::fprintf(stderr, "tandem worker: --device %s is not available yet; use --device cpu\n",
-                 opt.device.c_str());
+  const Result<int> device_id = ParseDevice(opt.engine.device);
+  if (!device_id.ok()) {
+    std::fprintf(stderr, "tandem worker: %s\n", device_id.status().message().c_str());
     return 2;
   }
   const bool decode = opt.mode == "decode", prefill = opt.mode == "prefill";
@@ -91,10 +91,11 @@ int RunWorker(const WorkerOptions& opt) {
 
   const std::string model_dir = opt.engine.ModelDir();
   const std::string served_name = opt.engine.ServedModelName();
-  log::info("worker ({}): loading the model from {}", opt.mode, model_dir);
+  log::info("worker ({}): loading the model from {} onto {}", opt.mode, model_dir,
+            opt.engine.device);
   EngineConfig config = opt.engine.ToEngineConfig();
   if (decode) config.max_local_prefill_tokens = opt.max_local_prefill_tokens;
-  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false);
+  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false, *device_id);
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", bundle.status().ToString().c_str());
     return 1;
@@ -181,7 +182,7 @@ int RunWorker(const WorkerOptions& opt) {
                        {"vocab_size", info.vocab_size},
                        {"block_size", opt.engine.block_size},
                        {"num_kv_blocks", stats.num_kv_blocks_total},
-                       {"device", opt.device},
+                       {"device", opt.engine.device},
                        {"pid", static_cast<int64_t>(getpid())}};
   if (agent) instance.metadata["kv_transfer_agent"] = agent->name();
   if (metrics_server) instance.metadata["metrics_port"] = metrics_server->port();
@@ -228,7 +229,6 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--port", opt->port, "gRPC port (0: any free port, logged)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace");
-  app.add_option("--device", opt->device, "cpu (cuda:N later)");
   app.add_option("--instance-id", opt->instance_id,
                  "Discovery instance id (default: generated, unique)");
   app.add_option("--metrics-port", opt->metrics_port,

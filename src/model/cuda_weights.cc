@@ -51,17 +51,17 @@ size_t CudaWeights::bytes() const {
 
 namespace {
 
-// Pinned host memory (cudaHostAlloc), freed on destruction.
-class PinnedBuffer {
+// Pinned host memory (cudaMallocHost), freed on destruction.
+class StagingBuffer {
  public:
-  PinnedBuffer() = default;
-  PinnedBuffer(const PinnedBuffer&) = delete;
-  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
-  ~PinnedBuffer() {
+  StagingBuffer() = default;
+  StagingBuffer(const StagingBuffer&) = delete;
+  StagingBuffer& operator=(const StagingBuffer&) = delete;
+  ~StagingBuffer() {
     if (p_ != nullptr) cudaFreeHost(p_);
   }
   Status Allocate(size_t bytes) {
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&p_, bytes, cudaHostAllocDefault));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMallocHost(&p_, bytes));
     return Status::Ok();
   }
   uint16_t* data() const { return static_cast<uint16_t*>(p_); }
@@ -142,13 +142,13 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
   const std::vector<StagingChunk> chunks = ScheduleStaging(plan, options.staging_bytes);
   size_t staging = 0;
   for (const StagingChunk& ch : chunks) staging = std::max(staging, ch.bytes);
-  PinnedBuffer buffers[2];
+  StagingBuffer buffers[2];
   CopyResources copy;
   if (staging > 0) {
-    for (PinnedBuffer& b : buffers) TANDEM_RETURN_IF_ERROR(b.Allocate(staging));
+    for (StagingBuffer& b : buffers) TANDEM_RETURN_IF_ERROR(b.Allocate(staging));
     TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&copy.stream, cudaStreamNonBlocking));
     for (cudaEvent_t& e : copy.done) {
-      TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
     }
   }
   const int threads = options.num_threads > 0
