@@ -160,6 +160,7 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
     const int b = static_cast<int>(i % 2);
     if (i >= 2) TANDEM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(copy.done[b]));
     FillStagingChunk(ch, buffers[b].data(), threads);
+    ReleaseChunkSources(ch);  // the bytes are in the staging buffer now
     for (const StagingPiece& p : ch.pieces) {
       char* dst = device.at(p.tensor)->as<char>() + p.dst_offset * 2;
       TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst,

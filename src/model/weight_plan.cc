@@ -5,6 +5,9 @@
 #include <functional>
 #include <thread>
 
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "model/weights.h"
@@ -217,6 +220,18 @@ void FillStagingChunk(const StagingChunk& chunk, uint16_t* buffer, int num_threa
     threads.emplace_back(fill, total * t / num_threads, total * (t + 1) / num_threads);
   }
   for (std::thread& th : threads) th.join();
+}
+
+void ReleaseChunkSources(const StagingChunk& chunk) {
+  static const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  for (const StagingPiece& p : chunk.pieces) {
+    const size_t elem = p.src->dtype == DType::kF32 ? 4 : 2;
+    const uintptr_t begin = reinterpret_cast<uintptr_t>(p.src->data) + p.src_begin * elem;
+    const uintptr_t end = begin + static_cast<uintptr_t>(p.count) * elem;
+    const uintptr_t lo = begin / page * page, hi = (end + page - 1) / page * page;
+    // Pages shared with a neighbour piece are faulted back in if it still needs them.
+    ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_DONTNEED);
+  }
 }
 
 }  // namespace tandem

@@ -84,6 +84,11 @@ std::vector<StagingChunk> ScheduleStaging(const WeightPlan& plan, size_t chunk_b
 // threads (>= 1) over equal byte ranges.
 void FillStagingChunk(const StagingChunk& chunk, uint16_t* buffer, int num_threads);
 
+// Drops the mapped checkpoint pages the chunk read from this process's resident set
+// (madvise(MADV_DONTNEED) on the read-only mapping; the page cache keeps them and a later read
+// faults them back in), so loading a model holds little more than the staging buffers.
+void ReleaseChunkSources(const StagingChunk& chunk);
+
 // Elements [begin, begin + count) of `t` as bf16 bits. t.dtype must be BF16, F16 or F32.
 void ConvertToBf16(const TensorView& t, int64_t begin, int64_t count, uint16_t* out);
 

@@ -35,6 +35,7 @@ std::map<std::string, std::vector<uint16_t>> Stage(const WeightPlan& plan, size_
     EXPECT_LE(chunk.bytes, chunk_bytes);
     std::vector<uint16_t> buffer(chunk.bytes / 2, 0xbeef);
     FillStagingChunk(chunk, buffer.data(), threads);
+    ReleaseChunkSources(chunk);  // as the loader does: later chunks fault shared pages back in
     for (const StagingPiece& p : chunk.pieces) {
       EXPECT_LE(p.staging_offset + p.count * 2, chunk.bytes);
       std::vector<uint16_t>& dst = image[p.tensor->name];
