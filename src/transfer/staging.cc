@@ -72,6 +72,9 @@ uint64_t ChunkBytes(const std::vector<Stager::Piece>& chunk) {
 Status Stager::Send(std::span<const Descriptor> ranges, const std::function<Status(const void*, uint64_t)>& sink) {
   const auto chunks = Plan(ranges);
   if (chunks.empty()) return Status::Ok();
+  // The stream first: the CUDA copier then allocates the buffers with this thread on that device
+  // (not on device 0, whose context a worker on another GPU should not create).
+  TANDEM_RETURN_IF_ERROR(StreamFor(chunks[0][0].device).status());
   TANDEM_RETURN_IF_ERROR(EnsureBuffers());
   // Enqueues the device -> host copies of chunk i into buffer i % 2.
   auto fill = [&](size_t i) -> Status {
@@ -95,7 +98,8 @@ Status Stager::Send(std::span<const Descriptor> ranges, const std::function<Stat
 Status Stager::Receive(std::span<const Descriptor> ranges, const std::function<Status(void*, uint64_t)>& source) {
   const auto chunks = Plan(ranges);
   if (chunks.empty()) return Status::Ok();
-  Status device_error = EnsureBuffers();
+  Status device_error = StreamFor(chunks[0][0].device).status();  // before the buffers: see Send
+  if (device_error.ok()) device_error = EnsureBuffers();
   std::vector<uint8_t> scratch;  // for the bytes of a stream whose buffers could not be had
   if (!device_error.ok()) scratch.resize(chunk_);
   for (size_t i = 0; i < chunks.size(); ++i) {

@@ -364,6 +364,9 @@ TEST_F(DisaggTest, EveryPromptPrefilledRemotelyGivesGoldenTextWithOneTransferPer
   EXPECT_GT(end.bytes, 0);
   EXPECT_EQ(CountOf(DecodeLog(), "] remote prefill: "), 16);
   EXPECT_EQ(CountOf(DecodeLog(), "remote prefill failed"), 0);
+  // The KV transfer backend in use, logged once at start-up by each worker (issue 7).
+  EXPECT_EQ(CountOf(DecodeLog(), "KV transfer backend: tcp (host memory)"), 1) << DecodeLog();
+  EXPECT_EQ(CountOf(ReadText(dir_ / "prefill-1.log"), "KV transfer backend: tcp (host memory)"), 1);
   static const std::regex line(
       "KV Transfer metrics: Num successful transfers=16, Avg xfer time \\(ms\\)=[0-9.]+, "
       "Avg MB per transfer=[0-9.]+, Throughput \\(MB/s\\)=[0-9.]+");

@@ -80,6 +80,8 @@ class CudaCopier final : public DeviceCopier {
     return std::unique_ptr<CopyStream>(std::make_unique<CudaStream>(device_id, stream));
   }
 
+  // On the calling thread's current device (the Stager makes its stream first): a worker on
+  // cuda:1 creates no context on device 0.
   Result<PinnedBuffer> AllocPinned(uint64_t bytes) override {
     void* p = nullptr;
     cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
