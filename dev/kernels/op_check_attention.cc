@@ -170,8 +170,9 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
 }
 
 // Decode: one query per sequence over ctx[s] keys.
+// num_splits: 0 the automatic choice, else fixed (as a CUDA graph of the runner does).
 void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<int>& share,
-                bool time_it) {
+                bool time_it, int num_splits = 0) {
   std::mt19937 rng(NextSeed());
   const int num_seqs = static_cast<int>(ctx.size());
   const Tables tables = MakeTables(ctx, share, rng);
@@ -186,9 +187,6 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   DevBuf<int32_t> d_ctx(num_seqs), d_tables(tables.flat.size());
   d_ctx.Upload(std::vector<int32_t>(ctx.begin(), ctx.end()));
   d_tables.Upload(tables.flat);
-  const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(num_seqs, h.nh, h.hd, max_ctx);
-  DevBuf<unsigned char> ws(ws_bytes);
-  if (ws_bytes > 0) ws.Poison();
   cuda::PagedDecodeArgs a;
   a.q = q.get();
   a.q_stride = q_row;
@@ -205,6 +203,10 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   a.num_kv_heads = h.nkv;
   a.head_dim = h.hd;
   a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
+  a.num_splits = num_splits;
+  const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(a);
+  DevBuf<unsigned char> ws(ws_bytes);
+  if (ws_bytes > 0) ws.Poison();
   a.workspace = ws.get();
   a.workspace_bytes = ws_bytes;
   auto run = [&] { OC_OK(cuda::PagedDecode(a, nullptr)); };
@@ -232,7 +234,8 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
     bytes += 2.0 * ctx[s] * row_elems * sizeof(bf16);  // K and V of every position, read once
   }
   std::vector<int> ones(num_seqs, 1);
-  Row row{"paged_decode", Describe(h, ctx, ones)};
+  Row row{"paged_decode", Describe(h, ctx, ones) +
+                             (num_splits > 0 ? " splits " + std::to_string(num_splits) : "")};
   std::vector<int32_t> seq_rows(num_seqs + 1);
   std::iota(seq_rows.begin(), seq_rows.end(), 0);
   row.err = CompareBySequence(DownloadFloat(out), ref, seq_rows, q_row, &row.note);
@@ -275,11 +278,17 @@ void CheckPagedDecode() {
     DecodeCase(qwen3_8b, std::vector<int>(64, 4096), std::vector<int>(64, 0), true);    // 64 x 4k
     DecodeCase(qwen3_8b, {4096}, {0}, true);                                          // 1 x 4k
     DecodeCase(qwen3_8b, std::vector<int>(256, 1024), std::vector<int>(256, 0), true);  // 256 x 1k
+    DecodeCase(qwen3_8b, {1024}, {0}, true);                                          // 1 x 1k
+    DecodeCase(qwen3_8b, std::vector<int>(8, 1024), std::vector<int>(8, 0), true);    // 8 x 1k
+    DecodeCase(qwen3_8b, std::vector<int>(64, 1024), std::vector<int>(64, 0), true);  // 64 x 1k
+    DecodeCase(qwen3_8b, ctx, share, false, 33);  // fixed splits (a graph's), mixed contexts
   }
   DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false);   // tiny-qwen3
   DecodeCase({32, 2, 128}, {2000, 513, 1}, {0, 10, 0}, false);            // group 16 (2 chunks)
   DecodeCase({8, 4, 256}, {1500, 3, 512}, {0, 0, 0}, false);              // head_dim 256
   DecodeCase({24, 4, 128}, {700, 1, 1536}, {0, 0, 0}, false);             // group 6
+  DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7);  // fixed splits
+  DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256);          // group 8, max splits
 }
 
 }  // namespace tandem::opcheck

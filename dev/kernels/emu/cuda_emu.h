@@ -207,6 +207,23 @@ inline cudaError_t EventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSucces
 inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
 inline cudaError_t EventOne(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t EventElapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
+inline cudaError_t GetDevice(int* d) { *d = 0; return cudaSuccess; }
+inline cudaError_t DeviceGetAttribute(int* v, cudaDeviceAttr attr, int) {
+  *v = attr == cudaDevAttrMultiProcessorCount ? 1 : 0;
+  return cudaSuccess;
+}
+// Pinned host memory is plain host memory here.
+inline cudaError_t MallocHost(void** p, size_t bytes) { return Malloc(p, bytes); }
+inline cudaError_t MemGetInfo(size_t* free_bytes, size_t* total_bytes) {
+  *free_bytes = size_t{8} << 30;  // an 8 GiB pretend device
+  *total_bytes = size_t{8} << 30;
+  return cudaSuccess;
+}
+// CUDA graphs: capture is not emulated (the runner falls back to running the step eagerly).
+inline cudaError_t BeginCapture(cudaStream_t, cudaStreamCaptureMode) { return cudaErrorNotSupported; }
+inline cudaError_t EndCapture(cudaStream_t, cudaGraph_t* g) { *g = nullptr; return cudaErrorNotSupported; }
+template <typename... A>
+cudaError_t NotSupported(A...) { return cudaErrorNotSupported; }
 inline const char* ErrorString(cudaError_t e) { return e == cudaSuccess ? "no error" : "emulated error"; }
 
 // ---- cuBLAS: the GEMM of cuda::Linear (op T on A, op N on B, bf16 in, bf16/fp32 out, fp32) ----
@@ -216,6 +233,8 @@ inline cublasStatus_t Create(cublasHandle_t* h) {
 }
 inline cublasStatus_t Destroy(cublasHandle_t h) { delete reinterpret_cast<int*>(h); return CUBLAS_STATUS_SUCCESS; }
 inline cublasStatus_t SetStream(cublasHandle_t, cudaStream_t) { return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t GetStream(cublasHandle_t, cudaStream_t* s) { *s = nullptr; return CUBLAS_STATUS_SUCCESS; }
+inline cublasStatus_t SetWorkspace(cublasHandle_t, void*, size_t) { return CUBLAS_STATUS_SUCCESS; }
 inline const char* StatusString(cublasStatus_t) { return "emulated cublas status"; }
 inline cublasStatus_t GemmEx(cublasHandle_t, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
                              int k, const void* alpha, const void* A, cudaDataType_t at, int lda,
@@ -290,11 +309,24 @@ inline int __any_sync(unsigned, int pred) {
 #define cudaEventSynchronize ::emu::EventOne
 #define cudaEventDestroy ::emu::EventOne
 #define cudaEventElapsedTime ::emu::EventElapsed
+#define cudaGetDevice ::emu::GetDevice
+#define cudaDeviceGetAttribute ::emu::DeviceGetAttribute
+#define cudaMallocHost ::emu::MallocHost
+#define cudaMemGetInfo ::emu::MemGetInfo
+#define cudaFreeHost ::emu::Free
+#define cudaStreamBeginCapture ::emu::BeginCapture
+#define cudaStreamEndCapture ::emu::EndCapture
+#define cudaGraphInstantiate ::emu::NotSupported
+#define cudaGraphLaunch ::emu::NotSupported
+#define cudaGraphDestroy ::emu::OkAny
+#define cudaGraphExecDestroy ::emu::OkAny
 #define cudaGetErrorString ::emu::ErrorString
 #define cudaGetErrorName ::emu::ErrorString
 #define cublasCreate ::emu::Create
 #define cublasDestroy ::emu::Destroy
 #define cublasSetStream ::emu::SetStream
+#define cublasSetWorkspace ::emu::SetWorkspace
+#define cublasGetStream ::emu::GetStream
 #define cublasGemmEx ::emu::GemmEx
 #define cublasGetStatusString ::emu::StatusString
 

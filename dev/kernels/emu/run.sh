@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../../.."
 SAN=${1:-address}
 shift || true
-OUT=build-emu-$SAN
+OUT=${EMU_OUT:-build-emu-$SAN}  # EMU_OUT: a build directory of your own
 mkdir -p "$OUT"
 case "$SAN" in
   address) FLAGS="-fsanitize=address,undefined -fno-omit-frame-pointer" ;;

@@ -3,12 +3,19 @@
 //   1. prefill of two prompts in one batch (all logits of one, the last of the other),
 //   2. a third prompt whose first 32 tokens are the first prompt's, cached: its block table reuses
 //      the first prompt's two blocks and the slice starts at position 32 (prefix-cache hit),
-//   3. greedy decode of the three sequences together for a few steps (tokens from the CPU runner).
+//   3. greedy decode for a few steps (tokens from the CPU runner), batches of 1, 2, 3 sequences in
+//      turn (decode-graph buckets 1, 2, 4, each replayed more than once).
 // Prints the relative logit error (||gpu - cpu|| / ||cpu|| per row, the worst) and whether the
-// argmax agrees, per step. Exit 0 when every row is within tolerance and argmaxes agree (or the CPU's
-// top two are within the error), 1 otherwise, 2 on an error, 77 with no CUDA device.
+// argmax agrees, per step. Three CUDA runners take every step: decode graphs on (the default),
+// TANDEM_CUDA_GRAPHS=pad (the same padded step run eagerly: must equal the graph bit for bit) and
+// TANDEM_CUDA_GRAPHS=0 (unpadded eager: within 1e-2 of the graph's logits). Execute's GPU picks
+// (kArgmax with 5, 0 and no log-probabilities) must equal PickArgmax on the same runner's logits of
+// the same step (token ids; log-probabilities within 1e-3). Exit 0 when everything holds (argmax
+// differences excused when the CPU's top two are within the error), 1 otherwise, 2 on an error, 77
+// with no CUDA device.
 // Usage: cuda_runner_check [MODEL_DIR] [--steps N]
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -68,22 +75,68 @@ void CompareStep(const char* step, const std::vector<float>& cpu, const std::vec
               ok ? "ok" : "FAIL", step, rows, worst, kTolerance, argmax_diff, argmax_excused);
 }
 
+// Execute's picks against PickArgmax on the logits rows of the same step.
+void ComparePicks(const char* step, const std::vector<ArgmaxSample>& got,
+                  const std::vector<float>& logits, const std::vector<int>& rows,
+                  const std::vector<int>& num_logprobs, int vocab) {
+  int bad = 0;
+  double worst_lp = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const ArgmaxSample want =
+        PickArgmax(std::span<const float>(logits.data() + static_cast<size_t>(rows[i]) * vocab,
+                                          vocab), num_logprobs[i]);
+    const ArgmaxSample& g = got[i];
+    bool ok = g.token_id == want.token_id && g.top.size() == want.top.size();
+    if (num_logprobs[i] >= 0) worst_lp = std::max(worst_lp, static_cast<double>(std::fabs(g.logprob - want.logprob)));
+    for (size_t j = 0; ok && j < want.top.size(); ++j) {
+      ok = g.top[j].first == want.top[j].first;
+      worst_lp = std::max(worst_lp, static_cast<double>(std::fabs(g.top[j].second - want.top[j].second)));
+    }
+    bad += !ok;
+  }
+  const bool ok = bad == 0 && worst_lp <= 1e-3;
+  if (!ok) ++failures;
+  std::printf("%-4s %-34s picks %2zu  differ %d  worst logprob diff %.1e (tol 1e-3)\n",
+              ok ? "ok" : "FAIL", step, rows.size(), bad, worst_lp);
+}
+
+// Graph-on logits against another GPU runner's for the same step: max |diff| (0 = bit-exact).
+void CompareRunners(const char* what, const std::vector<float>& a, const std::vector<float>& b,
+                    double tol) {
+  double worst = a.size() == b.size() ? 0.0 : INFINITY;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    worst = std::max(worst, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  const bool ok = worst <= tol;
+  if (!ok) ++failures;
+  std::printf("%-4s   %-32s max |diff| %.2e (tol %.0e)\n", ok ? "ok" : "FAIL", what, worst, tol);
+}
+
 int Run(const std::string& model_dir, int steps) {
   auto cpu_or = LoadCpuModelRunner(model_dir);
   if (!cpu_or.ok()) {
     std::fprintf(stderr, "cpu runner: %s\n", cpu_or.status().ToString().c_str());
     return 2;
   }
-  auto gpu_or = LoadCudaModelRunner(model_dir, 0);
-  if (!gpu_or.ok()) {
-    std::fprintf(stderr, "cuda runner: %s\n", gpu_or.status().ToString().c_str());
-    return 2;
+  // Three CUDA runners: decode graphs (the default), padded eager, plain eager.
+  std::unique_ptr<ModelRunner> gpus[3];
+  const char* modes[3] = {nullptr, "pad", "0"};
+  for (int i = 0; i < 3; ++i) {
+    if (modes[i] != nullptr) setenv("TANDEM_CUDA_GRAPHS", modes[i], 1);
+    else unsetenv("TANDEM_CUDA_GRAPHS");
+    auto gpu_or = LoadCudaModelRunner(model_dir, 0);
+    if (!gpu_or.ok()) {
+      std::fprintf(stderr, "cuda runner: %s\n", gpu_or.status().ToString().c_str());
+      return 2;
+    }
+    gpus[i] = std::move(*gpu_or);
   }
+  unsetenv("TANDEM_CUDA_GRAPHS");
   ModelRunner& cpu = **cpu_or;
-  ModelRunner& gpu = **gpu_or;
+  ModelRunner& gpu = *gpus[0];
   const ModelConfig& c = cpu.config();
   const int num_blocks = 64;
-  for (ModelRunner* r : {&cpu, &gpu}) {
+  for (ModelRunner* r : {&cpu, gpus[0].get(), gpus[1].get(), gpus[2].get()}) {
     Status st = r->AllocateKVCache(num_blocks, kBlockSize);
     if (!st.ok()) {
       std::fprintf(stderr, "AllocateKVCache: %s\n", st.ToString().c_str());
@@ -110,14 +163,44 @@ int Run(const std::string& model_dir, int steps) {
   auto grow = [&](Seq& s, size_t len) {
     while (s.table.size() * kBlockSize < len) s.table.push_back(take_block());
   };
+  double gpu_ms[3] = {0, 0, 0};
   auto forward = [&](const ForwardBatch& batch, const char* step) {
-    std::vector<float> lc, lg;
-    Status a = cpu.Forward(batch, &lc), b = gpu.Forward(batch, &lg);
-    if (!a.ok() || !b.ok()) {
-      std::fprintf(stderr, "%s: cpu %s, gpu %s\n", step, a.ToString().c_str(), b.ToString().c_str());
+    std::vector<float> lc, lg[3];
+    Status a = cpu.Forward(batch, &lc);
+    for (int i = 0; i < 3; ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      Status b = gpus[i]->Forward(batch, &lg[i]);
+      gpu_ms[i] += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (!a.ok() || !b.ok()) {
+        std::fprintf(stderr, "%s: cpu %s, gpu %s\n", step, a.ToString().c_str(), b.ToString().c_str());
+        std::exit(2);
+      }
+    }
+    CompareStep(step, lc, lg[0], c.vocab_size);
+    CompareRunners("graphs vs padded eager", lg[0], lg[1], 0.0);
+    CompareRunners("graphs vs plain eager", lg[0], lg[2], 1e-2);
+    // The same step through Execute: kArgmax slices picked on the GPU.
+    ForwardBatch picked = batch;
+    std::vector<int> rows, k;
+    int row = 0;
+    for (size_t s = 0; s < picked.seqs.size(); ++s) {
+      SequenceSlice& sl = picked.seqs[s];
+      const int n = sl.logits == SequenceSlice::Logits::kAll ? static_cast<int>(sl.token_ids.size()) : 1;
+      if (sl.logits == SequenceSlice::Logits::kLast) {
+        sl.logits = SequenceSlice::Logits::kArgmax;
+        sl.num_logprobs = s % 3 == 0 ? 5 : s % 3 == 1 ? -1 : 0;
+        rows.push_back(row);
+        k.push_back(sl.num_logprobs);
+      }
+      row += n;
+    }
+    ForwardOutput out;
+    Status e = gpu.Execute(picked, &out);
+    if (!e.ok()) {
+      std::fprintf(stderr, "%s: Execute %s\n", step, e.ToString().c_str());
       std::exit(2);
     }
-    CompareStep(step, lc, lg, c.vocab_size);
+    ComparePicks(step, out.samples, lg[0], rows, k, c.vocab_size);
     return lc;
   };
 
@@ -147,20 +230,23 @@ int Run(const std::string& model_dir, int steps) {
 
   for (int step = 0; step < steps; ++step) {
     ForwardBatch decode;
-    for (int s = 0; s < 3; ++s) {
+    const int active = 1 + step % 3;  // batches of 1, 2, 3: decode-graph buckets 1, 2, 4
+    for (int s = 0; s < active; ++s) {
       seqs[s].tokens.push_back(next[s]);
       grow(seqs[s], seqs[s].tokens.size());
     }
-    for (int s = 0; s < 3; ++s) {
+    for (int s = 0; s < active; ++s) {
       const int pos = static_cast<int>(seqs[s].tokens.size()) - 1;
       decode.seqs.push_back({std::span<const int32_t>(seqs[s].tokens).subspan(pos), pos,
                              seqs[s].table, SequenceSlice::Logits::kLast});
     }
     char name[64];
-    std::snprintf(name, sizeof(name), "decode step %d (3 seqs)", step + 1);
+    std::snprintf(name, sizeof(name), "decode step %d (%d seqs)", step + 1, active);
     last = forward(decode, name);
-    for (int s = 0; s < 3; ++s) next[s] = Argmax(last.data() + static_cast<size_t>(s) * c.vocab_size, c.vocab_size);
+    for (int s = 0; s < active; ++s) next[s] = Argmax(last.data() + static_cast<size_t>(s) * c.vocab_size, c.vocab_size);
   }
+  std::printf("host ms over all steps (Forward, tiny model: launch-bound): graphs %.1f, padded "
+              "eager %.1f, plain eager %.1f\n", gpu_ms[0], gpu_ms[1], gpu_ms[2]);
   std::printf("%s\n", failures == 0 ? "cuda_runner_check: all steps within tolerance"
                                     : "cuda_runner_check: FAILED");
   return failures == 0 ? 0 : 1;
@@ -171,7 +257,7 @@ int Run(const std::string& model_dir, int steps) {
 
 int main(int argc, char** argv) {
   std::string model_dir = TANDEM_DEFAULT_MODEL_DIR;
-  int steps = 4;
+  int steps = 9;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);

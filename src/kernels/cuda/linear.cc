@@ -35,7 +35,12 @@ Status Linear(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stre
     return Err(StatusCode::kInvalidArgument, "Linear: row strides (x {}, y {}) below k {} / n {}",
                a.ldx, a.ldy, a.k, a.n);
   }
-  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle.get(), stream));
+  // cublasSetStream also drops a workspace set by cublasSetWorkspace (which CUDA graph capture
+  // needs), so the stream is set only when it changes.
+  cudaStream_t current = nullptr;
+  if (cublasGetStream(handle.get(), &current) != CUBLAS_STATUS_SUCCESS || current != stream) {
+    TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(handle.get(), stream));
+  }
   // cuBLAS is column-major: row-major y[m, n] is column-major y^T [n, m] = W x^T, where W
   // (row-major [n, k]) reads as a column-major [k, n] matrix, hence op T, and x as [k, m], op N.
   const float alpha = 1.0f, beta = 0.0f;

@@ -1,5 +1,7 @@
 #include "kernels/cuda/paged_attention.h"
 
+#include <cstdint>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace tandem::cuda {
@@ -55,12 +57,17 @@ Status PagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
     return Err(StatusCode::kInvalidArgument, "PagedDecode: null pointer");
   }
   const int64_t row = int64_t{a.num_heads} * a.head_dim;
-  if (a.q_stride < row || a.out_stride < row || a.q_stride % 8 != 0) {
+  if (a.q_stride < row || a.out_stride < row || a.q_stride % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(a.q) % 16 != 0 || reinterpret_cast<uintptr_t>(a.kv_pool) % 16 != 0) {
     return Err(StatusCode::kInvalidArgument, "PagedDecode: row strides (q {} (a multiple of 8), "
-               "out {}) below num_heads * head_dim = {}", a.q_stride, a.out_stride, row);
+               "out {}) below num_heads * head_dim = {}, or q / kv_pool not 16-byte aligned",
+               a.q_stride, a.out_stride, row);
   }
-  const size_t need =
-      PagedDecodeWorkspaceBytes(a.num_seqs, a.num_heads, a.head_dim, a.max_context_len);
+  if (a.num_splits < 0 || a.num_splits > kPagedDecodeMaxSplits) {
+    return Err(StatusCode::kInvalidArgument, "PagedDecode: num_splits {} outside [0, {}]",
+               a.num_splits, kPagedDecodeMaxSplits);
+  }
+  const size_t need = PagedDecodeWorkspaceBytes(a);
   if (need > 0 && (a.workspace == nullptr || a.workspace_bytes < need)) {
     return Err(StatusCode::kInvalidArgument, "PagedDecode: workspace of {} bytes, {} needed",
                a.workspace_bytes, need);

@@ -14,11 +14,13 @@
 // with the probabilities rounded to bf16 for the P*V product. head_dim 64 or 128.
 //
 // Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
-// K/V included). Split-K: the context is cut into partitions of kDecodePartitionSize keys, one
-// block per (partition, KV head, sequence) serving all query heads of that KV head; when a sequence
-// has more than one partition, a second kernel merges the partial results (log-sum-exp weights).
-// head_dim 64, 128 or 256.
-//
+// K/V included). Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
+// s's context is cut into at most num_splits chunks of >= 64 keys (a multiple of 32), one CTA per
+// chunk and KV head serving all query heads of that KV head (up to 8; larger groups use several
+// CTAs), 16-byte K/V loads, an online softmax per CTA; when a sequence has more than one chunk a
+// second kernel merges the partial results (log-sum-exp weights). The grid depends on num_seqs and
+// num_splits only (CTAs past a sequence's last chunk exit), so a CUDA graph captured with a fixed
+// num_splits serves any contexts. head_dim 64, 128 or 256.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.
 #pragma once
 
@@ -49,8 +51,8 @@ struct PagedPrefillArgs {
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
 };
 
-// Keys per decode partition (split-K unit).
-constexpr int kDecodePartitionSize = 512;
+// Largest num_splits PagedDecode accepts.
+constexpr int kPagedDecodeMaxSplits = 256;
 
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
@@ -62,20 +64,24 @@ struct PagedDecodeArgs {
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
   int block_table_stride = 0;
   int num_seqs = 0;
-  int max_context_len = 0;  // host value: >= every context_lens[s] (sizes the grid)
+  int max_context_len = 0;  // host value: >= every context_lens[s] (the automatic num_splits)
   int block_size = 0;
   int num_heads = 0;
   int num_kv_heads = 0;
   int head_dim = 0;
   float scale = 1.0f;
-  void* workspace = nullptr;  // PagedDecodeWorkspaceBytes(...) bytes, 16-byte aligned
+  // Context splits per sequence (grid x), 1..kPagedDecodeMaxSplits; 0: PagedDecodeSplits chooses
+  // from num_seqs, heads and max_context_len (about two waves of CTAs on the device's SMs).
+  int num_splits = 0;
+  void* workspace = nullptr;  // PagedDecodeWorkspaceBytes(args) bytes, 16-byte aligned
   size_t workspace_bytes = 0;
 };
 
-// Device scratch the decode split needs (0 when max_context_len fits one partition): partial
-// outputs [num_seqs, num_heads, partitions, head_dim] fp32 plus two [num_seqs, num_heads,
-// partitions] fp32 arrays (max logit, exp sum).
-size_t PagedDecodeWorkspaceBytes(int num_seqs, int num_heads, int head_dim, int max_context_len);
+// The num_splits a launch with these args uses (args.num_splits when > 0).
+int PagedDecodeSplits(const PagedDecodeArgs& args);
+// Device scratch the launch needs (0 with one split): partial outputs [num_seqs, num_heads,
+// splits, head_dim] fp32 plus two [num_seqs, num_heads, splits] fp32 arrays (max logit, exp sum).
+size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& args);
 
 namespace detail {
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);

@@ -34,6 +34,17 @@ Status Argmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids, cu
   return Status::Ok();
 }
 
+Status ArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                       float* max_values, float* lse, cudaStream_t stream) {
+  TANDEM_RETURN_IF_ERROR(CheckRows("ArgmaxLogSumExp", x, ldx, num_rows, n));
+  if (num_rows > 0 && (n == 0 || ids == nullptr || max_values == nullptr || lse == nullptr)) {
+    return Err(StatusCode::kInvalidArgument, "ArgmaxLogSumExp: empty rows or null outputs");
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(
+      detail::LaunchArgmaxLogSumExp(x, ldx, num_rows, n, ids, max_values, lse, stream));
+  return Status::Ok();
+}
+
 Status TopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids, float* values,
             cudaStream_t stream) {
   TANDEM_RETURN_IF_ERROR(CheckRows("TopK", x, ldx, num_rows, n));

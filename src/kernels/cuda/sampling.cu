@@ -64,6 +64,67 @@ __global__ void __launch_bounds__(kThreads) ArgmaxKernel(const float* x, int64_t
   if (threadIdx.x == 0) ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
 }
 
+// (max, sum of exp(x - max)) pairs merged; a max of -inf carries no mass.
+__device__ inline void MergeLse(float& m, float& s, float om, float os) {
+  const float nm = fmaxf(m, om);
+  if (nm == -INFINITY) return;
+  s = (m == -INFINITY ? 0.0f : s * expf(m - nm)) + (om == -INFINITY ? 0.0f : os * expf(om - nm));
+  m = nm;
+}
+
+constexpr int kLseThreads = 512;
+
+__global__ void __launch_bounds__(kLseThreads) ArgmaxLogSumExpKernel(const float* x, int64_t ldx,
+                                                                     int n, int32_t* ids,
+                                                                     float* max_values, float* lse) {
+  __shared__ float sv[32], sm[32], ss[32];
+  __shared__ int si[32];
+  const float* row = x + blockIdx.x * ldx;
+  float v = -INFINITY, m = -INFINITY, s = 0.0f;
+  int idx = INT_MAX;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const float xi = row[i];
+    if (Better(xi, i, v, idx)) { v = xi; idx = i; }
+    if (xi > m) {
+      s = (m == -INFINITY ? 0.0f : s * expf(m - xi)) + 1.0f;
+      m = xi;
+    } else if (xi != -INFINITY) {
+      s += expf(xi - m);
+    }
+  }
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int oi = __shfl_xor_sync(kFullMask, idx, o);
+    const float om = __shfl_xor_sync(kFullMask, m, o);
+    const float os = __shfl_xor_sync(kFullMask, s, o);
+    if (Better(ov, oi, v, idx)) { v = ov; idx = oi; }
+    MergeLse(m, s, om, os);
+  }
+  if (lane == 0) { sv[warp] = v; si[warp] = idx; sm[warp] = m; ss[warp] = s; }
+  __syncthreads();
+  if (warp != 0) return;
+  v = lane < num_warps ? sv[lane] : -INFINITY;
+  idx = lane < num_warps ? si[lane] : INT_MAX;
+  m = lane < num_warps ? sm[lane] : -INFINITY;
+  s = lane < num_warps ? ss[lane] : 0.0f;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int oi = __shfl_xor_sync(kFullMask, idx, o);
+    const float om = __shfl_xor_sync(kFullMask, m, o);
+    const float os = __shfl_xor_sync(kFullMask, s, o);
+    if (Better(ov, oi, v, idx)) { v = ov; idx = oi; }
+    MergeLse(m, s, om, os);
+  }
+  if (lane == 0) {
+    ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
+    max_values[blockIdx.x] = v;
+    lse[blockIdx.x] = m + logf(s);
+  }
+}
+
 // Round r picks the best element strictly worse (in Better order) than round r-1's pick.
 __global__ void __launch_bounds__(kThreads) TopKKernel(const float* x, int64_t ldx, int n, int k,
                                                        int32_t* ids, float* values) {
@@ -103,6 +164,14 @@ cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32
                          cudaStream_t stream) {
   if (num_rows == 0 || n == 0) return cudaSuccess;
   TANDEM_LAUNCH(ArgmaxKernel, num_rows, kThreads, 0, stream, x, ldx, n, ids);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                                  float* max_values, float* lse, cudaStream_t stream) {
+  if (num_rows == 0 || n == 0) return cudaSuccess;
+  TANDEM_LAUNCH(ArgmaxLogSumExpKernel, num_rows, kLseThreads, 0, stream, x, ldx, n, ids,
+                max_values, lse);
   return cudaGetLastError();
 }
 

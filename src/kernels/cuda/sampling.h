@@ -3,6 +3,9 @@
 //   Argmax:     first index of the maximum (torch.argmax).
 //   TopK:       the k largest (index, value) pairs, largest first, ties by lower index, as
 //               cpu::TopK; k rounds of a block-wide arg-best over the row (fine for k up to ~64).
+//   ArgmaxLogSumExp: one pass per row giving the argmax (lowest index on ties), the max and
+//               lse = max + log(sum(exp(x - max))) (fp32, online rescaling), so the greedy token's
+//               log-probability is max - lse without writing the log-softmax row.
 // One block per row. Device pointers; asynchronous on `stream`.
 #pragma once
 
@@ -18,6 +21,9 @@ cudaError_t LaunchLogSoftmax(const float* x, int64_t ldx, int num_rows, int n, f
 // ids: [num_rows].
 cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
                          cudaStream_t stream);
+// ids, max_values, lse: [num_rows].
+cudaError_t LaunchArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                                  float* max_values, float* lse, cudaStream_t stream);
 // ids, values: [num_rows, k].
 cudaError_t LaunchTopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids,
                        float* values, cudaStream_t stream);
@@ -34,6 +40,8 @@ namespace tandem::cuda {
 Status LogSoftmax(const float* x, int64_t ldx, int num_rows, int n, float* out, int64_t ldo,
                   cudaStream_t stream);
 Status Argmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids, cudaStream_t stream);
+Status ArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
+                       float* max_values, float* lse, cudaStream_t stream);
 Status TopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids, float* values,
             cudaStream_t stream);
 

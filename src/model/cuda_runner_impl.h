@@ -1,0 +1,81 @@
+// The CUDA ModelRunner's class (cuda_model_runner.h), shared by its two sources:
+// cuda_model_runner.cc (KV pool, validation, loading) and cuda_runner_step.cc (the step: inputs,
+// layers, GPU picks, decode graphs). Internal: include it from those two only. Built only with CUDA
+// (TANDEM_HAVE_CUDA; target tandem_model_cuda).
+#pragma once
+
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "kernels/cuda/linear.h"
+#include "model/config.h"
+#include "model/cuda_decode_graphs.h"
+#include "model/cuda_weights.h"
+#include "model/model_runner.h"
+
+namespace tandem {
+
+class CudaModelRunner final : public ModelRunner {
+ public:
+  CudaModelRunner(ModelConfig config, int device_id, CudaWeights weights, cuda::CublasHandle cublas,
+                  cudaStream_t stream)
+      : config_(std::move(config)), device_id_(device_id), w_(std::move(weights)),
+        cublas_(std::move(cublas)), stream_(stream) {}
+  ~CudaModelRunner() override {
+    cudaSetDevice(device_id_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+
+  const ModelConfig& config() const override { return config_; }
+
+  size_t KVBlockBytes(int block_size) const override {
+    return static_cast<size_t>(config_.num_hidden_layers) * 2 * block_size *
+           config_.num_key_value_heads * config_.head_dim * sizeof(__nv_bfloat16);
+  }
+
+  Status AllocateKVCache(int num_blocks, int block_size) override;
+  KVCacheLayout kv_cache_layout() override;
+  Result<DeviceMemoryInfo> GetDeviceMemoryInfo() override {
+    return QueryDeviceMemory(device_id_, w_);  // cuda_weights.h
+  }
+  Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
+  Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
+
+ private:
+  struct StepPlan;
+  Status Validate(const ForwardBatch& batch) const;
+  // Forward (picks = false: kArgmax slices get no row) and Execute (picks = true).
+  Status Step(const ForwardBatch& batch, bool picks, ForwardOutput* out);
+  // Enqueues the layers, the logits and the greedy picks of a planned step.
+  Status RunModel(const StepPlan& p, const char* meta);
+  // Grows a device buffer the decode graphs point into (bumps graph_generation_ when it moves).
+  Status ReserveTracked(DeviceArray& a, size_t bytes);
+  Status InitOnce();
+
+  ModelConfig config_;
+  int device_id_;
+  CudaWeights w_;
+  cuda::CublasHandle cublas_;
+  cudaStream_t stream_;
+  std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd]
+  int num_blocks_ = 0;
+  int block_size_ = 0;
+  // Step scratch, grown on demand (ReserveTracked: graphs hold their addresses).
+  DeviceArray meta_, graph_meta_, residual_, hidden_, qkv_, attn_, gate_up_, act_, sel_, logits_,
+      workspace_, picks_, topk_, cublas_workspace_;
+  PinnedBuffer host_meta_, host_picks_;
+  DecodeGraphCache graphs_{DecodeGraphModeFromEnv()};
+  uint64_t graph_generation_ = 1;
+  bool initialized_ = false;
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA

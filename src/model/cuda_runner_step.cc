@@ -1,0 +1,536 @@
+// The CUDA runner's step (cuda_runner_impl.h). All new tokens of all slices go through each
+// projection as one cuBLAS GEMM, the residual stream stays on the GPU in bf16 (vLLM's
+// fused_add_rms_norm layout), attention runs once per layer for the whole batch (PagedDecode when
+// every slice has one token, else PagedPrefill). Host side: the step's inputs go up in one copy from
+// pinned memory, kArgmax picks (argmax, log-sum-exp, top-k) are computed on the GPU and only ids
+// and a few floats come back; decode steps are padded to a batch bucket and replayed from CUDA
+// graphs (cuda_decode_graphs.h).
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/reshape_and_cache.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/silu_mul.h"
+#include "model/cuda_decode_graphs.h"
+#include "model/cuda_runner_impl.h"
+
+namespace tandem {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Byte offsets of a step's inputs in one upload (16-byte aligned): slots int64 [T], ids [T],
+// positions [T], query_start_loc [S + 1], start_pos [S], context_lens [S], block_tables
+// [S, stride], logit_rows [R]; all int32 but the slots.
+struct MetaLayout {
+  size_t slots, ids, pos, qsl, start, ctx, tables, rows, total;
+  MetaLayout(int T, int S, int stride, int R) {
+    size_t o = 0;
+    auto take = [&o](size_t bytes) { const size_t at = o; o = Align16(o + bytes); return at; };
+    slots = take(sizeof(int64_t) * T);
+    ids = take(sizeof(int32_t) * T);
+    pos = take(sizeof(int32_t) * T);
+    qsl = take(sizeof(int32_t) * (S + 1));
+    start = take(sizeof(int32_t) * S);
+    ctx = take(sizeof(int32_t) * S);
+    tables = take(sizeof(int32_t) * S * static_cast<size_t>(stride));
+    rows = take(sizeof(int32_t) * R);
+    total = o;
+  }
+};
+
+// Device results of the greedy picks: ids int32, max logits, log-sum-exps, each [cap] (cap >=
+// kMaxDecodeGraphBatch so graph steps always find them at the same place).
+size_t PicksBytes(int cap) { return 3 * Align16(sizeof(float) * cap); }
+
+}  // namespace
+
+// The shape of one step (host).
+struct CudaModelRunner::StepPlan {
+  int T = 0;         // token rows through the layers (the padded batch in a graph step)
+  int num_seqs = 0;  // sequences (padded likewise)
+  int stride = 1;    // block-table row stride
+  int max_query_len = 0, max_context_len = 0;
+  bool decode = true;   // every slice has one token
+  bool padded = false;  // a decode-graph step (rows = token rows, padding rows at the end)
+  int rows = 0;         // logits rows computed
+  bool gather = false;  // rows gathered by logit_rows (else token rows 0..rows-1)
+  int num_splits = 0;   // PagedDecode splits (0: automatic)
+  int sample_begin = 0, sample_rows = 0;     // rows ArgmaxLogSumExp covers
+  int picks_cap = kMaxDecodeGraphBatch;      // rows the picks buffer holds
+  std::vector<std::pair<int, int>> out_runs;  // (row, count) of logits returned, in order
+  std::vector<int> arg_rows;  // logits row of each kArgmax slice, in batch order
+  std::vector<int> arg_k;     // its num_logprobs
+};
+
+namespace {
+using Logits = SequenceSlice::Logits;
+}  // namespace
+
+Status CudaModelRunner::ReserveTracked(DeviceArray& a, size_t bytes) {
+  if (bytes <= a.bytes()) return Status::Ok();
+  ++graph_generation_;
+  return a.Allocate(bytes);
+}
+
+Status CudaModelRunner::InitOnce() {
+  if (initialized_) return Status::Ok();
+  // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
+  // cuBLAS asks for on Hopper.
+  constexpr size_t kCublasWorkspace = size_t{32} << 20;
+  TANDEM_RETURN_IF_ERROR(cublas_workspace_.Allocate(kCublasWorkspace));
+  TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), stream_));
+  TANDEM_CUBLAS_RETURN_IF_ERROR(
+      cublasSetWorkspace(cublas_.get(), cublas_workspace_.as<void>(), kCublasWorkspace));
+  initialized_ = true;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* logits) {
+  ForwardOutput out;
+  TANDEM_RETURN_IF_ERROR(Step(batch, false, &out));
+  *logits = std::move(out.logits);
+  return Status::Ok();
+}
+
+Status CudaModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
+  return Step(batch, true, out);
+}
+
+Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutput* out) {
+  out->logits.clear();
+  out->samples.clear();
+  TANDEM_RETURN_IF_ERROR(Validate(batch));
+  const ModelConfig& c = config_;
+  const int vocab = c.vocab_size;
+  const int n_real = static_cast<int>(batch.seqs.size());
+  if (n_real == 0) return Status::Ok();
+  auto kind = [picks](const SequenceSlice& s) {
+    return !picks && s.logits == Logits::kArgmax ? Logits::kNone : s.logits;
+  };
+  for (const SequenceSlice& s : batch.seqs) {
+    if (kind(s) == Logits::kArgmax && s.num_logprobs > vocab) {
+      return Err(StatusCode::kInvalidArgument, "num_logprobs {} exceeds the vocabulary of {}",
+                 s.num_logprobs, vocab);
+    }
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_));
+  TANDEM_RETURN_IF_ERROR(InitOnce());
+
+  // ---- plan ----
+  StepPlan p;
+  int total = 0, blocks_max = 1, num_arg = 0;
+  for (const SequenceSlice& s : batch.seqs) {
+    const int n = static_cast<int>(s.token_ids.size());
+    total += n;
+    p.decode = p.decode && n == 1;
+    blocks_max = std::max(blocks_max, (s.start_pos + n + block_size_ - 1) / block_size_);
+    p.max_query_len = std::max(p.max_query_len, n);
+    p.max_context_len = std::max(p.max_context_len, s.start_pos + n);
+    num_arg += kind(s) == Logits::kArgmax;
+  }
+  const int model_blocks = (c.max_position_embeddings + block_size_ - 1) / block_size_;
+  const int bucket = p.decode && graphs_.padded() ? DecodeBatchBucket(n_real) : 0;
+  const int stride_bucket = bucket > 0 ? DecodeStrideBucket(blocks_max, model_blocks) : 0;
+  p.padded = bucket > 0 && stride_bucket > 0;
+  p.T = p.padded ? bucket : total;
+  p.num_seqs = p.padded ? bucket : n_real;
+  p.stride = p.padded ? stride_bucket : blocks_max;
+  if (p.padded) {
+    cuda::PagedDecodeArgs probe;  // the graph's splits: a function of the key only
+    probe.num_seqs = bucket;
+    probe.num_heads = c.num_attention_heads;
+    probe.num_kv_heads = c.num_key_value_heads;
+    probe.max_context_len = stride_bucket * block_size_;
+    p.num_splits = cuda::PagedDecodeSplits(probe);
+  }
+  // Logits rows: padded decode computes every token row (row = sequence); otherwise the returned
+  // rows first, then the picked ones, gathered.
+  std::vector<int32_t> ret_rows, arg_tok_rows;
+  {
+    int t = 0;
+    for (const SequenceSlice& s : batch.seqs) {
+      const int n = static_cast<int>(s.token_ids.size());
+      const Logits k = kind(s);
+      if (k == Logits::kAll) for (int i = 0; i < n; ++i) ret_rows.push_back(t + i);
+      if (k == Logits::kLast) ret_rows.push_back(t + n - 1);
+      if (k == Logits::kArgmax) {
+        arg_tok_rows.push_back(t + n - 1);
+        p.arg_k.push_back(s.num_logprobs);
+      }
+      t += n;
+    }
+  }
+  std::vector<int32_t> logit_rows;
+  if (p.padded) {
+    p.rows = (ret_rows.empty() && arg_tok_rows.empty()) ? 0 : bucket;
+    for (int32_t r : ret_rows) {
+      if (!p.out_runs.empty() && p.out_runs.back().first + p.out_runs.back().second == r) {
+        ++p.out_runs.back().second;
+      } else {
+        p.out_runs.emplace_back(r, 1);
+      }
+    }
+    p.arg_rows.assign(arg_tok_rows.begin(), arg_tok_rows.end());
+    p.sample_rows = num_arg > 0 ? bucket : 0;
+  } else {
+    logit_rows = ret_rows;
+    logit_rows.insert(logit_rows.end(), arg_tok_rows.begin(), arg_tok_rows.end());
+    p.rows = static_cast<int>(logit_rows.size());
+    p.gather = true;
+    if (!ret_rows.empty()) p.out_runs.emplace_back(0, static_cast<int>(ret_rows.size()));
+    for (int i = 0; i < num_arg; ++i) p.arg_rows.push_back(static_cast<int>(ret_rows.size()) + i);
+    p.sample_begin = static_cast<int>(ret_rows.size());
+    p.sample_rows = num_arg;
+  }
+  p.picks_cap = std::max(kMaxDecodeGraphBatch, p.sample_rows);
+
+  // ---- inputs: one pinned staging buffer, one upload ----
+  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0);
+  TANDEM_RETURN_IF_ERROR(host_meta_.Reserve(lay.total));
+  char* hm = host_meta_.as<char>();
+  auto* slots = reinterpret_cast<int64_t*>(hm + lay.slots);
+  auto* ids = reinterpret_cast<int32_t*>(hm + lay.ids);
+  auto* pos = reinterpret_cast<int32_t*>(hm + lay.pos);
+  auto* qsl = reinterpret_cast<int32_t*>(hm + lay.qsl);
+  auto* start = reinterpret_cast<int32_t*>(hm + lay.start);
+  auto* ctx = reinterpret_cast<int32_t*>(hm + lay.ctx);
+  auto* tables = reinterpret_cast<int32_t*>(hm + lay.tables);
+  std::memset(tables, 0, sizeof(int32_t) * p.num_seqs * static_cast<size_t>(p.stride));
+  {
+    int t = 0;
+    qsl[0] = 0;
+    for (int s = 0; s < n_real; ++s) {
+      const SequenceSlice& seq = batch.seqs[s];
+      const int n = static_cast<int>(seq.token_ids.size());
+      const int blocks = (seq.start_pos + n + block_size_ - 1) / block_size_;
+      std::copy_n(seq.block_table.begin(), blocks, tables + static_cast<size_t>(s) * p.stride);
+      for (int i = 0; i < n; ++i, ++t) {
+        const int at = seq.start_pos + i;
+        ids[t] = seq.token_ids[i];
+        pos[t] = at;
+        slots[t] = static_cast<int64_t>(seq.block_table[at / block_size_]) * block_size_ +
+                   at % block_size_;
+      }
+      qsl[s + 1] = t;
+      start[s] = seq.start_pos;
+      ctx[s] = seq.start_pos + n;
+    }
+    // Padding rows: token 0 at position 0, no KV write (slot -1), attending to one key of block 0.
+    for (int s = n_real; s < p.num_seqs; ++s, ++t) {
+      ids[t] = 0;
+      pos[t] = 0;
+      slots[t] = -1;
+      qsl[s + 1] = t + 1;
+      start[s] = 0;
+      ctx[s] = 1;
+    }
+  }
+  if (p.gather) {
+    std::copy(logit_rows.begin(), logit_rows.end(), reinterpret_cast<int32_t*>(hm + lay.rows));
+  }
+  DeviceArray& dmeta = p.padded ? graph_meta_ : meta_;
+  if (p.padded) {  // sized once for the largest graph, so graphs never see it move
+    TANDEM_RETURN_IF_ERROR(ReserveTracked(
+        graph_meta_, MetaLayout(kMaxDecodeGraphBatch, kMaxDecodeGraphBatch, model_blocks, 0).total));
+  } else {
+    TANDEM_RETURN_IF_ERROR(meta_.Reserve(lay.total));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dmeta.as<char>(), hm, lay.total,
+                                              cudaMemcpyHostToDevice, stream_));
+
+  // ---- scratch (padded steps: sized for the largest graph batch once) ----
+  const int hidden = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int hd = c.head_dim, inter = c.intermediate_size;
+  const size_t t_cap = static_cast<size_t>(p.padded ? std::max(p.T, kMaxDecodeGraphBatch) : p.T);
+  const size_t r_cap = static_cast<size_t>(std::max(p.padded ? static_cast<int>(t_cap) : p.rows, 1));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(residual_, t_cap * hidden * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(hidden_, t_cap * hidden * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(qkv_, t_cap * (nh + 2 * nkv) * hd * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(attn_, t_cap * nh * hd * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(gate_up_, t_cap * 2 * inter * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(act_, t_cap * inter * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(sel_, r_cap * hidden * sizeof(bf16)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(logits_, r_cap * vocab * sizeof(float)));
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(picks_, PicksBytes(p.picks_cap)));
+  if (p.decode) {
+    cuda::PagedDecodeArgs probe;
+    probe.num_seqs = p.num_seqs;
+    probe.num_heads = nh;
+    probe.num_kv_heads = nkv;
+    probe.head_dim = hd;
+    probe.max_context_len = p.max_context_len;
+    probe.num_splits = p.num_splits;
+    size_t ws = cuda::PagedDecodeWorkspaceBytes(probe);
+    if (p.padded) ws = std::max(ws, size_t{8} << 20);  // covers every bucket of Qwen3-8B-like models
+    TANDEM_RETURN_IF_ERROR(ReserveTracked(workspace_, ws));
+  }
+
+  // ---- the step: graph replay or eager ----
+  const char* meta = dmeta.as<const char>();
+  if (p.padded) {
+    const std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
+                                              (p.sample_rows > 0 ? 1 : 0));
+    TANDEM_RETURN_IF_ERROR(graphs_.Run(key, graph_generation_, stream_,
+                                       [&] { return RunModel(p, meta); }));
+  } else {
+    TANDEM_RETURN_IF_ERROR(RunModel(p, meta));
+  }
+
+  // ---- results: top-k for the rows asking for log-probabilities, one copy back ----
+  int topk = 0, topk_lo = 0, topk_hi = 0;
+  for (size_t i = 0; i < p.arg_rows.size(); ++i) {
+    if (p.arg_k[i] <= 0) continue;
+    topk_lo = topk == 0 ? p.arg_rows[i] : std::min(topk_lo, p.arg_rows[i]);
+    topk_hi = std::max(topk_hi, p.arg_rows[i] + 1);
+    topk = std::max(topk, p.arg_k[i]);
+  }
+  topk = std::min(topk, std::min(vocab, 1024));  // TopK's limit; larger k: the host picks the rest
+  const int topk_rows = topk > 0 ? topk_hi - topk_lo : 0;
+  const size_t picks_bytes = PicksBytes(p.picks_cap);
+  const size_t topk_bytes = static_cast<size_t>(topk_rows) * topk * (sizeof(int32_t) + sizeof(float));
+  if (topk > 0) {
+    TANDEM_RETURN_IF_ERROR(topk_.Reserve(topk_bytes));
+    auto* tk_ids = topk_.as<int32_t>();
+    auto* tk_vals = reinterpret_cast<float*>(tk_ids + static_cast<size_t>(topk_rows) * topk);
+    TANDEM_RETURN_IF_ERROR(cuda::TopK(logits_.as<float>() + static_cast<size_t>(topk_lo) * vocab,
+                                      vocab, topk_rows, vocab, topk, tk_ids, tk_vals, stream_));
+  }
+  TANDEM_RETURN_IF_ERROR(host_picks_.Reserve(picks_bytes + topk_bytes));
+  if (p.sample_rows > 0) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_picks_.as<char>(), picks_.as<char>(),
+                                                picks_bytes, cudaMemcpyDeviceToHost, stream_));
+  }
+  if (topk > 0) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_picks_.as<char>() + picks_bytes,
+                                                topk_.as<char>(), topk_bytes,
+                                                cudaMemcpyDeviceToHost, stream_));
+  }
+  size_t returned = 0;
+  for (const auto& run : p.out_runs) returned += static_cast<size_t>(run.second);
+  out->logits.resize(returned * vocab);
+  size_t at = 0;
+  for (const auto& [row, count] : p.out_runs) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        out->logits.data() + at * vocab, logits_.as<float>() + static_cast<size_t>(row) * vocab,
+        sizeof(float) * count * vocab, cudaMemcpyDeviceToHost, stream_));
+    at += static_cast<size_t>(count);
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+
+  const char* hp = host_picks_.as<const char>();
+  const auto* pick_ids = reinterpret_cast<const int32_t*>(hp);
+  const auto* pick_max = reinterpret_cast<const float*>(hp + Align16(sizeof(float) * p.picks_cap));
+  const auto* pick_lse = reinterpret_cast<const float*>(hp + 2 * Align16(sizeof(float) * p.picks_cap));
+  const auto* tk_ids = reinterpret_cast<const int32_t*>(hp + picks_bytes);
+  const auto* tk_vals = reinterpret_cast<const float*>(tk_ids + static_cast<size_t>(topk_rows) * topk);
+  for (size_t i = 0; i < p.arg_rows.size(); ++i) {
+    const int row = p.arg_rows[i];
+    const int k = p.arg_k[i];
+    if (k > topk) {  // beyond TopK's limit: this row's pick on the host
+      std::vector<float> logits_row(vocab);
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(logits_row.data(),
+                                             logits_.as<float>() + static_cast<size_t>(row) * vocab,
+                                             sizeof(float) * vocab, cudaMemcpyDeviceToHost));
+      out->samples.push_back(PickArgmax(logits_row, k));
+      continue;
+    }
+    const int r = row - p.sample_begin;
+    ArgmaxSample s;
+    s.token_id = pick_ids[r];
+    if (k >= 0) {
+      s.logprob = pick_max[r] - pick_lse[r];
+      const size_t tr = static_cast<size_t>(row - topk_lo) * topk;
+      for (int j = 0; j < k; ++j) s.top.emplace_back(tk_ids[tr + j], tk_vals[tr + j] - pick_lse[r]);
+    }
+    out->samples.push_back(std::move(s));
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int hd = c.head_dim, inter = c.intermediate_size, vocab = c.vocab_size;
+  const int q_dim = nh * hd, qkv_dim = (nh + 2 * nkv) * hd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int T = p.T;
+  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(meta + lay.slots);
+  const auto* d_ids = reinterpret_cast<const int32_t*>(meta + lay.ids);
+  const auto* d_pos = reinterpret_cast<const int32_t*>(meta + lay.pos);
+  const auto* d_qsl = reinterpret_cast<const int32_t*>(meta + lay.qsl);
+  const auto* d_start = reinterpret_cast<const int32_t*>(meta + lay.start);
+  const auto* d_ctx = reinterpret_cast<const int32_t*>(meta + lay.ctx);
+  const auto* d_tables = reinterpret_cast<const int32_t*>(meta + lay.tables);
+  const auto* d_rows = reinterpret_cast<const int32_t*>(meta + lay.rows);
+  bf16* x = residual_.as<bf16>();       // [T, hidden] residual stream
+  bf16* h = hidden_.as<bf16>();         // [T, hidden] normed input / projection output
+  bf16* qkv = qkv_.as<bf16>();          // [T, qkv_dim]: q [nh, hd], k [nkv, hd], v [nkv, hd]
+  bf16* attn = attn_.as<bf16>();        // [T, nh, hd]
+  bf16* gate_up = gate_up_.as<bf16>();  // [T, 2 * inter]
+  bf16* act = act_.as<bf16>();          // [T, inter]
+
+  auto linear = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out,
+                    int n, cuda::OutDtype dtype, int rows) {
+    cuda::LinearArgs a;
+    a.x = in;
+    a.ldx = k;
+    a.w = w.as<bf16>();
+    a.bias = bias.bytes() > 0 ? bias.as<bf16>() : nullptr;
+    a.y = out;
+    a.ldy = n;
+    a.out_dtype = dtype;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    return cuda::Linear(cublas_, a, stream_);
+  };
+  auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
+    cuda::RmsNormArgs a;
+    a.x = in;
+    a.x_stride = hidden;
+    a.residual = fused ? x : nullptr;
+    a.res_stride = hidden;
+    a.weight = w.as<bf16>();
+    a.y = out;
+    a.y_stride = hidden;
+    a.num_rows = T;
+    a.dim = hidden;
+    a.eps = eps;
+    return fused ? cuda::FusedAddRmsNorm(a, stream_) : cuda::RmsNorm(a, stream_);
+  };
+  const DeviceArray kNone;
+
+  TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, w_.embed.as<bf16>(), vocab, hidden, x, stream_));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const DeviceLayer& w = w_.layers[l];
+    // h holds the previous layer's MLP output: residual += h; h = norm(residual).
+    TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
+                                  : norm(h, w.input_norm, h, true));
+    TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
+    cuda::QkNormRopeArgs r;
+    r.q = qkv;
+    r.q_stride = qkv_dim;
+    r.k = qkv + q_dim;
+    r.k_stride = qkv_dim;
+    r.q_norm = w.q_norm.bytes() > 0 ? w.q_norm.as<bf16>() : nullptr;
+    r.k_norm = w.k_norm.bytes() > 0 ? w.k_norm.as<bf16>() : nullptr;
+    r.positions = d_pos;
+    r.inv_freq = w_.inv_freq.as<float>();
+    r.num_tokens = T;
+    r.num_heads = nh;
+    r.num_kv_heads = nkv;
+    r.head_dim = hd;
+    r.eps = eps;
+    TANDEM_RETURN_IF_ERROR(cuda::QkNormRope(r, stream_));
+    cuda::ReshapeAndCacheArgs kvw;
+    kvw.k = qkv + q_dim;
+    kvw.k_stride = qkv_dim;
+    kvw.v = qkv + q_dim + nkv * hd;
+    kvw.v_stride = qkv_dim;
+    kvw.slot_mapping = d_slots;
+    kvw.kv_pool = kv_[l].as<bf16>();
+    kvw.num_tokens = T;
+    kvw.block_size = block_size_;
+    kvw.num_kv_heads = nkv;
+    kvw.head_dim = hd;
+    TANDEM_RETURN_IF_ERROR(cuda::ReshapeAndCache(kvw, stream_));
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    if (p.decode) {
+      cuda::PagedDecodeArgs a;
+      a.q = qkv;
+      a.q_stride = qkv_dim;
+      a.out = attn;
+      a.out_stride = q_dim;
+      a.kv_pool = kv_[l].as<bf16>();
+      a.context_lens = d_ctx;
+      a.block_tables = d_tables;
+      a.block_table_stride = p.stride;
+      a.num_seqs = p.num_seqs;
+      a.max_context_len = p.max_context_len;
+      a.block_size = block_size_;
+      a.num_heads = nh;
+      a.num_kv_heads = nkv;
+      a.head_dim = hd;
+      a.scale = scale;
+      a.num_splits = p.num_splits;
+      a.workspace = workspace_.as<void>();
+      a.workspace_bytes = workspace_.bytes();
+      TANDEM_RETURN_IF_ERROR(cuda::PagedDecode(a, stream_));
+    } else {
+      cuda::PagedPrefillArgs a;
+      a.q = qkv;
+      a.q_stride = qkv_dim;
+      a.out = attn;
+      a.out_stride = q_dim;
+      a.kv_pool = kv_[l].as<bf16>();
+      a.query_start_loc = d_qsl;
+      a.start_pos = d_start;
+      a.block_tables = d_tables;
+      a.block_table_stride = p.stride;
+      a.num_seqs = p.num_seqs;
+      a.max_query_len = p.max_query_len;
+      a.block_size = block_size_;
+      a.num_heads = nh;
+      a.num_kv_heads = nkv;
+      a.head_dim = hd;
+      a.scale = scale;
+      TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
+    }
+    TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
+    TANDEM_RETURN_IF_ERROR(
+        linear(h, hidden, w.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T));
+    cuda::SiluMulArgs sm;
+    sm.gate = gate_up;
+    sm.gate_stride = 2 * inter;
+    sm.up = gate_up + inter;
+    sm.up_stride = 2 * inter;
+    sm.out = act;
+    sm.out_stride = inter;
+    sm.num_tokens = T;
+    sm.dim = inter;
+    TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
+    TANDEM_RETURN_IF_ERROR(linear(act, inter, w.down, kNone, h, hidden, cuda::OutDtype::kBf16, T));
+  }
+  if (p.rows == 0) return Status::Ok();
+  // residual += last MLP out; final norm; the logit rows gathered (Embedding as a row gather).
+  TANDEM_RETURN_IF_ERROR(norm(h, w_.final_norm, h, true));
+  const bf16* head_in = h;
+  if (p.gather) {
+    TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_rows, p.rows, h, T, hidden, sel_.as<bf16>(), stream_));
+    head_in = sel_.as<bf16>();
+  }
+  TANDEM_RETURN_IF_ERROR(linear(head_in, hidden, w_.lm_head_or_embed(), kNone, logits_.as<float>(),
+                                vocab, cuda::OutDtype::kFloat32, p.rows));
+  if (p.sample_rows > 0) {
+    char* base = picks_.as<char>();
+    const size_t col = Align16(sizeof(float) * p.picks_cap);
+    TANDEM_RETURN_IF_ERROR(cuda::ArgmaxLogSumExp(
+        logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab, vocab, p.sample_rows,
+        vocab, reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + col),
+        reinterpret_cast<float*>(base + 2 * col), stream_));
+  }
+  return Status::Ok();
+}
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA
