@@ -89,8 +89,13 @@ std::string Describe(const Heads& h, const std::vector<int>& a, const std::vecto
 }
 
 // Prefill of slices (start_pos[s], n[s]); share[s]: leading blocks shared with sequence 0.
+// One row per kernel (default: kAuto). check_rows > 0: compare only the last check_rows query rows
+// of each slice (the CPU reference of an 8k prompt would take minutes; the last rows see the most
+// keys).
+using PK = cuda::PrefillKernel;
 void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vector<int>& n,
-                 const std::vector<int>& share, bool time_it) {
+                 const std::vector<int>& share, bool time_it,
+                 const std::vector<PK>& kernels = {PK::kAuto}, int check_rows = 0) {
   std::mt19937 rng(NextSeed());
   const int num_seqs = static_cast<int>(n.size());
   std::vector<int> ctx(num_seqs);
@@ -132,20 +137,23 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
   a.head_dim = h.hd;
   a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
   auto run = [&] { OC_OK(cuda::PagedPrefill(a, nullptr)); };
-  run();
-  OC_CUDA(cudaDeviceSynchronize());
 
   const auto pool_f = DownloadFloat(pool);
   const auto qkv_f = DownloadFloat(qkv);
   const int q_row = h.nh * h.hd;
   std::vector<float> q(static_cast<size_t>(T) * q_row), ref(q.size());
   for (int t = 0; t < T; ++t) std::copy_n(qkv_f.begin() + t * q_stride, q_row, q.begin() + t * q_row);
+  // Checked rows of slice s: [qsl[s] + skip[s], qsl[s + 1]).
+  std::vector<int> skip(num_seqs, 0);
+  if (check_rows > 0) {
+    for (int s = 0; s < num_seqs; ++s) skip[s] = std::max(0, n[s] - check_rows);
+  }
   double flops = 0;
   for (int s = 0; s < num_seqs; ++s) {
     cpu::PagedAttentionArgs c;
-    c.q = q.data() + static_cast<size_t>(qsl[s]) * q_row;
-    c.num_tokens = n[s];
-    c.start_pos = start[s];
+    c.q = q.data() + static_cast<size_t>(qsl[s] + skip[s]) * q_row;
+    c.num_tokens = n[s] - skip[s];
+    c.start_pos = start[s] + skip[s];
     c.kv_pool = pool_f.data();
     c.block_table = tables.flat.data() + static_cast<size_t>(s) * tables.stride;
     c.block_size = kBlockSize;
@@ -153,20 +161,42 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
     c.num_kv_heads = h.nkv;
     c.head_dim = h.hd;
     c.scale = a.scale;
-    c.out = ref.data() + static_cast<size_t>(qsl[s]) * q_row;
+    c.out = ref.data() + static_cast<size_t>(qsl[s] + skip[s]) * q_row;
     cpu::PagedAttention(c);
     // Causal FLOPs actually needed: 4 * heads * head_dim per (query, visible key) pair.
     for (int i = 0; i < n[s]; ++i) flops += 4.0 * h.nh * h.hd * (start[s] + i + 1);
   }
-  Row row{"paged_prefill", Describe(h, ctx, n)};
-  row.err = CompareBySequence(DownloadFloat(out), ref, qsl, q_row, &row.note);
-  row.tol = kTolAttention;
-  row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol;
-  if (time_it) {
-    row.time_us = TimeUs(run, 3, 9);
-    row.flops = flops;
+  // Only the checked rows (all by default), and their slice boundaries.
+  auto checked = [&](const std::vector<float>& all) {
+    std::vector<float> rows;
+    for (int s = 0; s < num_seqs; ++s) {
+      rows.insert(rows.end(), all.begin() + static_cast<size_t>(qsl[s] + skip[s]) * q_row,
+                  all.begin() + static_cast<size_t>(qsl[s + 1]) * q_row);
+    }
+    return rows;
+  };
+  std::vector<int32_t> checked_qsl(1, 0);
+  for (int s = 0; s < num_seqs; ++s) checked_qsl.push_back(checked_qsl.back() + n[s] - skip[s]);
+  const std::vector<float> ref_checked = checked(ref);
+
+  for (PK kernel : kernels) {
+    static const char* const kNames[] = {"", " mma128", " mma64", " wmma"};
+    a.kernel = kernel;
+    out.Poison();
+    run();
+    OC_CUDA(cudaDeviceSynchronize());
+    Row row{"paged_prefill", Describe(h, ctx, n) + kNames[static_cast<int>(kernel)]};
+    row.err = CompareBySequence(checked(DownloadFloat(out)), ref_checked, checked_qsl, q_row,
+                                &row.note);
+    if (check_rows > 0) row.note += "; last " + std::to_string(check_rows) + " rows checked";
+    row.tol = kTolAttention;
+    row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol;
+    if (time_it) {
+      row.time_us = TimeUs(run, 3, 9);
+      row.flops = flops;
+    }
+    Record(row);
   }
-  Record(row);
 }
 
 // Decode: one query per sequence over ctx[s] keys.
@@ -256,12 +286,22 @@ void CheckPagedPrefill() {
   // sequence 0), and a short tail after a 4000-token prefix.
   if (!Small()) {
     PrefillCase(qwen3_8b, {0, 1536, 4000}, {1000, 2560, 95}, {0, 32, 0}, true);
-    PrefillCase(qwen3_8b, {0}, {4096}, {0}, true);  // 4k prompt
-    PrefillCase(qwen3_8b, {0}, {512}, {0}, true);
+    // Each kernel (kAuto picks kMma64 when 128-query tiles make fewer than two waves of CTAs).
+    const std::vector<PK> all = {PK::kMma128, PK::kMma64, PK::kWmma};
+    PrefillCase(qwen3_8b, {0}, {4096}, {0}, true, all);  // 4k prompt
+    PrefillCase(qwen3_8b, {0}, {512}, {0}, true, all);
+    PrefillCase(qwen3_8b, {0}, {2048}, {0}, true, all);  // the 2k prompt of the goal
+    PrefillCase(qwen3_8b, {0}, {8192}, {0}, true, all, 512);  // 8k prompt
   }
-  PrefillCase({4, 2, 64}, {0, 100}, {37, 29}, {0, 2}, false);  // tiny-qwen3 heads
-  PrefillCase({8, 8, 128}, {0, 17, 300}, {1, 65, 3}, {0, 1, 1}, false);  // no GQA, odd sizes
-  PrefillCase({28, 4, 128}, {7, 0}, {129, 200}, {0, 0}, false);         // group 7
+  // kAuto takes kMma64 for all of these (fewer CTAs than two waves): each variant named.
+  PrefillCase({4, 2, 64}, {0, 100}, {37, 29}, {0, 2}, false,  // tiny-qwen3 heads
+              {PK::kMma128, PK::kMma64, PK::kWmma});
+  PrefillCase({8, 8, 128}, {0, 17, 300}, {1, 65, 3}, {0, 1, 1}, false,  // no GQA, odd sizes
+              {PK::kMma128, PK::kMma64});
+  PrefillCase({28, 4, 128}, {7, 0}, {129, 200}, {0, 0}, false, {PK::kMma128});  // group 7
+  PrefillCase({8, 2, 128}, {7, 0}, {129, 200}, {0, 0}, false, {PK::kMma64});   // group 4
+  PrefillCase({4, 1, 64}, {0, 45}, {300, 130}, {0, 2}, false, {PK::kMma128});  // 3 query tiles
+  PrefillCase({2, 1, 128}, {0, 90}, {200, 70}, {0, 3}, false, {PK::kAuto}, 50);  // checked rows
 }
 
 void CheckPagedDecode() {

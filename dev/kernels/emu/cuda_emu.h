@@ -48,6 +48,10 @@ struct Fiber {
   ucontext_t ctx;
   bool done = false;
 };
+struct CpCopy {  // a cp.async in flight: the source is read at issue, the destination written at wait
+  void* dst;
+  unsigned char bytes[16];
+};
 struct Barrier {
   int alive = 0;
   int arrived = 0;
@@ -58,6 +62,10 @@ struct BlockState {
   Barrier block;
   std::vector<Barrier> warps;
   std::vector<uint64_t> slots;  // 32 per warp, for shuffles and votes
+  std::vector<unsigned char> xbuf;  // 2 x 64 bytes per thread, for warp-wide fragment exchanges
+  std::vector<unsigned char> xparity;  // per thread: which half of xbuf its next exchange uses
+  std::vector<std::vector<CpCopy>> cp_open;                 // per thread: not committed
+  std::vector<std::vector<std::vector<CpCopy>>> cp_groups;  // per thread: committed, oldest first
   unsigned char* dyn_smem = nullptr;
   ucontext_t scheduler;
 };
@@ -103,6 +111,21 @@ inline void Exchange(T v, T* all) {
   Wait(g_block->warps[g_tid / 32]);
 }
 
+// Exchanges a value of up to 64 bytes per lane (mma / ldmatrix fragments); returns all 32. One
+// barrier: consecutive exchanges alternate between two buffers, and a lane can only come back to
+// a buffer after every lane has passed the next exchange's barrier (done reading this one).
+template <typename T>
+inline void ExchangeAll(const T& v, T* all) {
+  static_assert(sizeof(T) <= 64);
+  unsigned char& parity = g_block->xparity[g_tid];
+  unsigned char* base =
+      &g_block->xbuf[(static_cast<size_t>(parity) * g_block->fibers.size() + (g_tid / 32) * 32) * 64];
+  parity ^= 1;
+  std::memcpy(base + Lane() * 64, &v, sizeof(T));
+  Wait(g_block->warps[g_tid / 32]);
+  for (int i = 0; i < 32; ++i) std::memcpy(&all[i], base + i * 64, sizeof(T));
+}
+
 inline std::function<void()>* g_body = nullptr;
 inline void FiberMain() {
   (*g_body)();
@@ -137,6 +160,10 @@ void Launch(Kernel kernel, dim3 grid, dim3 block, size_t smem, Args... args) {
         state.warps.resize(n / 32);
         for (Barrier& w : state.warps) w.alive = 32;
         state.slots.assign(n, 0);
+        state.xbuf.assign(static_cast<size_t>(n) * 2 * 64, 0);
+        state.xparity.assign(n, 0);
+        state.cp_open.resize(n);
+        state.cp_groups.resize(n);
         state.dyn_smem = reinterpret_cast<unsigned char*>(
             (reinterpret_cast<uintptr_t>(dyn.data()) + 127) & ~uintptr_t{127});
         g_block = &state;
@@ -399,3 +426,97 @@ inline void mma_sync(fragment<accumulator, 16, 16, 16, float>& d,
   std::copy(out, out + 256, d.x);
 }
 }  // namespace nvcuda::wmma
+
+// ---- mma.sync / ldmatrix / cp.async (src/kernels/cuda/mma_utils.cuh routes here) ----
+// Warp-level: every lane of the warp must call them together (as on the device, .aligned); each
+// lane gets its own registers per the PTX ISA's fragment layouts (see mma_utils.cuh).
+namespace emu {
+
+inline float Bf16Half(uint32_t w, int hi) {
+  const uint32_t bits = (hi ? (w >> 16) : (w & 0xffffu)) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// d += A B, m16n8k16, bf16 A (row) and B (col), fp32 accumulators.
+inline void MmaM16N8K16Bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  struct Frag {
+    uint32_t a[4], b[2];
+  };
+  Frag mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+  Frag all[32];
+  ExchangeAll(mine, all);
+  float A[16][16], B[16][8];
+  for (int l = 0; l < 32; ++l) {
+    const int g = l >> 2, t = l & 3;
+    for (int e = 0; e < 2; ++e) {
+      A[g][2 * t + e] = Bf16Half(all[l].a[0], e);
+      A[g + 8][2 * t + e] = Bf16Half(all[l].a[1], e);
+      A[g][2 * t + 8 + e] = Bf16Half(all[l].a[2], e);
+      A[g + 8][2 * t + 8 + e] = Bf16Half(all[l].a[3], e);
+      B[2 * t + e][g] = Bf16Half(all[l].b[0], e);
+      B[2 * t + 8 + e][g] = Bf16Half(all[l].b[1], e);
+    }
+  }
+  const int g = Lane() >> 2, t = Lane() & 3;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >> 1) * 8, col = 2 * t + (i & 1);
+    float acc = d[i];
+    for (int k = 0; k < 16; ++k) acc += A[row][k] * B[k][col];
+    d[i] = acc;
+  }
+}
+
+// ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: lane l gives row l % 8 of matrix l / 8.
+inline void LdMatrix(uint32_t r[4], const void* row, bool trans) {
+  if (reinterpret_cast<uintptr_t>(row) % 16 != 0) {
+    std::fprintf(stderr, "emu: ldmatrix row address %p is not 16-byte aligned\n", row);
+    std::abort();
+  }
+  const void* rows[32];
+  ExchangeAll(row, rows);
+  const int g = Lane() >> 2, t = Lane() & 3;
+  for (int i = 0; i < 4; ++i) {
+    uint16_t lo, hi;
+    if (!trans) {  // row g, columns 2t and 2t + 1
+      const uint16_t* p = static_cast<const uint16_t*>(rows[8 * i + g]);
+      lo = p[2 * t];
+      hi = p[2 * t + 1];
+    } else {  // rows 2t and 2t + 1, column g
+      lo = static_cast<const uint16_t*>(rows[8 * i + 2 * t])[g];
+      hi = static_cast<const uint16_t*>(rows[8 * i + 2 * t + 1])[g];
+    }
+    r[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+}
+
+// cp.async 16 bytes: the destination is written only when a wait_group retires its group, so a
+// read of the buffer before the wait (or before the barrier after it) sees stale bytes.
+inline void CpAsync16(void* dst, const void* src, bool valid) {
+  if (reinterpret_cast<uintptr_t>(dst) % 16 != 0 || (valid && reinterpret_cast<uintptr_t>(src) % 16 != 0)) {
+    std::fprintf(stderr, "emu: cp.async 16 with misaligned address (%p <- %p)\n", dst, src);
+    std::abort();
+  }
+  CpCopy c;
+  c.dst = dst;
+  if (valid) {
+    std::memcpy(c.bytes, src, 16);
+  } else {
+    std::memset(c.bytes, 0, 16);
+  }
+  g_block->cp_open[g_tid].push_back(c);
+}
+inline void CpAsyncCommit() {
+  g_block->cp_groups[g_tid].push_back(std::move(g_block->cp_open[g_tid]));
+  g_block->cp_open[g_tid].clear();
+}
+inline void CpAsyncWait(int n) {
+  auto& groups = g_block->cp_groups[g_tid];
+  while (static_cast<int>(groups.size()) > n) {
+    for (const CpCopy& c : groups.front()) std::memcpy(c.dst, c.bytes, 16);
+    groups.erase(groups.begin());
+  }
+}
+
+}  // namespace emu

@@ -9,9 +9,11 @@
 //
 // Prefill (PagedPrefill): a batch of slices, sequence s owning query tokens
 // [query_start_loc[s], query_start_loc[s+1]) at positions [start_pos[s], start_pos[s] + n_s);
-// token i attends to positions [0, start_pos[s] + i] (the cached prefix included). Flash-attention
-// style: 64-query x 64-key tiles on the tensor cores (WMMA bf16, fp32 accumulate), online softmax
-// with the probabilities rounded to bf16 for the P*V product. head_dim 64 or 128.
+// token i attends to positions [0, start_pos[s] + i] (the cached prefix included). FlashAttention-2
+// style: 128-query x 64-key tiles on the tensor cores (mma.sync bf16, fp32 accumulate), online
+// softmax in registers with the probabilities rounded to bf16 for the P*V product; a 64-query-tile
+// variant and the first WMMA kernel stay selectable (PagedPrefillArgs::kernel, or the environment
+// variable TANDEM_PREFILL_KERNEL=mma128|mma64|wmma for kAuto). head_dim 64 or 128.
 //
 // Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
 // K/V included). Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
@@ -32,6 +34,10 @@
 
 namespace tandem::cuda {
 
+// Which prefill kernel: kAuto (TANDEM_PREFILL_KERNEL if set, else kMma128), the mma.sync kernel
+// with 128- or 64-query tiles (8 or 4 warps), or the first WMMA kernel (64-query tiles).
+enum class PrefillKernel { kAuto, kMma128, kMma64, kWmma };
+
 struct PagedPrefillArgs {
   const __nv_bfloat16* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
   int64_t q_stride = 0;
@@ -49,6 +55,7 @@ struct PagedPrefillArgs {
   int num_kv_heads = 0;
   int head_dim = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  PrefillKernel kernel = PrefillKernel::kAuto;
 };
 
 // Largest num_splits PagedDecode accepts.

@@ -1,12 +1,26 @@
 // PagedPrefill (paged_attention.h): flash-attention style causal GQA over the block table.
 //
-// One block per (64-query tile, query head, sequence), 4 warps; warp w owns query rows
-// [16w, 16w + 16) of the tile. For each 64-key tile: S = Q K^T on WMMA bf16 (fp32 accumulate) into
-// shared memory, online softmax by the owning warp (2 lanes per row), P (bf16) * V added into the
-// output fragments, rescaled through shared memory when a row's max moved.
+// The default kernel (FlashAttention-2 style, mma.sync): one block of 8 warps per (128-query tile,
+// query head, sequence); warp w owns query rows [16w, 16w + 16) of the tile with its Q fragments in
+// registers. Keys come in tiles of 64, gathered through the block table with cp.async into a
+// three-stage K/V ring in shared memory (tiles t + 1 and t + 2 in flight while t is used; one
+// barrier per tile).
+// S = Q K^T and O += P V run on mma.sync m16n8k16 bf16 (fp32 accumulate) with ldmatrix
+// (.trans for V); the S accumulators are P's A fragments after the online softmax, which stays in
+// registers (rows reduced over the 4 lanes of a quad). Only tiles crossing the causal diagonal are
+// masked; tiles past the last visible key are never loaded. Query tiles are scheduled heaviest
+// (last) first.
+//
+// PrefillKernel::kMma64: the same with 64-query tiles (4 warps, 2 blocks per SM). kWmma (the
+// fallback): the first kernel, WMMA with S, P and the O rescale through shared memory (64-query
+// tiles, 4 warps).
 #include <mma.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
 
 namespace tandem::cuda::detail {
@@ -14,6 +28,8 @@ namespace {
 
 namespace wmma = nvcuda::wmma;
 
+// ---- the first kernel (WMMA, S and O through shared memory); kept as a fallback ----
+namespace wmma_kernel {
 constexpr int kBM = 64;   // query rows per block
 constexpr int kBN = 64;   // keys per tile
 constexpr int kWarps = 4;
@@ -22,7 +38,7 @@ constexpr int kThreads = 32 * kWarps;
 // Shared-memory layout; leading dimensions padded (bank conflicts) and every region 32-byte
 // aligned as WMMA loads and stores require.
 template <int HD>
-struct Smem {
+struct WmmaSmem {
   static constexpr int kLdQ = HD + 8;   // bf16: sQ, sK, sV rows
   static constexpr int kLdS = kBN + 4;  // fp32 scores
   static constexpr int kLdP = kBN + 8;  // bf16 probabilities
@@ -38,8 +54,8 @@ struct Smem {
 };
 
 template <int HD>
-__global__ void __launch_bounds__(kThreads) PagedPrefillKernel(PagedPrefillArgs a) {
-  using L = Smem<HD>;
+__global__ void __launch_bounds__(kThreads) PagedPrefillWmmaKernel(PagedPrefillArgs a) {
+  using L = WmmaSmem<HD>;
   constexpr int kChunks = HD / 8;    // uint4 chunks per row
   constexpr int kDFrags = HD / 16;   // output fragments per warp row block
   TANDEM_DYNAMIC_SHARED(smem);
@@ -212,14 +228,310 @@ __global__ void __launch_bounds__(kThreads) PagedPrefillKernel(PagedPrefillArgs 
 
 template <int HD>
 cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
-  constexpr size_t kBytes = Smem<HD>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(PagedPrefillKernel<HD>,
+  constexpr size_t kBytes = WmmaSmem<HD>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(PagedPrefillWmmaKernel<HD>,
                                          cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes));
   if (err != cudaSuccess) return err;
   const dim3 grid((a.max_query_len + kBM - 1) / kBM, a.num_heads, a.num_seqs);
-  TANDEM_LAUNCH(PagedPrefillKernel<HD>, grid, kThreads, kBytes, stream, a);
+  TANDEM_LAUNCH(PagedPrefillWmmaKernel<HD>, grid, kThreads, kBytes, stream, a);
   return cudaGetLastError();
+}
+}  // namespace wmma_kernel
+
+// ---- the FlashAttention-2 style kernel (mma.sync m16n8k16, softmax in registers) ----
+namespace fa2 {
+constexpr int kBN = 64;  // keys per tile
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Shared memory: Q tile (reused to stage the output) and a ring of kStages K and V tiles: three
+// for 128-query tiles (139 KB at head_dim 128, one CTA per SM), two for 64-query tiles (87 KB, two
+// CTAs per SM). Rows padded by 16 bytes so that the 8 row addresses of an ldmatrix hit 8
+// different 16-byte bank groups.
+template <int HD, int kBM>
+struct Smem {
+  static constexpr int kStages = kBM == 128 ? 3 : 2;
+  static constexpr int kLd = HD + 8;  // bf16 elements per row
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kK = kQ + sizeof(__nv_bfloat16) * kBM * kLd;
+  static constexpr size_t kV = kK + sizeof(__nv_bfloat16) * kStages * kBN * kLd;
+  static constexpr size_t kBytes = kV + sizeof(__nv_bfloat16) * kStages * kBN * kLd;
+  static_assert(kK % 16 == 0 && kV % 16 == 0 && (kLd * 2) % 16 == 0);
+};
+
+// kBM query rows per block (kBM / 16 warps).
+template <int HD, int kBM>
+__global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKernel(PagedPrefillArgs a) {
+  constexpr int kThreads = 2 * kBM;
+  using L = Smem<HD, kBM>;
+  constexpr int kStages = L::kStages;
+  constexpr int kLd = L::kLd;
+  constexpr int kChunks = HD / 8;   // 16-byte chunks per row
+  constexpr int kKSteps = HD / 16;  // k-steps of Q K^T
+  constexpr int kDTiles = HD / 8;   // n8 tiles of O
+  constexpr int kNTiles = kBN / 8;  // n8 tiles of S
+  TANDEM_DYNAMIC_SHARED(smem);
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+  __nv_bfloat16* sK = reinterpret_cast<__nv_bfloat16*>(smem + L::kK);
+  __nv_bfloat16* sV = reinterpret_cast<__nv_bfloat16*>(smem + L::kV);
+
+  const int seq = blockIdx.z;
+  const int h = blockIdx.x;
+  const int m0 = (gridDim.y - 1 - blockIdx.y) * kBM;  // the longest (last) query tiles first
+  const int q_begin = a.query_start_loc[seq];
+  const int n = a.query_start_loc[seq + 1] - q_begin;
+  if (m0 >= n) return;
+  const int start = a.start_pos[seq];
+  const int ctx = start + n;                    // keys [0, ctx) exist
+  const int kv_len = start + min(m0 + kBM, n);  // keys this tile can see
+  const int num_tiles = (kv_len + kBN - 1) / kBN;
+  const int kvh = h / (a.num_heads / a.num_kv_heads);
+  const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * HD;
+  const int bs = a.block_size;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
+  const int tid = threadIdx.x;
+  const int warp = tid >> 5;
+  const int lane = tid & 31;
+
+  // Keys [n0, n0 + kBN) -> stage (zeros past kv_len: P is 0 there, V must be finite).
+  auto load_kv = [&](int n0, int stage) {
+    __nv_bfloat16* dk = sK + stage * kBN * kLd;
+    __nv_bfloat16* dv = sV + stage * kBN * kLd;
+#pragma unroll
+    for (int i = 0; i < kBN * kChunks / kThreads; ++i) {
+      const int c = tid + i * kThreads;
+      const int kr = c / kChunks, col = (c % kChunks) * 8;
+      const int p = n0 + kr;
+      const bool valid = p < kv_len;
+      const __nv_bfloat16* src = a.kv_pool;
+      if (valid) {
+        const int64_t block = table[p / bs];
+        src = a.kv_pool + (block * 2 * bs + p % bs) * row_elems + static_cast<int64_t>(kvh) * HD + col;
+      }
+      CpAsync16(dk + kr * kLd + col, src, valid);
+      CpAsync16(dv + kr * kLd + col, valid ? src + bs * row_elems : src, valid);
+    }
+  };
+  static_assert(kBN * kChunks % kThreads == 0 && kBM * kChunks % kThreads == 0);
+
+  // Group 0: Q (rows past the slice zero) and key tile 0; group i < kStages - 1: key tile i
+  // (empty past the last tile).
+#pragma unroll
+  for (int i = 0; i < kBM * kChunks / kThreads; ++i) {
+    const int c = tid + i * kThreads;
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool valid = m0 + r < n;
+    const __nv_bfloat16* src =
+        valid ? a.q + (q_begin + m0 + r) * a.q_stride + static_cast<int64_t>(h) * HD + col : a.q;
+    CpAsync16(sQ + r * kLd + col, src, valid);
+  }
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < num_tiles) load_kv(i * kBN, i);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kStages - 2>();
+  __syncthreads();
+
+  // Q fragments of this warp's 16 rows: matrices (rows 0-7 | 8-15) x (cols 0-7 | 8-15).
+  uint32_t qf[kKSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    LdMatrixX4(qf[kk], sQ + (warp * 16 + (lane & 15)) * kLd + kk * 16 + (lane >> 4) * 8);
+  }
+
+  float o[kDTiles][4];
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  // This lane's rows: r0 = 16 warp + lane / 4 and r0 + 8. Running max (raw scores) and the lane's
+  // partial exp sum (its 2 columns of every n8 tile; the quad is summed at the end).
+  const int r0 = warp * 16 + (lane >> 2);
+  const int lim0 = min(start + m0 + r0, ctx - 1);  // last key position row r0 may see
+  const int lim1 = min(start + m0 + r0 + 8, ctx - 1);
+  const int col2 = 2 * (lane & 3);
+  const float sl2 = a.scale * kLog2e;
+  float m_run0 = -INFINITY, m_run1 = -INFINITY;
+  float l_run0 = 0.0f, l_run1 = 0.0f;
+
+  for (int t = 0; t < num_tiles; ++t) {
+    const int n0 = t * kBN;
+    const int stage = t % kStages;
+    CpAsyncWait<kStages - 2>();  // tile t has landed (the next kStages - 2 may be in flight)
+    // Every warp sees tile t and is done with tile t - 1, whose stage is refilled with tile
+    // t + kStages - 1 (one barrier a tile).
+    __syncthreads();
+    if (t + kStages - 1 < num_tiles) load_kv((t + kStages - 1) * kBN, (t + kStages - 1) % kStages);
+    CpAsyncCommit();
+    const __nv_bfloat16* tk = sK + stage * kBN * kLd;
+    const __nv_bfloat16* tv = sV + stage * kBN * kLd;
+
+    // S = Q K^T for 16 rows x 64 keys. One ldmatrix x4 gives the B fragments of two n8 key tiles:
+    // matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
+    float s[kNTiles][4];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+#pragma unroll
+      for (int np = 0; np < kNTiles / 2; ++np) {
+        uint32_t kb[4];
+        LdMatrixX4(kb, tk + (np * 16 + (lane >> 4) * 8 + (lane & 7)) * kLd + kk * 16 +
+                           ((lane >> 3) & 1) * 8);
+        MmaBf16(s[2 * np], qf[kk], kb);
+        MmaBf16(s[2 * np + 1], qf[kk], kb + 2);
+      }
+    }
+
+    // Causal mask on the tiles that cross the diagonal (or the end of the keys).
+    if (n0 + kBN - 1 > start + m0) {
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        const int key = n0 + j * 8 + col2;
+        if (key > lim0) s[j][0] = -INFINITY;
+        if (key + 1 > lim0) s[j][1] = -INFINITY;
+        if (key > lim1) s[j][2] = -INFINITY;
+        if (key + 1 > lim1) s[j][3] = -INFINITY;
+      }
+    }
+
+    // Online softmax. Every row sees key 0 (tile 0), so the running max is finite from then on.
+    float mx0 = m_run0, mx1 = m_run1;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+      mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
+    const float alpha0 = exp2f((m_run0 - mx0) * sl2);  // 0 on the first tile
+    const float alpha1 = exp2f((m_run1 - mx1) * sl2);
+    m_run0 = mx0;
+    m_run1 = mx1;
+    const float base0 = mx0 * sl2, base1 = mx1 * sl2;
+    float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      s[j][0] = exp2f(s[j][0] * sl2 - base0);
+      s[j][1] = exp2f(s[j][1] * sl2 - base0);
+      s[j][2] = exp2f(s[j][2] * sl2 - base1);
+      s[j][3] = exp2f(s[j][3] * sl2 - base1);
+      sum0 += s[j][0] + s[j][1];
+      sum1 += s[j][2] + s[j][3];
+    }
+    l_run0 = l_run0 * alpha0 + sum0;
+    l_run1 = l_run1 * alpha1 + sum1;
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      o[d][0] *= alpha0;
+      o[d][1] *= alpha0;
+      o[d][2] *= alpha1;
+      o[d][3] *= alpha1;
+    }
+
+    // O += P V: the accumulators of key tiles 2ks and 2ks + 1 are the A fragment of k-step ks.
+    // V's B fragments by ldmatrix.trans: matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).
+#pragma unroll
+    for (int ks = 0; ks < kBN / 16; ++ks) {
+      const uint32_t pa[4] = {PackBf16x2(s[2 * ks][0], s[2 * ks][1]),
+                              PackBf16x2(s[2 * ks][2], s[2 * ks][3]),
+                              PackBf16x2(s[2 * ks + 1][0], s[2 * ks + 1][1]),
+                              PackBf16x2(s[2 * ks + 1][2], s[2 * ks + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < kDTiles / 2; ++dp) {
+        uint32_t vb[4];
+        LdMatrixX4Trans(vb, tv + (ks * 16 + ((lane >> 3) & 1) * 8 + (lane & 7)) * kLd + dp * 16 +
+                                (lane >> 4) * 8);
+        MmaBf16(o[2 * dp], pa, vb);
+        MmaBf16(o[2 * dp + 1], pa, vb + 2);
+      }
+    }
+  }
+
+  // out = O / l: staged as bf16 in this warp's own 16 rows of sQ (no other warp reads them), then
+  // written as 16-byte rows.
+  l_run0 += __shfl_xor_sync(kFullMask, l_run0, 1);
+  l_run0 += __shfl_xor_sync(kFullMask, l_run0, 2);
+  l_run1 += __shfl_xor_sync(kFullMask, l_run1, 1);
+  l_run1 += __shfl_xor_sync(kFullMask, l_run1, 2);
+  const float inv0 = 1.0f / l_run0, inv1 = 1.0f / l_run1;
+  __nv_bfloat16* so = sQ + warp * 16 * kLd;
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    *reinterpret_cast<uint32_t*>(so + (lane >> 2) * kLd + d * 8 + col2) =
+        PackBf16x2(o[d][0] * inv0, o[d][1] * inv0);
+    *reinterpret_cast<uint32_t*>(so + ((lane >> 2) + 8) * kLd + d * 8 + col2) =
+        PackBf16x2(o[d][2] * inv1, o[d][3] * inv1);
+  }
+  __syncwarp();
+#pragma unroll
+  for (int i = 0; i < 16 * kChunks / 32; ++i) {
+    const int c = lane + i * 32;
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const int row = m0 + warp * 16 + r;
+    if (row < n) {
+      *reinterpret_cast<uint4*>(a.out + (q_begin + row) * a.out_stride +
+                                static_cast<int64_t>(h) * HD + col) =
+          *reinterpret_cast<const uint4*>(so + r * kLd + col);
+    }
+  }
+}
+
+template <int HD, int kBM>
+cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
+  constexpr size_t kBytes = Smem<HD, kBM>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(&PagedPrefillKernel<HD, kBM>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kBytes));
+  if (err != cudaSuccess) return err;
+  const dim3 grid(a.num_heads, (a.max_query_len + kBM - 1) / kBM, a.num_seqs);
+  auto* kernel = &PagedPrefillKernel<HD, kBM>;
+  TANDEM_LAUNCH(kernel, grid, 2 * kBM, kBytes, stream, a);
+  return cudaGetLastError();
+}
+}  // namespace fa2
+
+int NumSms() {
+#ifdef TANDEM_CUDA_EMU
+  return 132;
+#else
+  static const int sms = [] {
+    int device = 0, n = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
+      return 132;
+    }
+    return n;
+  }();
+  return sms;
+#endif
+}
+
+// kAuto: TANDEM_PREFILL_KERNEL if set; else 128-query tiles unless they would not make two waves
+// of CTAs (one per SM each), where 64-query tiles (two per SM) finish sooner.
+PrefillKernel Choose(const PagedPrefillArgs& a) {
+  if (a.kernel != PrefillKernel::kAuto) return a.kernel;
+  static const PrefillKernel from_env = [] {
+    const char* k = std::getenv("TANDEM_PREFILL_KERNEL");
+    if (k == nullptr) return PrefillKernel::kAuto;
+    if (std::strcmp(k, "wmma") == 0) return PrefillKernel::kWmma;
+    if (std::strcmp(k, "mma64") == 0) return PrefillKernel::kMma64;
+    if (std::strcmp(k, "mma128") == 0) return PrefillKernel::kMma128;
+    return PrefillKernel::kAuto;
+  }();
+  if (from_env != PrefillKernel::kAuto) return from_env;
+  const int64_t ctas128 = int64_t{(a.max_query_len + 127) / 128} * a.num_heads * a.num_seqs;
+  return ctas128 < 2 * int64_t{NumSms()} ? PrefillKernel::kMma64 : PrefillKernel::kMma128;
+}
+
+template <int HD>
+cudaError_t LaunchHd(const PagedPrefillArgs& a, cudaStream_t stream) {
+  switch (Choose(a)) {
+    case PrefillKernel::kWmma: return wmma_kernel::Launch<HD>(a, stream);
+    case PrefillKernel::kMma64: return fa2::Launch<HD, 64>(a, stream);
+    default: return fa2::Launch<HD, 128>(a, stream);
+  }
 }
 
 }  // namespace
@@ -227,8 +539,8 @@ cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0 || a.max_query_len == 0) return cudaSuccess;
   switch (a.head_dim) {
-    case 64: return Launch<64>(a, stream);
-    case 128: return Launch<128>(a, stream);
+    case 64: return LaunchHd<64>(a, stream);
+    case 128: return LaunchHd<128>(a, stream);
     default: return cudaErrorInvalidValue;
   }
 }
