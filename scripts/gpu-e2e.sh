@@ -12,7 +12,7 @@
 #                                         every prompt prefilled remotely), sends every golden prompt
 #                                         (greedy) and prints a table: prompts whose text equals HF's,
 #                                         the first differing token position otherwise, KV transfers.
-# Env: E2E_MODES="agg disagg". Logs go to $OUT. Never touches clocks, power or modes.
+# Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory). Logs go to $OUT. Never touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -69,18 +69,25 @@ device() {
   local model
   model=$(dirname "$(find "$work/models" -name config.json | head -1)")
   local rc=0
-  for mode in ${E2E_MODES:-agg disagg}; do
+  for mode in ${E2E_MODES:-agg disagg serve}; do
     local port=18000 log="$out/run-$mode.log" extra=()
     [ "$mode" = disagg ] && extra=(--max-local-prefill-tokens 0 --log-dir "$out/run-$mode")
-    echo "== tandem run --mode $mode --device cuda:0"
-    TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" run --mode "$mode" --device cuda:0 \
-      --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" > "$log" 2>&1 &
+    if [ "$mode" = serve ]; then
+      # The one-GPU graph: KV pools sized from free memory (--gpu-memory-utilization 0.45 each).
+      echo "== tandem serve deploy/disagg-1p1d-gpu.yaml"
+      TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" serve deploy/disagg-1p1d-gpu.yaml \
+        --model "$model" --port $port --namespace e2e-serve --log-dir "$out/run-$mode" > "$log" 2>&1 &
+    else
+      echo "== tandem run --mode $mode --device cuda:0"
+      TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" run --mode "$mode" --device cuda:0 \
+        --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" > "$log" 2>&1 &
+    fi
     local pid=$!
     python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "$mode" \
       --golden "$CARRY/golden" --out "$out/e2e-$mode.json" || rc=1
     kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-    grep -h "KV transfer backend\|KV Transfer metrics\|External prefix\|KV cache\|weights" \
-      "$log" "$out/run-$mode"/*.log 2>/dev/null | tail -8
+    grep -h "KV transfer backend\|KV Transfer metrics\|External prefix\|KV cache\|weights" "$log" | tail -8
+    echo "remote prefills: $(grep -c 'remote prefill:' "$log"), failed: $(grep -c 'remote prefill failed' "$log")"
   done
   echo "== summary"
   python3 scripts/gpu/e2e_golden.py --summarize "$out"/e2e-*.json
