@@ -9,6 +9,9 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <initializer_list>
+
 #include <cstdint>
 #include <vector>
 
@@ -42,9 +45,23 @@ class CudaModelRunner final : public ModelRunner {
 
   Status AllocateKVCache(int num_blocks, int block_size) override;
   KVCacheLayout kv_cache_layout() override;
+  // used_bytes is the drop in the device's free memory since the weights began to load, capped
+  // by what this runner allocated itself (weights, KV pool, step scratch) plus kContextAllowance
+  // for the CUDA context, kernels and library state: the drop alone also counts other processes'
+  // allocations made meanwhile (two workers starting together on one GPU).
   Result<DeviceMemoryInfo> GetDeviceMemoryInfo() override {
-    return QueryDeviceMemory(device_id_, w_);  // cuda_weights.h
+    TANDEM_ASSIGN_OR_RETURN(DeviceMemoryInfo m, QueryDeviceMemory(device_id_, w_));  // cuda_weights.h
+    size_t own = w_.bytes();
+    for (const DeviceArray& a : kv_) own += a.bytes();
+    for (const DeviceArray* a : {&meta_, &graph_meta_, &residual_, &hidden_, &qkv_, &attn_,
+                                 &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &topk_,
+                                 &cublas_workspace_}) {
+      own += a->bytes();
+    }
+    m.used_bytes = std::min(m.used_bytes, own + kContextAllowance);
+    return m;
   }
+  static constexpr size_t kContextAllowance = size_t{1} << 30;
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
 
