@@ -12,6 +12,9 @@
 #                                         every prompt prefilled remotely), sends every golden prompt
 #                                         (greedy) and prints a table: prompts whose text equals HF's,
 #                                         the first differing token position otherwise, KV transfers.
+#   scripts/gpu-e2e.sh ttft2gpu           on the two-GPU device (kind nvidia-h200-x2): TTFT of 2k-token
+#                                         prompts, agg on cuda:0 vs deploy/disagg-1p1d-2gpu.yaml, random
+#                                         Qwen3-8B weights, greedy outputs compared (issue 7's goal).
 # Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory). Logs go to $OUT. Never touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -94,8 +97,67 @@ device() {
   return $rc
 }
 
+wait_health() {  # PORT SECONDS
+  local i
+  for ((i = 0; i < $2 * 2; i++)); do
+    curl -sf "http://127.0.0.1:$1/health" > /dev/null 2>&1 && return 0
+    sleep 0.5
+  done
+  echo "no /health on :$1 after $2 s"; return 1
+}
+
+# Issue 7 on the two-GPU machine: TTFT of 2k-token prompts, aggregated on cuda:0 vs disaggregated
+# (deploy/disagg-1p1d-2gpu.yaml: prefill cuda:0, decode cuda:1, KV GPU to GPU), random Qwen3-8B
+# weights (scripts/gpu/peer_check.py --make-only) served with the real Qwen3 tokenizer of the
+# bundled model; greedy outputs compared request by request (scripts/gpu/ttft_compare.py).
+ttft2gpu() {
+  local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e
+  local ckdir=/dev/shm/tandem-ttft
+  mkdir -p "$out" "$work" "$ckdir"
+  cat "$CARRY/BUILD_INFO"
+  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
+  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
+  find_cublas
+  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
+  local tiny ckpt=$ckdir/qwen3-8b
+  tiny=$(dirname "$(find "$work/models" -name config.json | head -1)")
+  [ -e "$ckpt/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
+    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
+  for f in tokenizer.json tokenizer_config.json generation_config.json; do
+    [ -e "$tiny/$f" ] && cp "$tiny/$f" "$ckpt/"
+  done
+  local bench=(--endpoint completions --tokenizer "$ckpt" --dataset synthetic --input-len "${TTFT_INPUT_LEN:-2048}"
+    --output-len 16 --prefix-len 0 --concurrency 1 --num-requests "${TTFT_REQUESTS:-12}" --warmup 4 --seed 7)
+  local rc=0 pid
+  echo "== agg: tandem run --device cuda:0 (random Qwen3-8B)"
+  TANDEM_DISCOVERY_DIR="$work/discovery-ttft-agg" "$work/tandem" run --mode agg --device cuda:0 \
+    --model "$ckpt" --port 18000 > "$out/ttft-agg.log" 2>&1 &
+  pid=$!
+  if wait_health 18000 120; then
+    "$work/tandem" bench --url http://127.0.0.1:18000 "${bench[@]}" --output-json "$out/ttft-agg.json" || rc=1
+  else rc=1; tail -20 "$out/ttft-agg.log"; fi
+  kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  echo "== disagg: tandem serve deploy/disagg-1p1d-2gpu.yaml (prefill cuda:0, decode cuda:1)"
+  TANDEM_DISCOVERY_DIR="$work/discovery-ttft-2gpu" "$work/tandem" serve deploy/disagg-1p1d-2gpu.yaml \
+    --model "$ckpt" --port 18001 --namespace e2e-2gpu --log-dir "$out/run-2gpu" > "$out/ttft-2gpu.log" 2>&1 &
+  pid=$!
+  if wait_health 18001 180; then
+    sleep 3  # decode's discovery watch sees the prefill worker
+    "$work/tandem" bench --url http://127.0.0.1:18001 "${bench[@]}" --output-json "$out/ttft-2gpu.json" || rc=1
+  else rc=1; tail -20 "$out/ttft-2gpu.log"; fi
+  kill -TERM "$pid" 2>/dev/null; sleep 3; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+  grep -rh "KV transfer backend\|KV Transfer metrics" "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | tail -4
+  echo "remote prefills: $(grep -rh 'remote prefill:' "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | wc -l)," \
+    "failed: $(grep -rh 'remote prefill failed' "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | wc -l)"
+  echo "== summary (TTFT, agg on one GPU vs disagg on two)"
+  python3 scripts/gpu/ttft_compare.py "$out/ttft-agg.json" "$out/ttft-2gpu.json" --json "$out/ttft-compare.json" || rc=1
+  [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
+  return $rc
+}
+
 case "${1:-device}" in
   pack) shift; pack "$@" ;;
   device) device ;;
-  *) echo "usage: $0 [pack [BUILD_DIR]|device]"; exit 2 ;;
+  ttft2gpu) ttft2gpu ;;
+  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft2gpu]"; exit 2 ;;
 esac

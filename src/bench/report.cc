@@ -122,7 +122,8 @@ json ReportToJson(const json& config, const std::vector<RunResult>& runs,
                           {"expected_input_tokens", r.expected_input_tokens},
                           {"expected_output_tokens", r.expected_output_tokens},
                           {"error", r.ok() ? json(nullptr) : json(r.ErrorKey())},
-                          {"error_message", r.error_message}});
+                          {"error_message", r.error_message},
+                          {"output_text", r.output_text}});
     }
     run["requests"] = std::move(requests);
     out["runs"].push_back(std::move(run));

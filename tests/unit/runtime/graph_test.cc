@@ -229,7 +229,8 @@ TEST(GraphTest, TheDeployGraphsParse) {
     int agg, prefill, decode;
   };
   for (const Want& want : {Want{"agg.yaml", 1, 0, 0}, Want{"disagg-1p1d.yaml", 0, 1, 1},
-                           Want{"disagg-2p2d.yaml", 0, 2, 2}, Want{"disagg-1p1d-gpu.yaml", 0, 1, 1}}) {
+                           Want{"disagg-2p2d.yaml", 0, 2, 2}, Want{"disagg-1p1d-gpu.yaml", 0, 1, 1},
+                           Want{"disagg-1p1d-2gpu.yaml", 0, 1, 1}}) {
     SCOPED_TRACE(want.file);
     auto g = LoadGraphFile((deploy / want.file).string());
     ASSERT_TRUE(g.ok()) << g.status().ToString();
