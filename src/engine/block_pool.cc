@@ -22,8 +22,10 @@ void BlockPool::Evict(int id) {
   assert(b.ref_count == 0 && b.has_hash);
   lru_.erase(b.lru_pos);
   hash_to_block_.erase(b.hash);
+  if (events_) events_->Removed(b.hash);
   b.has_hash = false;
   b.hash = 0;
+  b.parent_hash = 0;
 }
 
 std::optional<std::vector<int>> BlockPool::Allocate(int n, int hint_after) {
@@ -89,14 +91,16 @@ void BlockPool::Touch(std::span<const int> block_ids) {
   }
 }
 
-bool BlockPool::CacheBlock(int block_id, uint64_t block_hash) {
+bool BlockPool::CacheBlock(int block_id, uint64_t block_hash, uint64_t parent_hash) {
   Block& b = blocks_[block_id];
   assert(b.ref_count > 0);
   if (b.has_hash) return b.hash == block_hash;
   if (hash_to_block_.count(block_hash)) return false;
   b.has_hash = true;
   b.hash = block_hash;
+  b.parent_hash = parent_hash;
   hash_to_block_.emplace(block_hash, block_id);
+  if (events_) events_->Stored(parent_hash, block_hash);
   return true;
 }
 
@@ -122,7 +126,18 @@ int BlockPool::EvictAllCached() {
     free_uncached_.insert(id);
     ++n;
   }
+  // Nothing cached is left: one cleared{} says it (instead of the removes just recorded).
+  if (events_ && n > 0 && hash_to_block_.empty()) events_->Cleared();
   return n;
+}
+
+std::vector<KvCachedBlock> BlockPool::CachedBlocks() const {
+  std::vector<KvCachedBlock> out;
+  out.reserve(hash_to_block_.size());
+  for (const Block& b : blocks_) {
+    if (b.has_hash) out.push_back({b.hash, b.parent_hash});
+  }
+  return out;
 }
 
 std::optional<uint64_t> BlockPool::block_hash(int block_id) const {

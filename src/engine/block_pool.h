@@ -8,6 +8,10 @@
 //     only when no uncached free block is left.
 // A cache hit on a free cached block takes it out of the queue (Touch).
 //
+// KV events (kv_events.h): with a recorder attached (set_event_recorder), a block that becomes
+// findable under a hash records stored{parent_hash, [hash]}, an evicted hash records removed, and
+// EvictAllCached that leaves nothing cached records cleared. Without one, nothing is recorded.
+//
 // Not thread-safe; owned by one KVCacheManager. "No room" is std::nullopt, never an error.
 #pragma once
 
@@ -18,6 +22,8 @@
 #include <span>
 #include <unordered_map>
 #include <vector>
+
+#include "engine/kv_events.h"
 
 namespace tandem {
 
@@ -41,9 +47,10 @@ class BlockPool {
   // One more reference on each block (prefix cache hits); free cached blocks leave the LRU queue.
   void Touch(std::span<const int> block_ids);
 
-  // Marks an in-use block as holding the tokens of `block_hash`. False (and the block stays
-  // uncached) when another block already holds that hash or this block already has a hash.
-  bool CacheBlock(int block_id, uint64_t block_hash);
+  // Marks an in-use block as holding the tokens of `block_hash` (whose chain parent is
+  // `parent_hash`, 0 for a first block). False (and the block stays uncached) when another block
+  // already holds that hash or this block already has a hash.
+  bool CacheBlock(int block_id, uint64_t block_hash, uint64_t parent_hash = 0);
 
   // One reference less per block, in the given order. A block reaching 0 becomes free: a cached
   // one goes to the tail of the LRU queue (evicted last), an uncached one is reusable at once.
@@ -51,6 +58,12 @@ class BlockPool {
 
   // Drops the hashes of all free cached blocks. Returns their number.
   int EvictAllCached();
+
+  // Records KV events into `recorder` from now on (null: stop). Not owned; must outlive the pool
+  // or be detached.
+  void set_event_recorder(KvEventRecorder* recorder) { events_ = recorder; }
+  // Every cached block (in use or free) with its parent hash, in block id order.
+  std::vector<KvCachedBlock> CachedBlocks() const;
 
   int ref_count(int block_id) const { return blocks_[block_id].ref_count; }
   std::optional<uint64_t> block_hash(int block_id) const;
@@ -62,6 +75,7 @@ class BlockPool {
     int ref_count = 0;
     bool has_hash = false;
     uint64_t hash = 0;
+    uint64_t parent_hash = 0;
     std::list<int>::iterator lru_pos;  // valid when free and cached
   };
   void TakeUncached(int id, std::vector<int>* out);
@@ -72,6 +86,7 @@ class BlockPool {
   std::set<int> free_uncached_;  // sorted ids: runs of consecutive ids are cheap to find
   std::list<int> lru_;           // free cached blocks, front = least recently freed
   std::unordered_map<uint64_t, int> hash_to_block_;
+  KvEventRecorder* events_ = nullptr;
 };
 
 }  // namespace tandem

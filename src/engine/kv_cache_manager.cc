@@ -68,7 +68,7 @@ void KVCacheManager::CacheComputedBlocks(const std::string& request_id,
   for (int i = rb.num_cached_blocks; i < num_full; ++i) {
     // False when an identical block computed by another request is cached already: this copy
     // then stays uncached and is recycled first when freed.
-    (void)pool_.CacheBlock(rb.block_ids[i], block_hashes[i]);
+    (void)pool_.CacheBlock(rb.block_ids[i], block_hashes[i], i == 0 ? 0 : block_hashes[i - 1]);
   }
   rb.num_cached_blocks = std::max(rb.num_cached_blocks, num_full);
 }
@@ -79,6 +79,24 @@ void KVCacheManager::Free(const std::string& request_id) {
   std::vector<int> reversed(it->second.block_ids.rbegin(), it->second.block_ids.rend());
   pool_.Free(reversed);
   requests_.erase(it);
+}
+
+void KVCacheManager::EnableEvents() {
+  if (events_) return;
+  events_ = std::make_unique<KvEventRecorder>();
+  pool_.set_event_recorder(events_.get());
+}
+
+std::vector<KvEvent> KVCacheManager::TakeEvents() {
+  if (!events_ || events_->empty()) return {};
+  return events_->Take();
+}
+
+KvCacheSnapshot KVCacheManager::Snapshot() const {
+  KvCacheSnapshot snapshot;
+  snapshot.last_event_id = events_ ? events_->last_event_id() : 0;
+  snapshot.blocks = pool_.CachedBlocks();
+  return snapshot;
 }
 
 const std::vector<int>& KVCacheManager::GetBlockIds(const std::string& request_id) const {

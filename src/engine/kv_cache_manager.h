@@ -4,10 +4,15 @@
 //
 // Token at position p of a request lives in block GetBlockIds(id)[p / block_size], slot
 // p % block_size. Block hashes are DESIGN.md section 4's chained hashes (block_hash.h).
+//
+// KV events (kv_events.h) for the router: after EnableEvents, every hash the pool starts or stops
+// serving is recorded; TakeEvents numbers and returns them (the engine publishes them once per
+// step). Zero cost while disabled.
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -62,6 +67,15 @@ class KVCacheManager {
 
   const BlockPool& pool() const { return pool_; }
 
+  // Starts recording KV events (idempotent). The first event taken has event_id 1.
+  void EnableEvents();
+  bool events_enabled() const { return events_ != nullptr; }
+  // The events recorded since the last call, numbered (empty when disabled or none).
+  std::vector<KvEvent> TakeEvents();
+  // Every cached block; last_event_id is the last event taken so far (call TakeEvents first so the
+  // snapshot includes everything recorded). The load is left for the caller.
+  KvCacheSnapshot Snapshot() const;
+
  private:
   struct RequestBlocks {
     std::vector<int> block_ids;
@@ -70,6 +84,7 @@ class KVCacheManager {
 
   int block_size_;
   bool enable_prefix_caching_;
+  std::unique_ptr<KvEventRecorder> events_;  // before pool_: the pool points at it
   BlockPool pool_;
   std::unordered_map<std::string, RequestBlocks> requests_;
 };
