@@ -1,0 +1,200 @@
+#include "router/kv_index.h"
+
+#include <algorithm>
+#include <bit>
+#include <cassert>
+
+namespace tandem::router {
+
+namespace {
+
+constexpr size_t kPrefetchDistance = 8;  // probes issued ahead of the walk
+constexpr double kMaxLoadFactor = 0.7;
+
+size_t CapacityFor(size_t num_blocks) {
+  size_t cap = 16;
+  while (static_cast<double>(num_blocks) > kMaxLoadFactor * static_cast<double>(cap)) cap *= 2;
+  return cap;
+}
+
+int WordsFor(int max_workers) { return std::max(1, (max_workers + 63) / 64); }
+
+}  // namespace
+
+KvIndex::KvIndex(int max_workers, size_t expected_blocks) {
+  assert(max_workers >= 1 && max_workers <= kMaxWorkers);
+  Rebuild(CapacityFor(expected_blocks), WordsFor(max_workers));
+}
+
+uint64_t KvIndex::Key(uint64_t block_hash) {
+  // 0 marks an empty slot; a block hash of 0 (probability 2^-64) is stored under another value.
+  return block_hash != 0 ? block_hash : 0x9E3779B97F4A7C15ull;
+}
+
+size_t KvIndex::Probe(uint64_t key) const {
+  const size_t st = stride();
+  size_t i = Home(key);
+  for (;;) {
+    const uint64_t k = slots_[i * st];
+    if (k == key || k == 0) return i;
+    i = (i + 1) & mask_;
+  }
+}
+
+void KvIndex::Rebuild(size_t capacity, int num_words) {
+  std::vector<uint64_t> old;
+  old.swap(slots_);
+  const size_t old_stride = stride();
+  const int old_words = num_words_;
+
+  num_words_ = num_words;
+  mask_ = capacity - 1;
+  shift_ = 64 - std::countr_zero(capacity);
+  slots_.assign(capacity * stride(), 0);
+  num_nodes_ = 0;
+  worker_blocks_.resize(static_cast<size_t>(max_workers()), 0);
+  present_.resize(static_cast<size_t>(num_words_), 0);
+
+  for (size_t off = 0; off < old.size(); off += old_stride) {
+    const uint64_t key = old[off];
+    if (key == 0) continue;
+    bool any = false;
+    for (int k = 0; k < old_words; ++k) any |= old[off + 1 + k] != 0;
+    if (!any) continue;  // emptied by RemoveWorker
+    uint64_t* node = Node(Probe(key));
+    node[0] = key;
+    for (int k = 0; k < old_words; ++k) node[1 + k] = old[off + 1 + k];
+    ++num_nodes_;
+  }
+}
+
+void KvIndex::ReserveWorkers(int max_workers) {
+  assert(max_workers <= kMaxWorkers);
+  const int words = WordsFor(max_workers);
+  if (words > num_words_) Rebuild(capacity(), words);
+}
+
+void KvIndex::Store(int worker, uint64_t block_hash) {
+  assert(worker >= 0);
+  if (worker >= max_workers()) ReserveWorkers(worker + 1);
+  if (static_cast<double>(num_nodes_ + 1) > kMaxLoadFactor * static_cast<double>(capacity())) {
+    Rebuild(capacity() * 2, num_words_);
+  }
+  const uint64_t key = Key(block_hash);
+  uint64_t* node = Node(Probe(key));
+  if (node[0] == 0) {
+    node[0] = key;
+    ++num_nodes_;
+  }
+  const uint64_t bit = uint64_t{1} << (worker % 64);
+  uint64_t& word = node[1 + worker / 64];
+  if (word & bit) return;
+  word |= bit;
+  ++worker_blocks_[worker];
+  present_[worker / 64] |= bit;
+}
+
+void KvIndex::Remove(int worker, uint64_t block_hash) {
+  if (worker < 0 || worker >= max_workers()) return;
+  const size_t slot = Probe(Key(block_hash));
+  uint64_t* node = Node(slot);
+  if (node[0] == 0) return;
+  const uint64_t bit = uint64_t{1} << (worker % 64);
+  uint64_t& word = node[1 + worker / 64];
+  if (!(word & bit)) return;
+  word &= ~bit;
+  if (--worker_blocks_[worker] == 0) present_[worker / 64] &= ~bit;
+  for (int k = 0; k < num_words_; ++k) {
+    if (node[1 + k] != 0) return;
+  }
+  EraseSlot(slot);
+}
+
+void KvIndex::EraseSlot(size_t slot) {
+  // Backward-shift deletion: pull later entries of the probe run into the hole when their home
+  // slot does not lie cyclically in (hole, entry].
+  const size_t st = stride();
+  size_t hole = slot;
+  size_t j = slot;
+  for (;;) {
+    j = (j + 1) & mask_;
+    const uint64_t* nj = Node(j);
+    if (nj[0] == 0) break;
+    const size_t home = Home(nj[0]);
+    const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
+    if (stays) continue;
+    std::copy(nj, nj + st, Node(hole));
+    hole = j;
+  }
+  std::fill(Node(hole), Node(hole) + st, 0);
+  --num_nodes_;
+}
+
+void KvIndex::RemoveWorker(int worker) {
+  if (worker < 0 || worker >= max_workers() || worker_blocks_[worker] == 0) return;
+  const size_t st = stride();
+  const uint64_t keep = ~(uint64_t{1} << (worker % 64));
+  for (size_t off = 1 + worker / 64; off < slots_.size(); off += st) slots_[off] &= keep;
+  worker_blocks_[worker] = 0;
+  present_[worker / 64] &= keep;
+  Rebuild(capacity(), num_words_);  // drops the nodes no worker holds any more
+}
+
+void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int> overlap) const {
+  assert(overlap.size() <= static_cast<size_t>(max_workers()));
+  std::fill(overlap.begin(), overlap.end(), 0);
+  const int nw = num_words_;
+  uint64_t active[kMaxWorkers / 64];
+  uint64_t any = 0;
+  for (int k = 0; k < nw; ++k) {
+    const size_t first = static_cast<size_t>(k) * 64;
+    uint64_t m = present_[k];
+    if (first >= overlap.size()) m = 0;
+    else if (overlap.size() - first < 64) m &= (uint64_t{1} << (overlap.size() - first)) - 1;
+    active[k] = m;
+    any |= m;
+  }
+  if (!any) return;
+
+  const size_t n = block_hashes.size();
+  for (size_t d = 0; d < std::min(n, kPrefetchDistance); ++d) {
+    __builtin_prefetch(Node(Home(Key(block_hashes[d]))));
+  }
+  size_t depth = 0;
+  for (; depth < n; ++depth) {
+    if (depth + kPrefetchDistance < n) {
+      __builtin_prefetch(Node(Home(Key(block_hashes[depth + kPrefetchDistance]))));
+    }
+    const uint64_t* node = Node(Probe(Key(block_hashes[depth])));
+    if (node[0] == 0) break;
+    uint64_t still = 0;
+    for (int k = 0; k < nw; ++k) {
+      uint64_t dropped = active[k] & ~node[1 + k];
+      while (dropped) {  // workers whose prefix ends here matched `depth` blocks
+        overlap[static_cast<size_t>(k) * 64 + std::countr_zero(dropped)] = static_cast<int>(depth);
+        dropped &= dropped - 1;
+      }
+      active[k] &= node[1 + k];
+      still |= active[k];
+    }
+    if (!still) return;
+  }
+  for (int k = 0; k < nw; ++k) {
+    for (uint64_t m = active[k]; m; m &= m - 1) {
+      overlap[static_cast<size_t>(k) * 64 + std::countr_zero(m)] = static_cast<int>(depth);
+    }
+  }
+}
+
+bool KvIndex::Contains(int worker, uint64_t block_hash) const {
+  if (worker < 0 || worker >= max_workers()) return false;
+  const uint64_t* node = Node(Probe(Key(block_hash)));
+  return node[0] != 0 && (node[1 + worker / 64] >> (worker % 64) & 1);
+}
+
+size_t KvIndex::num_blocks(int worker) const {
+  if (worker < 0 || worker >= max_workers()) return 0;
+  return worker_blocks_[worker];
+}
+
+}  // namespace tandem::router

@@ -1,0 +1,345 @@
+#include "router/kv_router.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/block_hash.h"
+
+namespace tandem::router {
+
+const char* RouterModeName(RouterMode mode) {
+  switch (mode) {
+    case RouterMode::kKv: return "kv";
+    case RouterMode::kRoundRobin: return "round-robin";
+    case RouterMode::kRandom: return "random";
+  }
+  return "unknown";
+}
+
+Result<RouterMode> ParseRouterMode(std::string_view name) {
+  if (name == "kv") return RouterMode::kKv;
+  if (name == "round-robin") return RouterMode::kRoundRobin;
+  if (name == "random") return RouterMode::kRandom;
+  return Err(StatusCode::kInvalidArgument,
+             "unknown router mode '{}' (expected kv, round-robin or random)", name);
+}
+
+Result<std::unique_ptr<KvRouter>> KvRouter::Create(const KvRouterConfig& config) {
+  if (!(config.overlap_weight >= 0.0) || !std::isfinite(config.overlap_weight)) {
+    return Err(StatusCode::kInvalidArgument, "overlap_weight must be >= 0 but is {}",
+               config.overlap_weight);
+  }
+  if (!(config.temperature >= 0.0) || !std::isfinite(config.temperature)) {
+    return Err(StatusCode::kInvalidArgument, "router temperature must be >= 0 but is {}",
+               config.temperature);
+  }
+  if (config.block_size < 1) {
+    return Err(StatusCode::kInvalidArgument, "block_size must be >= 1 but is {}", config.block_size);
+  }
+  return std::make_unique<KvRouter>(config);
+}
+
+KvRouter::KvRouter(const KvRouterConfig& config)
+    : config_(config),
+      index_(std::clamp(config.expected_workers, 1, KvIndex::kMaxWorkers), config.expected_blocks),
+      rng_(config.seed != 0 ? config.seed : std::random_device{}()) {}
+
+KvRouter::Worker* KvRouter::Find(std::string_view worker_id) {
+  auto it = slot_of_.find(worker_id);
+  return it == slot_of_.end() ? nullptr : &workers_[it->second];
+}
+
+Status KvRouter::AddWorker(std::string_view worker_id) {
+  if (worker_id.empty()) return Status(StatusCode::kInvalidArgument, "empty worker id");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot_of_.count(worker_id)) {
+    return Err(StatusCode::kFailedPrecondition, "worker '{}' is already known", worker_id);
+  }
+  int slot;
+  if (!free_slots_.empty()) {
+    slot = free_slots_.back();
+    free_slots_.pop_back();
+  } else {
+    if (static_cast<int>(workers_.size()) >= KvIndex::kMaxWorkers) {
+      return Err(StatusCode::kResourceExhausted, "a router holds at most {} workers",
+                 KvIndex::kMaxWorkers);
+    }
+    slot = static_cast<int>(workers_.size());
+    workers_.emplace_back();
+    index_.ReserveWorkers(static_cast<int>(workers_.size()));
+    overlap_.resize(workers_.size());
+  }
+  Worker& w = workers_[slot];
+  const uint64_t generation = w.generation + 1;
+  w = Worker{};
+  w.id = std::string(worker_id);
+  w.live = true;
+  w.generation = generation;
+  slot_of_.emplace(w.id, slot);
+  auto pos = std::lower_bound(live_.begin(), live_.end(), slot,
+                              [&](int a, int b) { return workers_[a].id < workers_[b].id; });
+  live_.insert(pos, slot);
+  costs_.resize(live_.size());
+  prefill_.resize(live_.size());
+  decode_.resize(live_.size());
+  return Status::Ok();
+}
+
+void KvRouter::RemoveWorker(std::string_view worker_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slot_of_.find(worker_id);
+  if (it == slot_of_.end()) return;
+  const int slot = it->second;
+  slot_of_.erase(it);
+  index_.RemoveWorker(slot);
+  live_.erase(std::find(live_.begin(), live_.end(), slot));
+  Worker& w = workers_[slot];
+  const uint64_t generation = w.generation + 1;  // its routed requests no longer count
+  w = Worker{};
+  w.generation = generation;
+  free_slots_.push_back(slot);
+}
+
+bool KvRouter::HasWorker(std::string_view worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return slot_of_.count(worker_id) > 0;
+}
+
+int KvRouter::num_workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(live_.size());
+}
+
+size_t KvRouter::num_indexed_blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.num_blocks();
+}
+
+// ---- events ----
+
+void KvRouter::ApplyOne(int slot, const KvEvent& event) {
+  if (const auto* s = std::get_if<KvStoredEvent>(&event.data)) {
+    for (uint64_t h : s->block_hashes) index_.Store(slot, h);
+  } else if (const auto* r = std::get_if<KvRemovedEvent>(&event.data)) {
+    for (uint64_t h : r->block_hashes) index_.Remove(slot, h);
+  } else {
+    index_.RemoveWorker(slot);
+  }
+}
+
+void KvRouter::ApplyLocked(int slot, std::span<const KvEvent> events, ApplyEventsResult* result) {
+  Worker& w = workers_[slot];
+  for (const KvEvent& e : events) {
+    if (!w.needs_snapshot && e.event_id < w.next_event_id) {
+      ++result->num_stale;
+      continue;
+    }
+    if (!w.needs_snapshot && e.event_id > w.next_event_id) w.needs_snapshot = true;  // a gap
+    if (w.needs_snapshot) {
+      // Kept for the replay after the snapshot; past the bound the newest are dropped, which the
+      // replay then sees as another gap.
+      if (w.buffered.size() < config_.max_buffered_events) {
+        w.buffered.push_back(e);
+        ++result->num_buffered;
+      }
+      continue;
+    }
+    ApplyOne(slot, e);
+    ++w.next_event_id;
+    ++result->num_applied;
+  }
+  result->needs_snapshot = w.needs_snapshot;
+}
+
+Result<ApplyEventsResult> KvRouter::ApplyEvents(std::string_view worker_id,
+                                                std::span<const KvEvent> events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slot_of_.find(worker_id);
+  if (it == slot_of_.end()) return Err(StatusCode::kNotFound, "unknown worker '{}'", worker_id);
+  ApplyEventsResult result;
+  ApplyLocked(it->second, events, &result);
+  return result;
+}
+
+Result<ApplyEventsResult> KvRouter::ApplySnapshot(std::string_view worker_id,
+                                                  const KvCacheSnapshot& snapshot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slot_of_.find(worker_id);
+  if (it == slot_of_.end()) return Err(StatusCode::kNotFound, "unknown worker '{}'", worker_id);
+  const int slot = it->second;
+  Worker& w = workers_[slot];
+  index_.RemoveWorker(slot);
+  for (const KvCachedBlock& b : snapshot.blocks) index_.Store(slot, b.block_hash);
+  w.next_event_id = snapshot.last_event_id + 1;
+  w.needs_snapshot = false;
+  w.load = snapshot.load;
+  ++w.load_epoch;
+  w.predicted_decode = 0;
+  std::vector<KvEvent> buffered;
+  buffered.swap(w.buffered);
+  std::stable_sort(buffered.begin(), buffered.end(),
+                   [](const KvEvent& a, const KvEvent& b) { return a.event_id < b.event_id; });
+  ApplyEventsResult result;
+  ApplyLocked(slot, buffered, &result);
+  return result;
+}
+
+Status KvRouter::UpdateLoad(std::string_view worker_id, const KvLoad& load) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Worker* w = Find(worker_id);
+  if (!w) return Err(StatusCode::kNotFound, "unknown worker '{}'", worker_id);
+  w->load = load;
+  ++w->load_epoch;
+  w->predicted_decode = 0;
+  return Status::Ok();
+}
+
+// ---- decisions ----
+
+int KvRouter::Choose() {
+  const int n = static_cast<int>(live_.size());
+  switch (config_.mode) {
+    case RouterMode::kRoundRobin:
+      return static_cast<int>(round_robin_next_++ % static_cast<uint64_t>(n));
+    case RouterMode::kRandom:
+      return std::uniform_int_distribution<int>(0, n - 1)(rng_);
+    case RouterMode::kKv:
+      break;
+  }
+  if (config_.temperature <= 0.0) {
+    int best = 0, num_ties = 1;
+    for (int i = 1; i < n; ++i) {
+      if (costs_[i] < costs_[best] || (costs_[i] == costs_[best] && decode_[i] < decode_[best])) {
+        best = i;
+        num_ties = 1;
+      } else if (costs_[i] == costs_[best] && decode_[i] == decode_[best]) {
+        // Reservoir sampling: each of the k tied workers ends up chosen with probability 1/k.
+        ++num_ties;
+        if (std::uniform_int_distribution<int>(0, num_ties - 1)(rng_) == 0) best = i;
+      }
+    }
+    return best;
+  }
+  const auto [lo, hi] = std::minmax_element(costs_.begin(), costs_.begin() + n);
+  const double c_min = *lo, c_max = *hi;
+  if (c_max == c_min) return std::uniform_int_distribution<int>(0, n - 1)(rng_);
+  const double scale = (c_max - c_min) * config_.temperature;
+  double total = 0.0;
+  for (int i = 0; i < n; ++i) {
+    costs_[i] = std::exp(-(costs_[i] - c_min) / scale);  // costs_ now holds the weights
+    total += costs_[i];
+  }
+  double r = std::uniform_real_distribution<double>(0.0, total)(rng_);
+  for (int i = 0; i < n; ++i) {
+    r -= costs_[i];
+    if (r < 0.0) return i;
+  }
+  return n - 1;
+}
+
+Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* decision,
+                       std::string_view request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (live_.empty()) return Status(StatusCode::kFailedPrecondition, "no worker available");
+  if (!request_id.empty() && routed_.count(request_id)) {
+    return Err(StatusCode::kInvalidArgument, "request '{}' is already routed", request_id);
+  }
+  const int num_blocks = static_cast<int>(block_hashes.size());
+  index_.FindMatches(block_hashes, overlap_);
+  const int n = static_cast<int>(live_.size());
+  for (int i = 0; i < n; ++i) {
+    const Worker& w = workers_[live_[i]];
+    prefill_[i] = num_blocks - overlap_[live_[i]] + static_cast<int>(w.predicted_prefill);
+    decode_[i] = w.load.num_active_blocks + static_cast<int>(w.predicted_decode);
+    costs_[i] = config_.overlap_weight * prefill_[i] + decode_[i];
+  }
+  // Choose() may overwrite costs_ with sampling weights: the pick's cost is recomputed below.
+  const int pick = Choose();
+  const int slot = live_[pick];
+  Worker& w = workers_[slot];
+  decision->worker_id.assign(w.id);
+  decision->num_prompt_blocks = num_blocks;
+  decision->overlap_blocks = overlap_[slot];
+  decision->prefill_blocks = prefill_[pick];
+  decision->decode_blocks = decode_[pick];
+  decision->cost = config_.overlap_weight * prefill_[pick] + decode_[pick];
+  if (!request_id.empty()) {
+    RoutedRequest r;
+    r.slot = slot;
+    r.generation = w.generation;
+    r.load_epoch = w.load_epoch;
+    r.prefill_blocks = num_blocks - overlap_[slot];
+    r.decode_blocks = num_blocks;
+    w.predicted_prefill += r.prefill_blocks;
+    w.predicted_decode += r.decode_blocks;
+    routed_.emplace(std::string(request_id), r);
+  }
+  return Status::Ok();
+}
+
+Result<RoutingDecision> KvRouter::Route(std::span<const uint64_t> block_hashes,
+                                        std::string_view request_id) {
+  RoutingDecision decision;
+  TANDEM_RETURN_IF_ERROR(Route(block_hashes, &decision, request_id));
+  return decision;
+}
+
+Result<RoutingDecision> KvRouter::RouteTokens(std::span<const int32_t> token_ids,
+                                              std::string_view request_id) {
+  const std::vector<uint64_t> hashes = ComputeBlockHashes(token_ids, config_.block_size);
+  return Route(hashes, request_id);
+}
+
+void KvRouter::Forget(const RoutedRequest& r, bool decode_too) {
+  Worker& w = workers_[r.slot];
+  if (w.generation != r.generation) return;  // the worker left meanwhile
+  if (!r.prefill_done) w.predicted_prefill -= r.prefill_blocks;
+  if (decode_too && r.load_epoch == w.load_epoch) w.predicted_decode -= r.decode_blocks;
+}
+
+void KvRouter::MarkPrefillDone(std::string_view request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = routed_.find(request_id);
+  if (it == routed_.end() || it->second.prefill_done) return;
+  Forget(it->second, /*decode_too=*/false);
+  it->second.prefill_done = true;
+}
+
+void KvRouter::Free(std::string_view request_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = routed_.find(request_id);
+  if (it == routed_.end()) return;
+  Forget(it->second, /*decode_too=*/true);
+  routed_.erase(it);
+}
+
+// ---- inspection ----
+
+std::vector<std::pair<std::string, int>> KvRouter::Overlaps(
+    std::span<const uint64_t> block_hashes) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  index_.FindMatches(block_hashes, overlap_);
+  std::vector<std::pair<std::string, int>> out;
+  for (int slot : live_) out.emplace_back(workers_[slot].id, overlap_[slot]);
+  return out;
+}
+
+std::vector<RouterWorkerState> KvRouter::Workers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RouterWorkerState> out;
+  for (int slot : live_) {
+    const Worker& w = workers_[slot];
+    RouterWorkerState s;
+    s.worker_id = w.id;
+    s.num_cached_blocks = index_.num_blocks(slot);
+    s.load = w.load;
+    s.predicted_prefill_blocks = w.predicted_prefill;
+    s.predicted_decode_blocks = w.predicted_decode;
+    s.next_event_id = w.next_event_id;
+    s.needs_snapshot = w.needs_snapshot;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace tandem::router
