@@ -1,0 +1,126 @@
+#include "kernels/cpu/sample.h"
+
+#include <algorithm>
+#include <cmath>
+#include <unordered_map>
+
+namespace tandem::cpu {
+
+std::vector<PenaltyEntry> MakePenaltyEntries(std::span<const int32_t> prompt_ids,
+                                             std::span<const int32_t> output_ids, int vocab_size) {
+  std::vector<PenaltyEntry> entries;
+  std::unordered_map<int32_t, size_t> index;  // token id -> entry
+  index.reserve(prompt_ids.size() + output_ids.size());
+  auto add = [&](int32_t id, int count) {
+    if (id < 0 || id >= vocab_size) return;
+    auto [it, fresh] = index.try_emplace(id, entries.size());
+    if (fresh) entries.push_back({id, 0});
+    entries[it->second].output_count += count;
+  };
+  for (int32_t id : prompt_ids) add(id, 0);
+  for (int32_t id : output_ids) add(id, 1);
+  return entries;
+}
+
+void ApplyPenaltyEntries(std::span<float> logits, std::span<const PenaltyEntry> entries,
+                         float repetition_penalty, float frequency_penalty, float presence_penalty) {
+  const bool repetition = repetition_penalty != 1.0f;
+  const bool additive = frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  for (const PenaltyEntry& e : entries) {
+    float& l = logits[e.token_id];
+    if (repetition) l = l > 0 ? l / repetition_penalty : l * repetition_penalty;
+    if (additive && e.output_count > 0) {
+      const float sub = static_cast<float>(e.output_count) * frequency_penalty;
+      l -= sub + presence_penalty;
+    }
+  }
+}
+
+namespace {
+
+int32_t ArgMax(std::span<const float> logits) {
+  int32_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i) {
+    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
+  }
+  return best;
+}
+
+// Sorts ids by probability, descending (ties: lower id first).
+void SortByProb(std::vector<int32_t>* ids, const std::vector<double>& p) {
+  std::sort(ids->begin(), ids->end(), [&](int32_t a, int32_t b) {
+    return p[a] != p[b] ? p[a] > p[b] : a < b;
+  });
+}
+
+}  // namespace
+
+int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec, double u) {
+  const int vocab = static_cast<int>(logits.size());
+  if (spec.temperature <= 0.0f) return ArgMax(logits);
+
+  // Unnormalized probabilities relative to the most likely token (p_max = 1).
+  const float max_logit = logits[ArgMax(logits)];
+  const double inv_t = 1.0 / spec.temperature;
+  std::vector<double> p(vocab);
+  for (int i = 0; i < vocab; ++i) p[i] = std::exp((logits[i] - max_logit) * inv_t);
+
+  // min-p: relative to p_max = 1.
+  if (spec.min_p > 0.0f) {
+    for (double& x : p) {
+      if (x < spec.min_p) x = 0.0;
+    }
+  }
+  std::vector<int32_t> cand;  // surviving ids
+  cand.reserve(vocab);
+  for (int i = 0; i < vocab; ++i) {
+    if (p[i] > 0.0) cand.push_back(i);
+  }
+  bool sorted = false;
+  if (spec.top_k > 0 && spec.top_k < static_cast<int>(cand.size())) {
+    auto by_prob = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
+    std::nth_element(cand.begin(), cand.begin() + spec.top_k, cand.end(), by_prob);
+    for (size_t i = spec.top_k; i < cand.size(); ++i) p[cand[i]] = 0.0;
+    cand.resize(spec.top_k);
+  }
+  if (spec.top_p < 1.0f) {
+    double total = 0.0;
+    for (int32_t id : cand) total += p[id];
+    const double target = spec.top_p * total;
+    // Sorting the whole vocab is slow; the nucleus usually lies among the likely tokens, so try
+    // those first and fall back to all candidates when their mass is short of the target.
+    std::vector<int32_t> head;
+    double head_mass = 0.0;
+    for (int32_t id : cand) {
+      if (p[id] >= 1e-4) {
+        head.push_back(id);
+        head_mass += p[id];
+      }
+    }
+    std::vector<int32_t>& order = head_mass >= target ? head : cand;
+    SortByProb(&order, p);
+    sorted = true;
+    double cum = 0.0;
+    size_t keep = 0;
+    while (keep < order.size()) {
+      cum += p[order[keep++]];
+      if (cum >= target) break;
+    }
+    for (size_t i = keep; i < order.size(); ++i) p[order[i]] = 0.0;
+    order.resize(keep);
+    if (&order != &cand) cand = std::move(order);
+  }
+  if (!sorted) std::sort(cand.begin(), cand.end());
+  // Draw: walk the survivors (in a fixed order) until the cumulative mass passes u * total.
+  double total = 0.0;
+  for (int32_t id : cand) total += p[id];
+  const double x = u * total;
+  double cum = 0.0;
+  for (int32_t id : cand) {
+    cum += p[id];
+    if (x < cum) return id;
+  }
+  return cand.back();
+}
+
+}  // namespace tandem::cpu
