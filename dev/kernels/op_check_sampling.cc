@@ -1,9 +1,14 @@
-// cuda_op_check: the sampling ops (log-softmax, argmax, top-k) against the CPU ones.
+// cuda_op_check: the sampling ops (log-softmax, argmax, top-k) against the CPU ones, and the GPU
+// pick (penalties, temperature, min-p, top-k, top-p, draw: kernels/cuda/sampling_filter.h) against
+// the CPU reference cpu::SampleWithUniform on the same fp32 logits and the same u.
 #include <algorithm>
+#include <cstring>
 #include <random>
 
 #include "kernels/cpu/log_softmax.h"
+#include "kernels/cpu/sample.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/sampling_filter.h"
 #include "op_check_util.h"
 
 namespace tandem::opcheck {
@@ -77,9 +82,236 @@ void SamplingCase(int rows, int n, int k) {
   Record(r3);
 }
 
+// Whether a host/GPU disagreement is a rounding one: u * total, the top-p target or min-p lies
+// within 1e-9 (relative) of a cumulative boundary of the host's own computation.
+bool NearBoundary(const std::vector<float>& l, const cpu::SampleSpec& spec, double u) {
+  const int n = static_cast<int>(l.size());
+  const float mx = *std::max_element(l.begin(), l.end());
+  const double inv_t = 1.0 / spec.temperature;
+  std::vector<double> p(n);
+  std::vector<int32_t> ids;
+  constexpr double kRel = 1e-9;
+  for (int i = 0; i < n; ++i) {
+    p[i] = std::exp((l[i] - mx) * inv_t);
+    if (spec.min_p > 0 && std::abs(p[i] - spec.min_p) <= kRel * spec.min_p) return true;
+    if (p[i] > 0 && !(p[i] < spec.min_p)) ids.push_back(i);
+  }
+  std::sort(ids.begin(), ids.end(), [&](int a, int b) { return p[a] != p[b] ? p[a] > p[b] : a < b; });
+  if (spec.top_k > 0 && spec.top_k < static_cast<int>(ids.size())) ids.resize(spec.top_k);
+  double total = 0;
+  for (int id : ids) total += p[id];
+  if (spec.top_p < 1.0f) {
+    const double target = spec.top_p * total;
+    double cum = 0;
+    size_t keep = 0;
+    while (keep < ids.size()) {
+      cum += p[ids[keep++]];
+      if (std::abs(cum - target) <= kRel * total) return true;
+      if (cum >= target) break;
+    }
+    ids.resize(keep);
+  } else {
+    std::sort(ids.begin(), ids.end());
+  }
+  double total2 = 0;
+  for (int id : ids) total2 += p[id];
+  double cum = 0;
+  for (int id : ids) {
+    cum += p[id];
+    if (std::abs(cum - u * total2) <= kRel * total2) return true;
+  }
+  return false;
+}
+
+struct SampleMix {
+  cuda::SampleRowSpec spec;
+  bool penalties = false;
+};
+
+// Every mix of T {0, 0.5, 1, 1.5}, top_k {0, 1, 50, vocab}, top_p {0.5, 0.9, 1}, min_p {0, 0.1},
+// penalties {off, on}: 192 rows.
+std::vector<SampleMix> AllMixes(int vocab) {
+  std::vector<SampleMix> mixes;
+  for (float t : {0.0f, 0.5f, 1.0f, 1.5f})
+    for (int k : {0, 1, 50, vocab})
+      for (float tp : {0.5f, 0.9f, 1.0f})
+        for (float mp : {0.0f, 0.1f})
+          for (bool pen : {false, true}) {
+            SampleMix m;
+            m.spec.temperature = t;
+            m.spec.top_k = k;
+            m.spec.top_p = tp;
+            m.spec.min_p = mp;
+            if (pen) {
+              m.spec.repetition_penalty = 1.3f;
+              m.spec.frequency_penalty = 0.5f;
+              m.spec.presence_penalty = 0.25f;
+            }
+            m.penalties = pen;
+            mixes.push_back(m);
+          }
+  return mixes;
+}
+
+// rows x vocab logits (normal with a per-row scale 1..8; every 7th row bf16-rounded: many ties;
+// row 3 all tied; row 5 a tied maximum), one mix per row (cycling), a u per row (a few at 0 and
+// just below 1); GPU penalties + pick + restore against the host.
+void SamplePickCase(int rows, int vocab) {
+  std::mt19937_64 rng(NextSeed());
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> logits(static_cast<size_t>(rows) * vocab);
+  for (int r = 0; r < rows; ++r) {
+    const float scale = 1.0f + 7.0f * static_cast<float>(r % 8) / 7.0f;
+    float* row = logits.data() + static_cast<size_t>(r) * vocab;
+    for (int i = 0; i < vocab; ++i) {
+      row[i] = normal(rng) * scale;
+      if (r % 7 == 6) row[i] = std::round(row[i] * 4.0f) / 4.0f;
+    }
+    if (r == 3) std::fill_n(row, vocab, 0.75f);
+    if (r == 5) row[vocab / 2] = row[vocab - 1] = 40.0f;
+  }
+  const std::vector<SampleMix> mixes = AllMixes(vocab);
+  std::vector<cuda::SampleRowSpec> specs(rows);
+  std::vector<cuda::PenaltyRowEntry> entries;
+  std::vector<std::vector<cpu::PenaltyEntry>> row_entries(rows);
+  std::uniform_int_distribution<int32_t> token(0, vocab - 1);
+  for (int r = 0; r < rows; ++r) {
+    const SampleMix& mix = mixes[r % mixes.size()];
+    specs[r] = mix.spec;
+    specs[r].u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+    if (r % 61 == 1) specs[r].u = 0.0;
+    if (r % 61 == 2) specs[r].u = std::nextafter(1.0, 0.0);
+    if (!mix.penalties) continue;
+    std::vector<int32_t> prompt(40), output(24);
+    for (int32_t& x : prompt) x = token(rng);
+    for (int32_t& x : output) x = token(rng) % std::max(1, vocab / 100);  // repeats
+    prompt[0] = static_cast<int32_t>(std::max_element(logits.begin() + static_cast<size_t>(r) * vocab,
+        logits.begin() + static_cast<size_t>(r + 1) * vocab) - logits.begin() - static_cast<size_t>(r) * vocab);
+    row_entries[r] = cpu::MakePenaltyEntries(prompt, output, vocab);
+    for (const auto& e : row_entries[r]) entries.push_back({r, e.token_id, e.output_count});
+  }
+  DevBuf<float> d_logits(logits.size()), d_saved(std::max<size_t>(entries.size(), 1));
+  DevBuf<cuda::SampleRowSpec> d_specs(rows);
+  DevBuf<cuda::PenaltyRowEntry> d_entries(std::max<size_t>(entries.size(), 1));
+  DevBuf<int32_t> d_tokens(rows), d_status(rows);
+  d_logits.Upload(logits);
+  OC_CUDA(cudaMemcpy(d_specs.get(), specs.data(), rows * sizeof(specs[0]), cudaMemcpyHostToDevice));
+  if (!entries.empty()) {
+    OC_CUDA(cudaMemcpy(d_entries.get(), entries.data(), entries.size() * sizeof(entries[0]),
+                       cudaMemcpyHostToDevice));
+  }
+  d_tokens.Poison();
+  d_status.Poison();
+  const int num_entries = static_cast<int>(entries.size());
+  OC_OK(cuda::ApplyPenaltiesSaving(d_logits.get(), vocab, d_specs.get(), d_entries.get(),
+                                   num_entries, d_saved.get(), nullptr));
+  OC_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> g_penalized = d_logits.Download();
+  OC_OK(cuda::SampleRows(d_logits.get(), vocab, rows, vocab, d_specs.get(), d_tokens.get(),
+                         d_status.get(), nullptr));
+  OC_OK(cuda::RestorePenalties(d_logits.get(), vocab, d_entries.get(), num_entries, d_saved.get(),
+                               nullptr));
+  OC_CUDA(cudaDeviceSynchronize());
+  const std::vector<float> g_restored = d_logits.Download();
+  const std::vector<int32_t> g_tokens = d_tokens.Download(), g_status = d_status.Download();
+
+  long penalty_bad = 0, mismatch = 0, boundary = 0, to_host = 0, bad_status = 0;
+  std::string first_bad;
+  for (int r = 0; r < rows; ++r) {
+    std::vector<float> row(logits.begin() + static_cast<size_t>(r) * vocab,
+                           logits.begin() + static_cast<size_t>(r + 1) * vocab);
+    const cuda::SampleRowSpec& s = specs[r];
+    cpu::ApplyPenaltyEntries(row, row_entries[r], s.repetition_penalty, s.frequency_penalty,
+                             s.presence_penalty);
+    penalty_bad += std::memcmp(row.data(), g_penalized.data() + static_cast<size_t>(r) * vocab,
+                               vocab * sizeof(float)) != 0;
+    if (g_status[r] == cuda::kSampleNeedsHost) {
+      ++to_host;
+      continue;
+    }
+    if (g_status[r] != cuda::kSamplePicked) {
+      ++bad_status;
+      continue;
+    }
+    const cpu::SampleSpec spec{s.temperature, s.top_p, s.top_k, s.min_p};
+    const int32_t want = cpu::SampleWithUniform(row, spec, s.u);
+    if (g_tokens[r] == want) continue;
+    if (s.temperature > 0 && NearBoundary(row, spec, s.u)) {
+      ++boundary;
+      continue;
+    }
+    if (++mismatch == 1) {
+      char b[200];
+      std::snprintf(b, sizeof(b), "; row %d (T %g k %d p %g min_p %g u %.17g): gpu %d host %d", r,
+                    s.temperature, s.top_k, s.top_p, s.min_p, s.u, g_tokens[r], want);
+      first_bad = b;
+    }
+  }
+  const bool restored = std::memcmp(g_restored.data(), logits.data(), logits.size() * 4) == 0;
+  char shape[96];
+  std::snprintf(shape, sizeof(shape), "rows %d vocab %d, mixes cycled", rows, vocab);
+  Row row{"sample_pick", shape};
+  row.tol = 0;
+  // Rounding disagreements must be rare (<= 1% of rows); none otherwise.
+  row.pass = mismatch == 0 && bad_status == 0 && penalty_bad == 0 && restored &&
+             boundary * 100 <= std::max(rows, 100);
+  row.note = std::to_string(mismatch) + " picks differ, " + std::to_string(boundary) +
+             " at a rounding boundary, " + std::to_string(to_host) + " rows left to the host, " +
+             std::to_string(penalty_bad) + " penalized rows differ, logits " +
+             (restored ? "restored" : "NOT restored") + first_bad;
+  Record(row);
+}
+
+// The performance case: rows x vocab 151936, T 1, top_k 50, top_p 0.9 (and the plain T 1 draw).
+void SamplePickTiming(int rows, int vocab) {
+  DevBuf<float> d_logits(static_cast<size_t>(rows) * vocab);
+  FillUniform(d_logits.get(), d_logits.size(), NextSeed(), -12.0f, 12.0f);
+  DevBuf<cuda::SampleRowSpec> d_specs(rows);
+  DevBuf<int32_t> d_tokens(rows), d_status(rows);
+  for (int plain = 0; plain < 2; ++plain) {
+    std::vector<cuda::SampleRowSpec> specs(rows);
+    std::mt19937_64 rng(NextSeed());
+    for (auto& s : specs) {
+      s.temperature = 1.0f;
+      s.top_k = plain ? 0 : 50;
+      s.top_p = plain ? 1.0f : 0.9f;
+      s.u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+    }
+    OC_CUDA(cudaMemcpy(d_specs.get(), specs.data(), rows * sizeof(specs[0]), cudaMemcpyHostToDevice));
+    auto run = [&] {
+      OC_OK(cuda::SampleRows(d_logits.get(), vocab, rows, vocab, d_specs.get(), d_tokens.get(),
+                             d_status.get(), nullptr));
+    };
+    run();
+    OC_CUDA(cudaDeviceSynchronize());
+    const auto logits = d_logits.Download();
+    const auto tokens = d_tokens.Download(), status = d_status.Download();
+    long bad = 0, host = 0;
+    for (int r = 0; r < rows; ++r) {
+      if (status[r] != cuda::kSamplePicked) { ++host; continue; }
+      const std::span<const float> row(logits.data() + static_cast<size_t>(r) * vocab, vocab);
+      bad += tokens[r] != cpu::SampleWithUniform(row, {1.0f, specs[r].top_p, specs[r].top_k, 0.0f},
+                                                 specs[r].u);
+    }
+    char shape[96];
+    std::snprintf(shape, sizeof(shape), "rows %d vocab %d %s", rows, vocab,
+                  plain ? "T 1 (plain draw)" : "T 1 top_k 50 top_p 0.9");
+    Row row{"sample_pick", shape};
+    row.tol = 0;
+    row.pass = bad == 0 && host == 0;
+    row.note = std::to_string(bad) + " picks differ, " + std::to_string(host) + " rows to the host";
+    row.time_us = TimeUs(run, 3, 9);
+    row.bytes = static_cast<double>(rows) * vocab * sizeof(float);  // one pass counted; 2-3 run
+    Record(row);
+  }
+}
+
 }  // namespace
 
 void CheckSampling() {
+  SamplePickCase(192, Small() ? 3001 : 151936);
+  SamplePickCase(64, 97);  // a vocab below the block size
+  if (!Small()) SamplePickTiming(256, 151936);
   if (!Small()) SamplingCase(64, 151936, 20);
   SamplingCase(3, 1000, 1000);  // k = n: a full sort
   SamplingCase(1, 151936, 1);

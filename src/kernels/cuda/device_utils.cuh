@@ -1,10 +1,12 @@
 // Device helpers shared by the CUDA ops (included only by .cu files): bf16 <-> fp32 vectors of 8
-// (one 16-byte access), warp and block reductions.
+// (one 16-byte access), warp and block reductions (sum, max, and the (value, index) best pair of
+// the sampling ops).
 #pragma once
 
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 
 // Kernel launch and dynamic shared memory through macros, so that dev/kernels/emu can run the
@@ -86,6 +88,35 @@ __device__ inline float BlockMax(float v, float* scratch) {
   total = WarpMax(total);
   __syncthreads();
   return total;
+}
+
+// (value, index) order of cpu::TopK / cpu::Argmax: larger value first, then lower index.
+__device__ inline bool Better(float v, int i, float bv, int bi) {
+  return v > bv || (v == bv && i < bi);
+}
+
+// The best (value, index) pair over the warp; every lane gets it.
+__device__ inline void WarpBest(float& v, int& i) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float ov = __shfl_xor_sync(kFullMask, v, o);
+    const int oi = __shfl_xor_sync(kFullMask, i, o);
+    if (Better(ov, oi, v, i)) { v = ov; i = oi; }
+  }
+}
+
+// The best pair over the block (blockDim.x a multiple of 32); every thread gets it. scratch_v /
+// scratch_i: 32 entries each in shared memory; the call synchronizes the block twice. An empty
+// block gives (-inf, INT_MAX).
+__device__ inline void BlockBest(float& v, int& i, float* scratch_v, int* scratch_i) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
+  WarpBest(v, i);
+  if (lane == 0) { scratch_v[warp] = v; scratch_i[warp] = i; }
+  __syncthreads();
+  v = lane < num_warps ? scratch_v[lane] : -INFINITY;
+  i = lane < num_warps ? scratch_i[lane] : INT_MAX;
+  WarpBest(v, i);
+  __syncthreads();
 }
 
 }  // namespace tandem::cuda::detail

@@ -23,33 +23,6 @@ __global__ void __launch_bounds__(kThreads) LogSoftmaxKernel(const float* x, int
   for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = row[i] - lse;
 }
 
-// (value, index) order of cpu::TopK: larger value first, then lower index.
-__device__ inline bool Better(float v, int i, float bv, int bi) {
-  return v > bv || (v == bv && i < bi);
-}
-
-// Block-wide best pair; every thread gets it. scratch_v/scratch_i: 32 entries each.
-__device__ inline void BlockBest(float& v, int& i, float* scratch_v, int* scratch_i) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, v, o);
-    const int oi = __shfl_xor_sync(kFullMask, i, o);
-    if (Better(ov, oi, v, i)) { v = ov; i = oi; }
-  }
-  if (lane == 0) { scratch_v[warp] = v; scratch_i[warp] = i; }
-  __syncthreads();
-  v = lane < num_warps ? scratch_v[lane] : -INFINITY;
-  i = lane < num_warps ? scratch_i[lane] : INT_MAX;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, v, o);
-    const int oi = __shfl_xor_sync(kFullMask, i, o);
-    if (Better(ov, oi, v, i)) { v = ov; i = oi; }
-  }
-  __syncthreads();
-}
-
 __global__ void __launch_bounds__(kThreads) ArgmaxKernel(const float* x, int64_t ldx, int n,
                                                          int32_t* ids) {
   __shared__ float sv[32];
@@ -70,6 +43,16 @@ __device__ inline void MergeLse(float& m, float& s, float om, float os) {
   if (nm == -INFINITY) return;
   s = (m == -INFINITY ? 0.0f : s * expf(m - nm)) + (om == -INFINITY ? 0.0f : os * expf(om - nm));
   m = nm;
+}
+
+// (max, sum) merged over the warp; every lane gets it.
+__device__ inline void WarpLse(float& m, float& s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float om = __shfl_xor_sync(kFullMask, m, o);
+    const float os = __shfl_xor_sync(kFullMask, s, o);
+    MergeLse(m, s, om, os);
+  }
 }
 
 constexpr int kLseThreads = 512;
@@ -93,15 +76,8 @@ __global__ void __launch_bounds__(kLseThreads) ArgmaxLogSumExpKernel(const float
     }
   }
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, num_warps = blockDim.x >> 5;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, v, o);
-    const int oi = __shfl_xor_sync(kFullMask, idx, o);
-    const float om = __shfl_xor_sync(kFullMask, m, o);
-    const float os = __shfl_xor_sync(kFullMask, s, o);
-    if (Better(ov, oi, v, idx)) { v = ov; idx = oi; }
-    MergeLse(m, s, om, os);
-  }
+  WarpBest(v, idx);
+  WarpLse(m, s);
   if (lane == 0) { sv[warp] = v; si[warp] = idx; sm[warp] = m; ss[warp] = s; }
   __syncthreads();
   if (warp != 0) return;
@@ -109,15 +85,8 @@ __global__ void __launch_bounds__(kLseThreads) ArgmaxLogSumExpKernel(const float
   idx = lane < num_warps ? si[lane] : INT_MAX;
   m = lane < num_warps ? sm[lane] : -INFINITY;
   s = lane < num_warps ? ss[lane] : 0.0f;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-    const float ov = __shfl_xor_sync(kFullMask, v, o);
-    const int oi = __shfl_xor_sync(kFullMask, idx, o);
-    const float om = __shfl_xor_sync(kFullMask, m, o);
-    const float os = __shfl_xor_sync(kFullMask, s, o);
-    if (Better(ov, oi, v, idx)) { v = ov; idx = oi; }
-    MergeLse(m, s, om, os);
-  }
+  WarpBest(v, idx);
+  WarpLse(m, s);
   if (lane == 0) {
     ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
     max_values[blockIdx.x] = v;
