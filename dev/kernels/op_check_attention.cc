@@ -200,9 +200,12 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
 }
 
 // Decode: one query per sequence over ctx[s] keys.
-// num_splits: 0 the automatic choice, else fixed (as a CUDA graph of the runner does).
+// num_splits: 0 the automatic choice, else fixed (as a CUDA graph of the runner does); policy:
+// the split choice and merge (kAuto: TANDEM_DECODE_SPLITS). With splits the kernel runs twice on
+// the same workspace (the second result is checked: the merge counters must be left zero).
+using Policy = cuda::DecodeSplitPolicy;
 void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<int>& share,
-                bool time_it, int num_splits = 0) {
+                bool time_it, int num_splits = 0, Policy policy = Policy::kAuto) {
   std::mt19937 rng(NextSeed());
   const int num_seqs = static_cast<int>(ctx.size());
   const Tables tables = MakeTables(ctx, share, rng);
@@ -234,13 +237,19 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   a.head_dim = h.hd;
   a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
   a.num_splits = num_splits;
+  a.policy = policy;
   const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(a);
   DevBuf<unsigned char> ws(ws_bytes);
   if (ws_bytes > 0) ws.Poison();
+  OC_OK(cuda::PagedDecodeInitWorkspace(ws.get(), ws_bytes, nullptr));
   a.workspace = ws.get();
   a.workspace_bytes = ws_bytes;
   auto run = [&] { OC_OK(cuda::PagedDecode(a, nullptr)); };
   run();
+  if (ws_bytes > 0) {
+    out.Poison();
+    run();
+  }
   OC_CUDA(cudaDeviceSynchronize());
 
   const auto pool_f = DownloadFloat(pool);
@@ -264,8 +273,10 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
     bytes += 2.0 * ctx[s] * row_elems * sizeof(bf16);  // K and V of every position, read once
   }
   std::vector<int> ones(num_seqs, 1);
-  Row row{"paged_decode", Describe(h, ctx, ones) +
-                             (num_splits > 0 ? " splits " + std::to_string(num_splits) : "")};
+  const Policy resolved = cuda::PagedDecodeResolvePolicy(policy);
+  std::string tag = policy == Policy::kAuto ? "" : resolved == Policy::kLegacy ? " legacy" : " fill";
+  tag += (num_splits > 0 ? " splits " : " auto ") + std::to_string(cuda::PagedDecodeSplits(a));
+  Row row{"paged_decode", Describe(h, ctx, ones) + tag};
   std::vector<int32_t> seq_rows(num_seqs + 1);
   std::iota(seq_rows.begin(), seq_rows.end(), 0);
   row.err = CompareBySequence(DownloadFloat(out), ref, seq_rows, q_row, &row.note);
@@ -275,6 +286,30 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
     row.time_us = TimeUs(run, 10, 15);
     row.bytes = bytes;
   }
+  Record(row);
+}
+
+// The automatic split choice against the numbers documented in paged_attention.h (Qwen3-8B heads,
+// 132 SMs): a host-only row, the same on every machine.
+void CheckDecodeSplitChoice() {
+  struct Want {
+    int seqs, ctx, fill, legacy;
+  };
+  const Want table[] = {{1, 1024, 32, 16}, {1, 4096, 64, 33}, {8, 1024, 9, 5},  {16, 1024, 5, 3},
+                        {32, 1024, 3, 2},  {33, 1024, 1, 1},  {64, 4096, 1, 1}, {256, 1024, 1, 1},
+                        {1, 40, 2, 1}};
+  std::string got;
+  bool pass = true;
+  for (const Want& w : table) {
+    const int fill = cuda::PagedDecodeChooseSplits(w.seqs, 32, 8, w.ctx, 132, Policy::kFill);
+    const int legacy = cuda::PagedDecodeChooseSplits(w.seqs, 32, 8, w.ctx, 132, Policy::kLegacy);
+    pass = pass && fill == w.fill && legacy == w.legacy;
+    got += std::to_string(w.seqs) + "x" + std::to_string(w.ctx) + ":" + std::to_string(fill) + "/" +
+           std::to_string(legacy) + " ";
+  }
+  Row row{"decode_splits", "h 32/8 132 SMs: fill/legacy splits"};
+  row.pass = pass;
+  row.note = got;
   Record(row);
 }
 
@@ -315,20 +350,34 @@ void CheckPagedDecode() {
   for (size_t s = 1; s < ctx.size(); s += 3) share[s] = std::min(ctx[s] / kBlockSize, 8);
   if (!Small()) {
     DecodeCase(qwen3_8b, ctx, share, false);  // mixed contexts
-    DecodeCase(qwen3_8b, std::vector<int>(64, 4096), std::vector<int>(64, 0), true);    // 64 x 4k
-    DecodeCase(qwen3_8b, {4096}, {0}, true);                                          // 1 x 4k
-    DecodeCase(qwen3_8b, std::vector<int>(256, 1024), std::vector<int>(256, 0), true);  // 256 x 1k
-    DecodeCase(qwen3_8b, {1024}, {0}, true);                                          // 1 x 1k
-    DecodeCase(qwen3_8b, std::vector<int>(8, 1024), std::vector<int>(8, 0), true);    // 8 x 1k
-    DecodeCase(qwen3_8b, std::vector<int>(64, 1024), std::vector<int>(64, 0), true);  // 64 x 1k
+    // The shapes, the first rewrite's split choice and reduce kernel (legacy) beside the
+    // SM-filling choice with the in-kernel merge (fill): same process, same data sizes.
+    const std::vector<std::pair<int, int>> timed = {{1, 1024}, {1, 4096}, {8, 1024}, {64, 1024},
+                                                    {64, 4096}, {256, 1024}};
+    for (const auto& [seqs, len] : timed) {
+      for (Policy pol : {Policy::kLegacy, Policy::kFill}) {
+        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0, pol);
+      }
+    }
     DecodeCase(qwen3_8b, ctx, share, false, 33);  // fixed splits (a graph's), mixed contexts
+    DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kLegacy);
   }
+  CheckDecodeSplitChoice();
+  // Fixed splits: the fill merge (last CTA) and the legacy reduce kernel (first: these are what a
+  // 1-SM emulator would not reach through the automatic choice).
+  for (Policy pol : {Policy::kFill, Policy::kLegacy}) {
+    DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7, pol);
+    DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256, pol);  // group 8, max splits
+  }
+  DecodeCase({32, 8, 128}, {300, 33, 700}, {0, 1, 0}, false, 40, Policy::kFill);  // Qwen3-8B
+  DecodeCase({24, 4, 128}, {300, 1, 500}, {0, 0, 0}, false, 9, Policy::kFill);    // group 6
+  DecodeCase({8, 4, 256}, {600, 3, 200}, {0, 0, 0}, false, 4, Policy::kFill);     // head_dim 256
+  DecodeCase({32, 2, 128}, {700, 200, 1}, {0, 5, 0}, false, 5, Policy::kFill);    // 2 chunks
+  // The automatic choice (1 split on the emulator's 1 SM).
   DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false);   // tiny-qwen3
   DecodeCase({32, 2, 128}, {2000, 513, 1}, {0, 10, 0}, false);            // group 16 (2 chunks)
   DecodeCase({8, 4, 256}, {1500, 3, 512}, {0, 0, 0}, false);              // head_dim 256
   DecodeCase({24, 4, 128}, {700, 1, 1536}, {0, 0, 0}, false);             // group 6
-  DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7);  // fixed splits
-  DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256);          // group 8, max splits
 }
 
 }  // namespace tandem::opcheck

@@ -17,12 +17,13 @@
 //
 // Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
 // K/V included). Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
-// s's context is cut into at most num_splits chunks of >= 64 keys (a multiple of 32), one CTA per
-// chunk and KV head serving all query heads of that KV head (up to 8; larger groups use several
-// CTAs), 16-byte K/V loads, an online softmax per CTA; when a sequence has more than one chunk a
-// second kernel merges the partial results (log-sum-exp weights). The grid depends on num_seqs and
-// num_splits only (CTAs past a sequence's last chunk exit), so a CUDA graph captured with a fixed
-// num_splits serves any contexts. head_dim 64, 128 or 256.
+// s's context is cut into at most num_splits chunks (a multiple of 32 keys, at least 32 (kFill) or
+// 64 (kLegacy)), one CTA per chunk and KV head serving all query heads of that KV head (up to 8;
+// larger groups use several CTAs), 16-byte K/V loads, an online softmax per CTA. When a sequence has more than one chunk the
+// partial results are merged with log-sum-exp weights: kFill by the last CTA of the (sequence, KV
+// head) to finish (a counter in the workspace; no second kernel), kLegacy by a second kernel. The
+// grid depends on num_seqs and num_splits only (CTAs past a sequence's last chunk exit), so a CUDA
+// graph captured with a fixed num_splits serves any contexts. head_dim 64, 128 or 256.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.
 #pragma once
 
@@ -60,6 +61,16 @@ struct PagedPrefillArgs {
 
 // Largest num_splits PagedDecode accepts.
 constexpr int kPagedDecodeMaxSplits = 256;
+// Merge counters at the start of a split launch's workspace (uint32 each, one per (sequence, KV
+// head, query-head chunk)); launches with more groups merge with the second kernel instead.
+constexpr int kPagedDecodeCounters = 4096;
+
+// How the automatic num_splits is chosen and how split results are merged.
+//   kAuto: the environment variable TANDEM_DECODE_SPLITS: "legacy" -> kLegacy, a number N in
+//          [1, 256] -> N splits with kFill's merge, unset / "fill" -> kFill.
+//   kFill: fill the SMs at small batch (PagedDecodeChooseSplits), merge in the last CTA.
+//   kLegacy: the first rewrite's choice (about two waves, chunks >= 64) and the reduce kernel.
+enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };
 
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
@@ -77,22 +88,44 @@ struct PagedDecodeArgs {
   int num_kv_heads = 0;
   int head_dim = 0;
   float scale = 1.0f;
-  // Context splits per sequence (grid x), 1..kPagedDecodeMaxSplits; 0: PagedDecodeSplits chooses
-  // from num_seqs, heads and max_context_len (about two waves of CTAs on the device's SMs).
+  // Context splits per sequence (grid x), 1..kPagedDecodeMaxSplits; 0: chosen by `policy`.
   int num_splits = 0;
-  void* workspace = nullptr;  // PagedDecodeWorkspaceBytes(args) bytes, 16-byte aligned
+  DecodeSplitPolicy policy = DecodeSplitPolicy::kAuto;
+  // PagedDecodeWorkspaceBytes(args) bytes, 16-byte aligned. Its first kPagedDecodeCounters * 4
+  // bytes are merge counters: zero them once after allocating (PagedDecodeInitWorkspace); every
+  // launch leaves them zero again.
+  void* workspace = nullptr;
   size_t workspace_bytes = 0;
 };
 
-// The num_splits a launch with these args uses (args.num_splits when > 0).
+// The automatic split choice, a pure function of the shape (documented here so that the numbers can
+// be checked by hand). cta_per_split = num_seqs * num_kv_heads * ceil(group / 8), group = num_heads
+// / num_kv_heads (the CTAs one split adds).
+//   kFill:   cta_per_split >= 2 * num_sms -> 1 (large batches: unchanged from kLegacy);
+//            else min(ceil(4 * num_sms / cta_per_split), ceil(max_context_len / 32), 64), >= 1:
+//            about one wave of 4 resident CTAs per SM (groups <= 4: 128 threads, 128 registers,
+//            17 KB of shared memory each), chunks of >= 32 keys (one CTA iteration at head_dim 128, group
+//            <= 4). Qwen3-8B (8 KV heads, group 4) on 132 SMs: 1x1k -> 32 splits (256 CTAs of 32
+//            keys), 1x4k -> 64 (512 CTAs of 64), 8x1k -> 9 (8 used: 512 CTAs of 128), 16x1k -> 5,
+//            32x1k -> 3, >= 33 sequences -> 1.
+//   kLegacy: cta_per_split >= 2 * num_sms -> 1; else min(ceil(2 * num_sms / cta_per_split),
+//            ceil(max_context_len / 64), 64): 1x1k -> 16, 1x4k -> 33, 8x1k -> 5.
+int PagedDecodeChooseSplits(int num_seqs, int num_heads, int num_kv_heads, int max_context_len,
+                            int num_sms, DecodeSplitPolicy policy);
+// The num_splits a launch with these args uses (args.num_splits when > 0, else the choice above
+// with the current device's SM count and the resolved policy).
 int PagedDecodeSplits(const PagedDecodeArgs& args);
-// Device scratch the launch needs (0 with one split): partial outputs [num_seqs, num_heads,
-// splits, head_dim] fp32 plus two [num_seqs, num_heads, splits] fp32 arrays (max logit, exp sum).
+// kAuto resolved through TANDEM_DECODE_SPLITS (read once); kFill / kLegacy returned as given.
+DecodeSplitPolicy PagedDecodeResolvePolicy(DecodeSplitPolicy policy);
+// Device scratch the launch needs (0 with one split): the merge counters, then partial outputs
+// [num_seqs, num_heads, splits, head_dim] fp32 and two [num_seqs, num_heads, splits] fp32 arrays
+// (max logit, exp sum).
 size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& args);
 
 namespace detail {
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
+cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail
 }  // namespace tandem::cuda
 
@@ -101,11 +134,16 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
 
 namespace tandem::cuda {
 
-// Errors: InvalidArgument (sizes, head counts not dividing, null pointers, a workspace too small),
+// Errors: InvalidArgument (sizes, head counts not dividing, null pointers, row strides, q / kv_pool
+// / workspace not 16-byte aligned, a workspace too small),
 // Unimplemented (an unsupported head_dim), Internal (CUDA). Device-side values (start positions,
 // context lengths, block ids) are not checked: the caller validates them on the host.
 Status PagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
 Status PagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
+// Zeroes the merge counters of a decode workspace of `bytes` bytes (a kernel on `stream`; nothing
+// when bytes == 0). Call once after allocating it. Errors: InvalidArgument (null with bytes > 0),
+// Internal (CUDA).
+Status PagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 #endif

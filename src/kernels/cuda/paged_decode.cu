@@ -2,7 +2,7 @@
 //
 // Grid (num_splits, KV head x query-head chunk, sequence); 4 warps per CTA. A CTA serves up to
 // kMaxGroup query heads sharing one KV head, so each K/V row is read once for all of them. Sequence
-// s's context is cut into at most num_splits chunks (SplitLayout: chunks of >= kMinChunk keys, a
+// s's context is cut into at most num_splits chunks (SplitLayout: chunks of >= min_chunk keys, a
 // multiple of 32), CTAs past the last chunk exit at once: the grid depends on the batch only, not
 // on the contexts (what a CUDA graph needs).
 //
@@ -10,18 +10,28 @@
 // 16-byte load) of q, k, v and the output; the q.k dot is reduced over the key group's lanes by
 // shuffles. Every key group keeps its own online softmax (max, exp sum, output accumulator, flash-
 // decoding style) over keys kNumGroups apart, kUnroll keys in flight; at the end the CTA merges the
-// key groups through shared memory. One chunk: bf16 out directly; several: the chunk's normalized
-// output, max logit and exp sum go to the workspace and the reduce kernel merges them
-// (log-sum-exp weights).
+// key groups through shared memory. Registers: <= 128 at groups <= 4 (launch bounds: 4 CTAs per
+// SM, what kFill's wave assumes), 0 spills.
+// One chunk: bf16 out directly; several: the chunk's normalized output, max logit and exp sum go
+// to the workspace, and either the last CTA of the (sequence, KV head, head chunk) to finish merges
+// them (kFill: a ticket counter per group in the workspace, reset by that CTA) or the reduce kernel
+// does (kLegacy, or more groups than counters); log-sum-exp weights either way.
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 
 namespace tandem::cuda {
 namespace {
 
-constexpr int kMinChunk = 64;      // keys; fewer per CTA do not pay for the merge
-constexpr int kMaxSplits = 64;     // upper bound of the automatic choice
-constexpr int kMaxGroup = 8;       // query heads per CTA; larger groups use several CTAs
+constexpr int kMinChunkFill = 32;    // keys: one CTA iteration at head_dim 128, group <= 4
+constexpr int kMinChunkLegacy = 64;
+constexpr int kMaxSplitsAuto = 64;   // upper bound of the automatic choice
+constexpr int kMaxGroup = 8;         // query heads per CTA; larger groups use several CTAs
+constexpr size_t kCounterBytes = sizeof(unsigned) * kPagedDecodeCounters;
 
 int NumChunks(int num_heads, int num_kv_heads) {
   const int group = num_heads / num_kv_heads;
@@ -40,25 +50,65 @@ int NumSms() {
   return sms;
 }
 
+// TANDEM_DECODE_SPLITS, read once: the policy and a fixed split count (0: none).
+struct EnvChoice {
+  DecodeSplitPolicy policy = DecodeSplitPolicy::kFill;
+  int splits = 0;
+};
+const EnvChoice& Env() {
+  static const EnvChoice env = [] {
+    EnvChoice e;
+    const char* v = std::getenv("TANDEM_DECODE_SPLITS");
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "fill") == 0) return e;
+    if (std::strcmp(v, "legacy") == 0) {
+      e.policy = DecodeSplitPolicy::kLegacy;
+      return e;
+    }
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (end != v && *end == '\0' && n >= 1 && n <= kPagedDecodeMaxSplits) {
+      e.splits = static_cast<int>(n);
+    } else {
+      std::fprintf(stderr, "TANDEM_DECODE_SPLITS=%s not understood (legacy, fill or 1..%d): "
+                   "using fill\n", v, kPagedDecodeMaxSplits);
+    }
+    return e;
+  }();
+  return env;
+}
+
 }  // namespace
+
+DecodeSplitPolicy PagedDecodeResolvePolicy(DecodeSplitPolicy policy) {
+  return policy == DecodeSplitPolicy::kAuto ? Env().policy : policy;
+}
+
+int PagedDecodeChooseSplits(int num_seqs, int num_heads, int num_kv_heads, int max_context_len,
+                            int num_sms, DecodeSplitPolicy policy) {
+  if (num_seqs <= 0 || num_kv_heads <= 0 || num_heads <= 0 || num_sms <= 0) return 1;
+  const bool legacy = PagedDecodeResolvePolicy(policy) == DecodeSplitPolicy::kLegacy;
+  const int64_t per_split = int64_t{num_seqs} * num_kv_heads * NumChunks(num_heads, num_kv_heads);
+  if (per_split >= 2 * int64_t{num_sms}) return 1;
+  const int64_t target = (legacy ? 2 : 4) * int64_t{num_sms};
+  const int min_chunk = legacy ? kMinChunkLegacy : kMinChunkFill;
+  int64_t splits = (target + per_split - 1) / per_split;
+  splits = std::min<int64_t>(splits, (int64_t{max_context_len} + min_chunk - 1) / min_chunk);
+  splits = std::min<int64_t>(splits, kMaxSplitsAuto);
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
 
 int PagedDecodeSplits(const PagedDecodeArgs& a) {
   if (a.num_splits > 0) return a.num_splits;
-  if (a.num_seqs <= 0 || a.num_kv_heads <= 0 || a.num_heads <= 0) return 1;
-  const int64_t ctas = int64_t{a.num_seqs} * a.num_kv_heads * NumChunks(a.num_heads, a.num_kv_heads);
-  const int64_t target = 2 * int64_t{NumSms()};  // about two waves
-  int64_t splits = (target + ctas - 1) / ctas;
-  const int64_t useful = (int64_t{a.max_context_len} + kMinChunk - 1) / kMinChunk;
-  splits = splits < useful ? splits : useful;
-  splits = splits < kMaxSplits ? splits : kMaxSplits;
-  return splits < 1 ? 1 : static_cast<int>(splits);
+  if (a.policy == DecodeSplitPolicy::kAuto && Env().splits > 0) return Env().splits;
+  return PagedDecodeChooseSplits(a.num_seqs, a.num_heads, a.num_kv_heads, a.max_context_len,
+                                 NumSms(), a.policy);
 }
 
 size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& a) {
   const size_t splits = static_cast<size_t>(PagedDecodeSplits(a));
   if (splits <= 1 || a.num_seqs <= 0) return 0;
   const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_heads * splits;
-  return sizeof(float) * (rows * a.head_dim + 2 * rows);
+  return kCounterBytes + sizeof(float) * (rows * a.head_dim + 2 * rows);
 }
 
 namespace detail {
@@ -67,33 +117,104 @@ namespace {
 constexpr int kWarps = 4;
 constexpr int kThreads = 32 * kWarps;
 
+// Cross-CTA primitives of the kFill merge. The CPU emulator (dev/kernels/emu) runs one block after
+// another, so plain operations are exact there.
+#ifdef TANDEM_CUDA_EMU
+inline unsigned TakeTicket(unsigned* counter) { return (*counter)++; }
+inline void FenceDevice() {}
+inline float LoadL2(const float* p) { return *p; }
+#else
+__device__ inline unsigned TakeTicket(unsigned* counter) { return atomicAdd(counter, 1u); }
+__device__ inline void FenceDevice() { __threadfence(); }
+__device__ inline float LoadL2(const float* p) { return __ldcg(p); }  // not through L1
+#endif
+
 // The chunk of a context of `ctx` keys cut into at most `splits` parts: `chunk` keys each (the
 // last one shorter), `used` parts. Both kernels call this, so they agree.
-__device__ inline void SplitLayout(int ctx, int splits, int* chunk, int* used) {
+__device__ inline void SplitLayout(int ctx, int splits, int min_chunk, int* chunk, int* used) {
   int c = (ctx + splits - 1) / splits;
   c = (c + 31) / 32 * 32;
-  c = c < kMinChunk ? kMinChunk : c;
+  c = c < min_chunk ? min_chunk : c;
   *chunk = c;
   *used = (ctx + c - 1) / c;
 }
 
 struct Workspace {
+  unsigned* counters;  // [num_seqs * gridDim.y] when merge_in_kernel (zero between launches)
   float* partial_out;  // [num_seqs, num_heads, splits, head_dim], normalized per chunk
   float* max_logits;   // [num_seqs, num_heads, splits]
   float* exp_sums;     // [num_seqs, num_heads, splits]
   int splits;
+  int min_chunk;
+  bool merge_in_kernel;  // the last CTA of a group merges (else PagedDecodeReduceKernel)
 };
 
+// The last CTA of a (sequence, KV head, head chunk) merges the `used` partial results of its
+// g_count heads into bf16 out. `scratch` (2 * G * kPagedDecodeMaxSplits floats) is free shared
+// memory. Every thread of the CTA calls this.
 template <int HD, int G>
-__global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedDecodeArgs a, Workspace ws,
-                                                              int num_chunks) {
+__device__ void MergeSplits(const PagedDecodeArgs& a, const Workspace& ws, int seq, int h0,
+                            int g_count, int used, float* scratch) {
+  float* s_w = scratch;                                // [G][max splits]: max logit, then weight
+  float* s_l = scratch + G * kPagedDecodeMaxSplits;    // [G][max splits]: exp sum
+  const int64_t head_row0 = (static_cast<int64_t>(seq) * a.num_heads + h0) * ws.splits;
+  for (int i = threadIdx.x; i < g_count * used; i += kThreads) {
+    const int g = i / used, sp = i % used;
+    const int64_t r = head_row0 + static_cast<int64_t>(g) * ws.splits + sp;
+    s_w[g * kPagedDecodeMaxSplits + sp] = LoadL2(ws.max_logits + r);
+    s_l[g * kPagedDecodeMaxSplits + sp] = LoadL2(ws.exp_sums + r);
+  }
+  __syncthreads();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  for (int g = warp; g < g_count; g += kWarps) {  // a warp per head: weights l_i e^(m_i - M) / sum
+    float* w = s_w + g * kPagedDecodeMaxSplits;
+    const float* l = s_l + g * kPagedDecodeMaxSplits;
+    float mx = -INFINITY;
+    for (int sp = lane; sp < used; sp += 32) mx = fmaxf(mx, w[sp]);
+    mx = WarpMax(mx);
+    float total = 0.0f;
+    for (int sp = lane; sp < used; sp += 32) {
+      total += w[sp] == -INFINITY ? 0.0f : l[sp] * expf(w[sp] - mx);
+    }
+    total = WarpSum(total);
+    __syncwarp();  // every lane has read w[] before it is overwritten
+    for (int sp = lane; sp < used; sp += 32) {
+      w[sp] = w[sp] == -INFINITY ? 0.0f : l[sp] * expf(w[sp] - mx) / total;
+    }
+  }
+  __syncthreads();
+  for (int i = threadIdx.x; i < g_count * HD; i += kThreads) {
+    const int g = i / HD, d = i % HD;
+    const float* w = s_w + g * kPagedDecodeMaxSplits;
+    const float* src = ws.partial_out + (head_row0 + static_cast<int64_t>(g) * ws.splits) * HD + d;
+    float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;  // four independent loads in flight
+    int sp = 0;
+    for (; sp + 4 <= used; sp += 4) {
+      o0 += w[sp] * LoadL2(src + static_cast<int64_t>(sp) * HD);
+      o1 += w[sp + 1] * LoadL2(src + static_cast<int64_t>(sp + 1) * HD);
+      o2 += w[sp + 2] * LoadL2(src + static_cast<int64_t>(sp + 2) * HD);
+      o3 += w[sp + 3] * LoadL2(src + static_cast<int64_t>(sp + 3) * HD);
+    }
+    for (; sp < used; ++sp) o0 += w[sp] * LoadL2(src + static_cast<int64_t>(sp) * HD);
+    a.out[seq * a.out_stride + static_cast<int64_t>(h0 + g) * HD + d] =
+        __float2bfloat16_rn((o0 + o1) + (o2 + o3));
+  }
+}
+
+template <int HD, int G>
+__global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
+    PagedDecodeKernel(PagedDecodeArgs a, Workspace ws, int num_chunks) {
   constexpr int kLanesPerKey = HD / 8;                 // 8, 16 or 32
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;      // 4, 2 or 1
   constexpr int kNumGroups = kWarps * kKeysPerWarp;    // key groups per CTA
   constexpr int kUnroll = G >= 8 ? 2 : 4;              // keys in flight per key group
   constexpr int kStep = kNumGroups * kUnroll;          // keys per CTA iteration
+  // kNumGroups * HD = 1024 for every HD: s_acc holds 1024 * G floats, enough for the merge's
+  // 2 * G * kPagedDecodeMaxSplits once the key groups are merged.
+  static_assert(kNumGroups * HD >= 2 * kPagedDecodeMaxSplits, "merge scratch");
   __shared__ __align__(16) float s_acc[kNumGroups][G][HD];
   __shared__ float s_m[kNumGroups][G], s_l[kNumGroups][G];
+  __shared__ unsigned s_ticket;
 
   const int seq = blockIdx.z;
   const int kvh = blockIdx.y / num_chunks;
@@ -118,10 +239,11 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedDecodeArgs a,
     return;
   }
   int chunk = 0, used = 0;
-  SplitLayout(ctx, ws.splits, &chunk, &used);
+  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, &used);
   if (split >= used) return;
   const int start = split * chunk;
   const int end = min(start + chunk, ctx);
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
 
   float q[G][8];
 #pragma unroll
@@ -146,7 +268,6 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedDecodeArgs a,
     for (int e = 0; e < 8; ++e) acc[g][e] = 0.0f;
   }
   const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * HD;
-  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
   const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
   const __nv_bfloat16* pool = a.kv_pool + static_cast<int64_t>(kvh) * HD + li * 8;
 
@@ -242,6 +363,19 @@ __global__ void __launch_bounds__(kThreads) PagedDecodeKernel(PagedDecodeArgs a,
       }
     }
   }
+  if (used == 1 || !ws.merge_in_kernel) return;
+
+  // Split results: the last CTA of this (sequence, KV head, head chunk) to finish merges them
+  // (threadFenceReduction: each thread's partial writes are made visible before the ticket).
+  FenceDevice();
+  __syncthreads();  // also: s_acc is free from here on
+  unsigned* counter = ws.counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
+  if (threadIdx.x == 0) s_ticket = TakeTicket(counter);
+  __syncthreads();
+  if (s_ticket != static_cast<unsigned>(used - 1)) return;
+  FenceDevice();
+  if (threadIdx.x == 0) *counter = 0;  // every other CTA of the group has taken its ticket
+  MergeSplits<HD, G>(a, ws, seq, h0, g_count, used, &s_acc[0][0][0]);
 }
 
 // Merges the chunks of sequences with more than one: grid (num_heads, num_seqs).
@@ -253,7 +387,7 @@ __global__ void PagedDecodeReduceKernel(PagedDecodeArgs a, Workspace ws) {
   const int ctx = a.context_lens[seq];
   if (ctx <= 0) return;
   int chunk = 0, used = 0;
-  SplitLayout(ctx, ws.splits, &chunk, &used);
+  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, &used);
   if (used <= 1) return;
   const int64_t base = (static_cast<int64_t>(seq) * a.num_heads + h) * ws.splits;
   float mx = -INFINITY;
@@ -272,9 +406,9 @@ __global__ void PagedDecodeReduceKernel(PagedDecodeArgs a, Workspace ws) {
 }
 
 template <int HD>
-cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, int num_chunks,
+                     cudaStream_t stream) {
   const int group = a.num_heads / a.num_kv_heads;
-  const int num_chunks = NumChunks(a.num_heads, a.num_kv_heads);
   const int per_cta = group >= kMaxGroup ? kMaxGroup : group;
   const int g = per_cta <= 1 ? 1 : per_cta <= 2 ? 2 : per_cta <= 4 ? 4 : 8;
   const dim3 grid(ws.splits, a.num_kv_heads * num_chunks, a.num_seqs);
@@ -285,32 +419,50 @@ cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t
                : PagedDecodeKernel<HD, 8>;
   TANDEM_LAUNCH(kernel, grid, kThreads, 0, stream, a, ws, num_chunks);
   cudaError_t err = cudaGetLastError();
-  if (err != cudaSuccess || ws.splits <= 1) return err;
+  if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
   TANDEM_LAUNCH(PagedDecodeReduceKernel<HD>, dim3(a.num_heads, a.num_seqs), HD < 128 ? HD : 128, 0,
                 stream, a, ws);
   return cudaGetLastError();
 }
 
+__global__ void ZeroWordsKernel(unsigned* p, int n) {
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) p[i] = 0;
+}
+
 }  // namespace
+
+cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream) {
+  const size_t words = std::min(bytes, kCounterBytes) / sizeof(unsigned);
+  if (words == 0) return cudaSuccess;
+  TANDEM_LAUNCH(ZeroWordsKernel, 8, 256, 0, stream, static_cast<unsigned*>(workspace),
+                static_cast<int>(words));
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0) return cudaSuccess;
+  const bool legacy = PagedDecodeResolvePolicy(a.policy) == DecodeSplitPolicy::kLegacy;
+  const int num_chunks = NumChunks(a.num_heads, a.num_kv_heads);
   Workspace ws{};
   ws.splits = PagedDecodeSplits(a);
+  ws.min_chunk = legacy ? kMinChunkLegacy : kMinChunkFill;
   if (ws.splits > kPagedDecodeMaxSplits) return cudaErrorInvalidValue;
   if (ws.splits > 1) {
     const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_heads * ws.splits;
     if (a.workspace == nullptr || a.workspace_bytes < PagedDecodeWorkspaceBytes(a)) {
       return cudaErrorInvalidValue;
     }
-    ws.partial_out = static_cast<float*>(a.workspace);
+    ws.counters = static_cast<unsigned*>(a.workspace);
+    ws.partial_out = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + kCounterBytes);
     ws.max_logits = ws.partial_out + rows * a.head_dim;
     ws.exp_sums = ws.max_logits + rows;
+    ws.merge_in_kernel =
+        !legacy && int64_t{a.num_seqs} * a.num_kv_heads * num_chunks <= kPagedDecodeCounters;
   }
   switch (a.head_dim) {
-    case 64: return LaunchHd<64>(a, ws, stream);
-    case 128: return LaunchHd<128>(a, ws, stream);
-    case 256: return LaunchHd<256>(a, ws, stream);
+    case 64: return LaunchHd<64>(a, ws, num_chunks, stream);
+    case 128: return LaunchHd<128>(a, ws, num_chunks, stream);
+    case 256: return LaunchHd<256>(a, ws, num_chunks, stream);
     default: return cudaErrorInvalidValue;
   }
 }
