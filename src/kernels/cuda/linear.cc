@@ -1,6 +1,11 @@
 #include "kernels/cuda/linear.h"
 
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemv.h"
 
 namespace tandem::cuda {
 
@@ -23,18 +28,76 @@ CublasHandle::~CublasHandle() {
   if (handle_ != nullptr) cublasDestroy(handle_);
 }
 
-Status Linear(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
+namespace {
+
+Status CheckArgs(const LinearArgs& a) {
   if (a.m < 0 || a.n < 0 || a.k < 0) {
     return Err(StatusCode::kInvalidArgument, "Linear: m {}, n {}, k {}", a.m, a.n, a.k);
   }
   if (a.m == 0 || a.n == 0) return Status::Ok();
-  if (a.x == nullptr || a.w == nullptr || a.y == nullptr || handle.get() == nullptr) {
-    return Err(StatusCode::kInvalidArgument, "Linear: null pointer or handle");
+  if (a.x == nullptr || a.w == nullptr || a.y == nullptr) {
+    return Err(StatusCode::kInvalidArgument, "Linear: null pointer");
   }
   if (a.ldx < a.k || a.ldy < a.n) {
     return Err(StatusCode::kInvalidArgument, "Linear: row strides (x {}, y {}) below k {} / n {}",
                a.ldx, a.ldy, a.k, a.n);
   }
+  return Status::Ok();
+}
+
+// SM count of the current device, cached per device (cudaDeviceGetAttribute is not a stream
+// operation, so this is safe during graph capture; the cache avoids the call per launch).
+int NumSms() {
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> cache[kMaxDevices];
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
+  int sms = cache[dev].load(std::memory_order_relaxed);
+  if (sms > 0) return sms;
+  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
+    (void)cudaGetLastError();
+    return 132;
+  }
+  cache[dev].store(sms, std::memory_order_relaxed);
+  return sms;
+}
+
+}  // namespace
+
+int GemvMaxM() {
+  static const int max_m = [] {
+    const char* on = std::getenv("TANDEM_GEMV");
+    if (on != nullptr && std::strcmp(on, "0") == 0) return 0;
+    const char* v = std::getenv("TANDEM_GEMV_MAX_M");
+    if (v == nullptr || *v == '\0') return kGemvDefaultMaxM;
+    const int n = std::atoi(v);
+    return n < 0 ? 0 : (n > kGemvMaxRows ? kGemvMaxRows : n);
+  }();
+  return max_m;
+}
+
+int LinearGemvAutoSplit(const LinearArgs& a) { return detail::GemvAutoSplit(a.n, a.k, NumSms()); }
+
+Status LinearGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
+  TANDEM_RETURN_IF_ERROR(CheckArgs(a));
+  if (a.m == 0 || a.n == 0) return Status::Ok();
+  if (!detail::GemvSupported(a)) {
+    return Err(StatusCode::kInvalidArgument,
+               "LinearGemv: unsupported m {} (<= {}), k {} / ldx {} (multiples of 8) or alignment",
+               a.m, kGemvMaxRows, a.k, a.ldx);
+  }
+  if (k_split == 0) k_split = LinearGemvAutoSplit(a);
+  if (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8) {
+    return Err(StatusCode::kInvalidArgument, "LinearGemv: k_split {} (0, 1, 2, 4 or 8)", k_split);
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchGemv(a, k_split, stream));
+  return Status::Ok();
+}
+
+Status LinearCublas(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
+  TANDEM_RETURN_IF_ERROR(CheckArgs(a));
+  if (a.m == 0 || a.n == 0) return Status::Ok();
+  if (handle.get() == nullptr) return Err(StatusCode::kInvalidArgument, "Linear: null cuBLAS handle");
   // cublasSetStream also drops a workspace set by cublasSetWorkspace (which CUDA graph capture
   // needs), so the stream is set only when it changes.
   cudaStream_t current = nullptr;
@@ -51,6 +114,13 @@ Status Linear(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stre
       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchAddBias(a, stream));
   return Status::Ok();
+}
+
+Status Linear(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
+  if (a.m >= 1 && a.m <= GemvMaxM() && a.n >= 1 && detail::GemvSupported(a)) {
+    return LinearGemv(a, 0, stream);
+  }
+  return LinearCublas(handle, a, stream);
 }
 
 }  // namespace tandem::cuda

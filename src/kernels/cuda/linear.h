@@ -1,8 +1,12 @@
 // Linear layer on the GPU as torch.nn.functional.linear (the CUDA twin of kernels/cpu/matmul.h):
 //   y = x W^T (+ bias),  x: [m, k] bf16, W: [n, k] bf16 (HF [out, in]), y: [m, n] bf16 or fp32,
-// through cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F; bf16 tensor cores on sm_90). With a
-// bias, y is rounded once by the GEMM and once more after the bias add (bf16 y only).
-// Device pointers; asynchronous on `stream`.
+// through cublasGemmEx with fp32 compute (CUBLAS_COMPUTE_32F; bf16 tensor cores on sm_90), or, for
+// m <= GemvMaxM() (default 8) when the shapes allow it, through the skinny-GEMM kernel of gemv.h
+// (weights read once for all m rows; cuBLAS reaches only 60-78% of the bandwidth at m = 1 on some
+// Qwen3-8B shapes). cuBLAS path: with a bias, y is rounded once by the GEMM and once more after
+// the bias add (bf16 y only); GEMV path: the bias is added in fp32 and y rounded once.
+// Device pointers; asynchronous on `stream`; no allocation or synchronization (graph-capturable).
+// Env (read once): TANDEM_GEMV=0 disables the GEMV; TANDEM_GEMV_MAX_M=N (0..16) sets the threshold.
 #pragma once
 
 #include <cublas_v2.h>
@@ -58,6 +62,16 @@ class CublasHandle {
 
 // Errors: InvalidArgument (sizes, strides, null pointers), Internal (cuBLAS or CUDA).
 Status Linear(const CublasHandle& handle, const LinearArgs& args, cudaStream_t stream);
+
+// The two paths of Linear, for tests and benchmarks. LinearGemv: k_split 0 = automatic (a
+// function of n, k and the SM count), else 1, 2, 4 or 8; errors: InvalidArgument (also when
+// GemvSupported fails: m > 16, k or ldx not a multiple of 8, x or W not 16-byte aligned).
+Status LinearCublas(const CublasHandle& handle, const LinearArgs& args, cudaStream_t stream);
+Status LinearGemv(const LinearArgs& args, int k_split, cudaStream_t stream);
+// The k_split LinearGemv(args, 0, ...) uses on the current device.
+int LinearGemvAutoSplit(const LinearArgs& args);
+// Largest m routed to the GEMV by Linear (0 when TANDEM_GEMV=0).
+int GemvMaxM();
 
 }  // namespace tandem::cuda
 #endif
