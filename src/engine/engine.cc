@@ -150,6 +150,7 @@ class EngineImpl final : public Engine {
     r.params = params;
     r.allow_remote_prefill = options.allow_remote_prefill;
     r.hold_blocks = options.hold_blocks;
+    entry->on_layer_kv_ready = options.on_layer_kv_ready;
     // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
     r.generator.seed(params.seed ? *params.seed : global_generator_());
     if (tokenizer_) entry->text = std::make_unique<TextStream>(tokenizer_, params);
@@ -214,6 +215,21 @@ class EngineImpl final : public Engine {
         ++num_rows;
       }
       batch.seqs.push_back(slice);
+    }
+    // Layer-wise KV readiness for the requests whose prompt completes in this step.
+    std::vector<std::pair<const Entry*, std::span<const int>>> layer_watchers;
+    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
+      const ScheduledRequest& s = sched.scheduled[i];
+      if (s.start_pos + s.num_new_tokens != s.request->num_prompt_tokens) continue;
+      const Entry& e = *requests_.at(s.request->request_id);
+      if (e.on_layer_kv_ready) layer_watchers.emplace_back(&e, batch.seqs[i].block_table);
+    }
+    if (!layer_watchers.empty()) {
+      batch.on_layer_kv_written = [&layer_watchers](const LayerKVReady& ready) {
+        for (const auto& [e, blocks] : layer_watchers) {
+          e->on_layer_kv_ready(LayerKVReady{ready.layer, ready.is_ready, blocks});
+        }
+      };
     }
     Status st = runner_->Execute(batch, &forward_);
     const size_t vocab = static_cast<size_t>(model_config().vocab_size);
@@ -313,6 +329,7 @@ class EngineImpl final : public Engine {
   struct Entry {
     Request request;
     std::unique_ptr<TextStream> text;  // null without a tokenizer
+    std::function<void(const LayerKVReady&)> on_layer_kv_ready;  // RequestOptions
   };
 
   RequestOutput BaseOutput(const Entry& e) const {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -58,6 +59,12 @@ struct RequestOptions {
   // Prefill worker: when the request finishes, keep its KV blocks (RequestOutput::held_block_ids)
   // until ReleaseHeldBlocks, so they can be transferred.
   bool hold_blocks = false;
+  // Prefill worker, layer-wise transfer: called on the engine thread during the step that computes
+  // the prompt's last token, once per layer in order, when that layer's KV writes of the step are
+  // issued (LayerKVReady::is_ready tells when they landed; block_ids = the request's block table,
+  // valid during the call). Earlier steps' KV is complete by then. Not called when the step fails.
+  // Keep it short: it runs inside the forward pass.
+  std::function<void(const LayerKVReady&)> on_layer_kv_ready;
 };
 
 // A prompt whose KV must be written into this engine's blocks by a prefill worker.

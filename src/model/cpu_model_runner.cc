@@ -202,6 +202,7 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
     cpu::ApplyRope(q.data(), T, nh, hd, positions.data(), inv_freq_.data());
     cpu::ApplyRope(k.data(), T, nkv, hd, positions.data(), inv_freq_.data());
     cpu::ReshapeAndCache(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, pool);
+    if (batch.on_layer_kv_written) batch.on_layer_kv_written(LayerKVReady{layer, [] { return true; }, {}});
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
       const SequenceSlice& seq = batch.seqs[s];
       cpu::PagedAttentionArgs a;

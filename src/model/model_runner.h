@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -16,6 +17,7 @@
 
 #include "common/status.h"
 #include "model/config.h"
+#include "model/layer_kv_ready.h"
 
 namespace tandem {
 
@@ -60,6 +62,9 @@ struct KVCacheLayout {
 
 struct ForwardBatch {
   std::vector<SequenceSlice> seqs;
+  // Optional: called once per layer, in order, after that layer's KV writes of this batch are
+  // issued (model/layer_kv_ready.h; block_ids left empty), for layer-wise KV transfer.
+  std::function<void(const LayerKVReady&)> on_layer_kv_written;
 };
 
 // The memory of the device a runner computes on (bytes), for sizing the KV pool from what is free

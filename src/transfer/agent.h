@@ -42,7 +42,8 @@ class AgentCore;
 
 struct AgentOptions {
   std::string name;  // required; peers address this agent by it
-  // Backends to create, by plugin name. Built in: "local", "tcp".
+  // Backends to create, by plugin name. Built in: "local", "tcp"; "ucx", "libfabric" when built
+  // with them; "cuda_ipc" once registered (RegisterCudaIpcBackend, transfer/cuda/cuda_ipc_api.h).
   std::vector<std::string> backends = {"local", "tcp"};
   // Per-backend parameters. tcp: "host" (listen/advertise address, default 127.0.0.1), "port"
   // (default 0 = ephemeral), "num_connections" (per peer, default 2), "stripe_min_bytes" (a

@@ -8,8 +8,10 @@
 // Backends here: "local" (same process, memcpy) and "tcp" (its own sockets) move host memory, and
 // device memory through the agent's DeviceCopier (device_copier.h) when it has one: local copies
 // through it, tcp stages through pinned host buffers (staging.h). "ucx" and "libfabric" (remote,
-// registered memory with remote keys in backend_info) move host memory only. Later: "cuda_ipc"
-// (same node, device memory; IPC handles in RegionMetadata::backend_info).
+// registered memory with remote keys in backend_info) move host memory only. "cuda_ipc" (same
+// node or process, device memory; IPC handles in RegionMetadata::backend_info; the initiator
+// copies, the target pins and is notified over a control socket: cuda_ipc_backend.h) registers
+// itself from tandem_transfer_cuda (RegisterCudaIpcBackend).
 #pragma once
 
 #include <atomic>

@@ -10,7 +10,7 @@
 namespace tandem::transfer {
 
 // Where a region lives. kDevice is GPU memory of `device_id` ("cuda:N"): tcp and local move it
-// through the agent's DeviceCopier (device_copier.h); cuda_ipc later.
+// through the agent's DeviceCopier (device_copier.h); cuda_ipc copies it directly (same node).
 enum class MemoryKind : uint8_t { kHost = 0, kDevice = 1 };
 
 // kWrite: local -> remote (the prefill worker writes KV blocks into the decode worker).

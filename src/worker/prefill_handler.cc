@@ -22,17 +22,32 @@ struct PrefillHandler::Job {
   Clock::time_point write_deadline;
   std::mutex mu;
   bool answered = false;  // guarded by mu
-  // Set by the engine's final output.
+  // Set by the engine's final output (engine thread, before the job reaches ready_).
   RequestOutput final_output;
   int32_t first_token = -1;
   std::vector<TokenLogprob> logprobs;
   // Where the decode worker's pool lives (its agent metadata).
   transfer::MemoryKind remote_kind = transfer::MemoryKind::kHost;
   int32_t remote_device = 0;
-  // Set on the transfer thread.
-  transfer::TransferHandle handle;
-  int num_blocks_written = 0;
   bool blocks_held = false;
+
+  // Layer-wise: filled by the engine thread under `mu`, drained by the transfer thread.
+  bool layerwise = false;           // the engine reported a layer (guarded by mu)
+  bool computed = false;            // the final output arrived (guarded by mu)
+  Status engine_status;             // not OK: the prefill failed (guarded by mu)
+  std::vector<int> hook_blocks;     // the request's block table at the first report (guarded by mu)
+  std::deque<LayerKVReady> reported;  // layers reported, not yet taken (guarded by mu)
+
+  // Transfer thread only.
+  bool in_active = false;
+  transfer::TransferHandle handle;  // whole: the one write; layer-wise: the last layer's
+  int num_blocks_written = 0;
+  std::deque<LayerKVReady> layers;  // reported, not yet posted, in layer order
+  std::vector<transfer::TransferHandle> layer_handles;  // posted layers but the last
+  int next_layer = 0;
+  bool last_posted = false;
+  Status failure;                   // set once: answer with it after every write has ended
+  Clock::time_point first_post;
 };
 
 std::shared_ptr<transfer::DeviceCopier> KVDeviceCopier(const KVCacheLayout& layout) {
@@ -77,9 +92,11 @@ Result<std::vector<transfer::Registration>> RegisterKVCache(transfer::Agent& age
   return regs;
 }
 
-PrefillHandler::PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent)
+PrefillHandler::PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent,
+                               PrefillHandlerOptions options)
     : engine_(std::move(engine)),
       agent_(agent),
+      options_(options),
       layout_(engine_->kv_cache_layout()),
       block_size_(engine_->engine_config().block_size) {
   transfer_thread_ = std::thread([this] { TransferLoop(); });
@@ -182,6 +199,9 @@ void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefil
   gen.params.max_tokens = 1;
   gen.params.stop.clear();  // text does not matter here; the decode worker checks stops
   gen.options.hold_blocks = true;
+  if (options_.layerwise) {
+    gen.options.on_layer_kv_ready = [this, job](const LayerKVReady& ready) { OnLayerReady(job, ready); };
+  }
   job->request = std::move(request);
   st = engine_->Submit(std::move(gen), [this, job](RequestOutput out) {
     if (out.finished) OnEngineOutput(job, std::move(out));
@@ -197,6 +217,23 @@ void PrefillHandler::Cancel(const std::string& request_id) {
   engine_->Cancel(request_id);  // a no-op once the engine finished it
 }
 
+void PrefillHandler::OnLayerReady(const std::shared_ptr<Job>& job, const LayerKVReady& ready) {
+  // Engine thread, inside the step: only queue it.
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (!job->layerwise) {
+      job->layerwise = true;
+      job->hook_blocks.assign(ready.block_ids.begin(), ready.block_ids.end());
+    }
+    job->reported.push_back(LayerKVReady{ready.layer, ready.is_ready, {}});
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (ready.layer == 0) ready_.push_back(job);  // the transfer thread drives it from now on
+  }
+  cv_.notify_all();
+}
+
 void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutput out) {
   // Engine thread: keep it short; the transfer thread does the rest.
   if (!out.new_token_ids.empty()) {
@@ -207,10 +244,20 @@ void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutp
   const FinishReason reason = out.finish_reason;
   std::string error = out.error;
   job->final_output = std::move(out);
+  Status st;
   if (reason == FinishReason::kAbort || reason == FinishReason::kError || job->first_token < 0) {
-    Finish(job, Err(StatusCode::kFailedPrecondition, "the prefill was {}{}{}",
-                    reason == FinishReason::kAbort ? "cancelled" : "not completed",
-                    error.empty() ? "" : ": ", error));
+    st = Err(StatusCode::kFailedPrecondition, "the prefill was {}{}{}",
+             reason == FinishReason::kAbort ? "cancelled" : "not completed", error.empty() ? "" : ": ", error);
+  }
+  bool layerwise;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    layerwise = job->layerwise;
+    job->computed = true;
+    job->engine_status = st;
+  }
+  if (!layerwise && !st.ok()) {  // nothing was posted: answer now
+    Finish(job, st);
     return;
   }
   {
@@ -243,88 +290,211 @@ void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefil
   done(std::move(result));
 }
 
+void PrefillHandler::AddLayerDescs(const Job& job, size_t layer, const std::vector<int>& blocks,
+                                   int first, int end, transfer::DescList* local,
+                                   transfer::DescList* remote) const {
+  // Our pool where our engine keeps it; the decode worker's where its metadata says.
+  const runtime::KVTarget& t = job.request.target;
+  local->kind = layout_.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
+  remote->kind = job.remote_kind;
+  const int32_t device = layout_.device_id < 0 ? 0 : layout_.device_id;
+  const uint64_t bb = layout_.block_bytes;
+  const uint64_t src = reinterpret_cast<uint64_t>(layout_.layer_base[layer]);
+  for (int i = first; i < end; ++i) {
+    local->Add(src + static_cast<uint64_t>(blocks[i]) * bb, bb, device);
+    remote->Add(t.layer_base[layer] + static_cast<uint64_t>(t.block_ids[i]) * bb, bb, job.remote_device);
+  }
+}
+
+namespace {
+
+// Blocks [first, end) of a prompt: from the decode worker's first uncached block to its last.
+std::pair<int, int> BlockRange(const runtime::RemotePrefillRequest& r, int block_size) {
+  const int num_prompt = static_cast<int>(r.prompt_token_ids.size());
+  return {r.target.num_cached_tokens / block_size, (num_prompt + block_size - 1) / block_size};
+}
+
+}  // namespace
+
+bool PrefillHandler::StepWholeJob(const std::shared_ptr<Job>& job) {
+  if (job->handle.valid()) {
+    const transfer::TransferState state = job->handle.Check();
+    if (state == transfer::TransferState::kInProgress) return false;
+    if (state == transfer::TransferState::kDone) {
+      RemotePrefillResult r;
+      r.first_token_id = job->first_token;
+      r.logprobs = job->logprobs;
+      r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
+      r.num_blocks_written = job->num_blocks_written;
+      r.bytes_written = job->handle.bytes();
+      r.transfer_seconds = job->handle.seconds();
+      Finish(job, std::move(r));
+    } else {
+      Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + job->handle.status().ToString()));
+    }
+    return true;
+  }
+  if (stopping_) {
+    Finish(job, Status(StatusCode::kFailedPrecondition, "the prefill worker is stopping"));
+    return true;
+  }
+  const std::vector<int>& held = job->final_output.held_block_ids;
+  const auto [first, end] = BlockRange(job->request, block_size_);
+  if (static_cast<int>(held.size()) < end) {
+    Finish(job, Err(StatusCode::kInternal, "the engine held {} blocks, the prompt needs {}", held.size(), end));
+    return true;
+  }
+  const auto now = Clock::now();
+  if (now >= job->write_deadline) {
+    Finish(job, Status(StatusCode::kFailedPrecondition,
+                       "the write window closed before the KV was ready; nothing was written"));
+    return true;
+  }
+  transfer::DescList local, remote;  // layer-major: runs of consecutive blocks coalesce
+  for (size_t l = 0; l < layout_.layer_base.size(); ++l) AddLayerDescs(*job, l, held, first, end, &local, &remote);
+  transfer::PostOptions post;
+  post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+  auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
+                             job->request.request_id, post);
+  if (!handle.ok()) {
+    Finish(job, handle.status());
+    return true;
+  }
+  job->handle = std::move(*handle);
+  job->num_blocks_written = end - first;
+  return false;
+}
+
+bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
+  const int num_layers = static_cast<int>(layout_.layer_base.size());
+  bool computed;
+  Status engine_status;
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    while (!job->reported.empty()) {
+      job->layers.push_back(std::move(job->reported.front()));
+      job->reported.pop_front();
+    }
+    computed = job->computed;
+    engine_status = job->engine_status;
+  }
+  const std::vector<int>& blocks = job->hook_blocks;  // written once, before the first report
+  const auto [first, end] = BlockRange(job->request, block_size_);
+  auto fail = [&](Status st) {
+    if (job->failure.ok()) job->failure = std::move(st);
+  };
+  if (!engine_status.ok()) fail(engine_status);
+  if (stopping_) fail(Status(StatusCode::kFailedPrecondition, "the prefill worker is stopping"));
+  if (!job->last_posted && Clock::now() >= job->write_deadline) {
+    fail(Status(StatusCode::kFailedPrecondition, "the write window closed before the KV was written"));
+  }
+  if (static_cast<int>(blocks.size()) < end) {
+    fail(Err(StatusCode::kInternal, "the engine's block table has {} blocks, the prompt needs {}", blocks.size(), end));
+  }
+  // Post every layer whose KV has landed, in order; the last one waits for the rest.
+  auto post_layer = [&](int layer, std::optional<std::string> notification) -> bool {
+    const auto now = Clock::now();
+    if (now >= job->write_deadline) {
+      fail(Status(StatusCode::kFailedPrecondition, "the write window closed before the KV was written"));
+      return false;
+    }
+    transfer::DescList local, remote;
+    AddLayerDescs(*job, static_cast<size_t>(layer), blocks, first, end, &local, &remote);
+    transfer::PostOptions post;
+    post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+    auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
+                               std::move(notification), post);
+    if (!handle.ok()) {
+      fail(handle.status());
+      return false;
+    }
+    if (job->next_layer == 0 && !job->last_posted) job->first_post = now;
+    ++num_layer_posts_;
+    if (!computed) ++num_layer_posts_early_;
+    (layer + 1 < num_layers ? job->layer_handles.emplace_back() : job->handle) = std::move(*handle);
+    return true;
+  };
+  while (job->failure.ok() && job->next_layer < num_layers - 1 && !job->layers.empty() &&
+         job->layers.front().is_ready()) {
+    if (job->layers.front().layer != job->next_layer) {
+      fail(Err(StatusCode::kInternal, "layer {} reported before layer {}", job->layers.front().layer, job->next_layer));
+      break;
+    }
+    if (!post_layer(job->next_layer, std::nullopt)) break;
+    job->layers.pop_front();
+    ++job->next_layer;
+  }
+  bool in_flight = false;
+  for (const transfer::TransferHandle& h : job->layer_handles) {
+    const transfer::TransferState state = h.Check();
+    if (state == transfer::TransferState::kInProgress) in_flight = true;
+    else if (state == transfer::TransferState::kError) fail(Status(StatusCode::kFailedPrecondition, "KV write failed: " + h.status().ToString()));
+  }
+  if (job->handle.valid() && job->handle.Check() == transfer::TransferState::kInProgress) in_flight = true;
+  if (!job->failure.ok()) {
+    if (in_flight) return false;  // nothing may land after the answer
+    Finish(job, job->failure);
+    return true;
+  }
+  if (!computed || in_flight || job->next_layer < num_layers - 1) return false;
+  if (!job->last_posted) {
+    if (job->layers.empty() || !job->layers.front().is_ready()) return false;
+    if (post_layer(num_layers - 1, job->request.request_id)) {
+      job->layers.pop_front();
+      job->last_posted = true;
+    }
+    return false;  // the next turn sees it in flight, done or failed
+  }
+  // The last layer's write (with the notification) has ended, so has every other.
+  if (job->handle.Check() == transfer::TransferState::kError) {
+    Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + job->handle.status().ToString()));
+    return true;
+  }
+  RemotePrefillResult r;
+  r.first_token_id = job->first_token;
+  r.logprobs = job->logprobs;
+  r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
+  r.num_blocks_written = end - first;
+  r.bytes_written = job->handle.bytes();
+  for (const transfer::TransferHandle& h : job->layer_handles) r.bytes_written += h.bytes();
+  r.transfer_seconds = std::chrono::duration<double>(Clock::now() - job->first_post).count();
+  Finish(job, std::move(r));
+  return true;
+}
+
 void PrefillHandler::TransferLoop() {
-  std::vector<std::shared_ptr<Job>> active;  // posted, not done
+  std::vector<std::shared_ptr<Job>> active;  // driven by this thread until answered
   for (;;) {
-    std::deque<std::shared_ptr<Job>> ready;
+    std::deque<std::shared_ptr<Job>> woken;
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (active.empty()) {
         cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
       } else {
-        cv_.wait_for(lock, std::chrono::microseconds(200), [&] { return stopping_ || !ready_.empty(); });
+        cv_.wait_for(lock, std::chrono::microseconds(100), [&] { return stopping_ || !ready_.empty(); });
       }
-      ready.swap(ready_);
-      if (stopping_ && ready.empty() && active.empty() && outstanding_.empty()) break;
+      woken.swap(ready_);
+      if (stopping_ && woken.empty() && active.empty() && outstanding_.empty()) break;
     }
-    for (std::shared_ptr<Job>& job : ready) {
-      if (stopping_) {
-        Finish(job, Status(StatusCode::kFailedPrecondition, "the prefill worker is stopping"));
-        continue;
+    for (std::shared_ptr<Job>& job : woken) {
+      if (!job->in_active) {
+        job->in_active = true;
+        active.push_back(std::move(job));
       }
-      const runtime::KVTarget& t = job->request.target;
-      const std::vector<int>& held = job->final_output.held_block_ids;
-      const int num_prompt = static_cast<int>(job->request.prompt_token_ids.size());
-      const int first = t.num_cached_tokens / block_size_;
-      const int end = (num_prompt + block_size_ - 1) / block_size_;
-      if (static_cast<int>(held.size()) < end) {
-        Finish(job, Err(StatusCode::kInternal, "the engine held {} blocks, the prompt needs {}",
-                        held.size(), end));
-        continue;
-      }
-      const auto now = Clock::now();
-      if (now >= job->write_deadline) {
-        Finish(job, Status(StatusCode::kFailedPrecondition,
-                           "the write window closed before the KV was ready; nothing was written"));
-        continue;
-      }
-      // Our pool where our engine keeps it; the decode worker's where its metadata says.
-      transfer::DescList local, remote;
-      local.kind = layout_.device_id < 0 ? transfer::MemoryKind::kHost : transfer::MemoryKind::kDevice;
-      const int32_t device = layout_.device_id < 0 ? 0 : layout_.device_id;
-      remote.kind = job->remote_kind;
-      const uint64_t bb = layout_.block_bytes;
-      for (size_t l = 0; l < layout_.layer_base.size(); ++l) {
-        const uint64_t src = reinterpret_cast<uint64_t>(layout_.layer_base[l]);
-        for (int i = first; i < end; ++i) {
-          local.Add(src + static_cast<uint64_t>(held[i]) * bb, bb, device);
-          remote.Add(t.layer_base[l] + static_cast<uint64_t>(t.block_ids[i]) * bb, bb, job->remote_device);
-        }
-      }
-      transfer::PostOptions post;
-      post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
-      auto handle = agent_->Post(transfer::Op::kWrite, local, remote, t.agent_name,
-                                 job->request.request_id, post);
-      if (!handle.ok()) {
-        Finish(job, handle.status());
-        continue;
-      }
-      job->handle = std::move(*handle);
-      job->num_blocks_written = end - first;
-      active.push_back(std::move(job));
     }
     for (size_t i = 0; i < active.size();) {
-      std::shared_ptr<Job>& job = active[i];
-      const transfer::TransferState state = job->handle.Check();
-      if (state == transfer::TransferState::kInProgress) {
-        ++i;
-        continue;
+      const std::shared_ptr<Job>& job = active[i];
+      bool layerwise;
+      {
+        std::lock_guard<std::mutex> lock(job->mu);
+        layerwise = job->layerwise;
       }
-      if (state == transfer::TransferState::kDone) {
-        RemotePrefillResult r;
-        r.first_token_id = job->first_token;
-        r.logprobs = job->logprobs;
-        r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
-        r.num_blocks_written = job->num_blocks_written;
-        r.bytes_written = job->handle.bytes();
-        r.transfer_seconds = job->handle.seconds();
-        Finish(job, std::move(r));
+      if (layerwise ? StepLayerwiseJob(job) : StepWholeJob(job)) {
+        active[i] = std::move(active.back());
+        active.pop_back();
       } else {
-        Status st = job->handle.status();
-        Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + st.ToString()));
+        ++i;
       }
-      active[i] = std::move(active.back());
-      active.pop_back();
     }
   }
 }

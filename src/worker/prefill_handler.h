@@ -7,16 +7,25 @@
 //      worker's prefix cache serves what it can; stop strings are dropped, every other sampling
 //      parameter is kept, so the first token is the one an aggregated worker would sample);
 //   3. on the transfer thread: WRITEs blocks [num_cached_tokens / block_size, ceil(len /
-//      block_size)) of every layer into the decode worker's block table (one Post, descriptors
-//      layer-major so runs of consecutive blocks coalesce), with the request id as the
-//      notification, bounded by the write window; then frees the held blocks and answers.
+//      block_size)) of every layer into the decode worker's block table, with the request id as
+//      the notification, bounded by the write window; then frees the held blocks and answers.
+//      Layer-wise (when the engine reports per-layer readiness, RequestOptions::on_layer_kv_ready):
+//      layer l's blocks are posted as soon as that layer's KV is in memory, while later layers
+//      still compute (one Post per layer, runs of consecutive blocks coalesced); the last layer
+//      is posted, with the notification, once the first token is sampled and every earlier
+//      layer's write has landed, so the notification still means "all of it is there".
+//      Otherwise (the engine did not report layers): one Post of every layer after the prefill,
+//      descriptors layer-major.
 // Each side's pool may be host or GPU memory: ours from our engine's layout, the decode worker's
 // from its agent metadata (KVPoolMemoryOf); the agent picks a backend that moves both (tcp
 // stages GPU memory through pinned host buffers).
 // Cancel while computing aborts the engine request (answer: FailedPrecondition "cancelled"); once
-// the write is posted it runs to its end (bounded by the window). Blocks are always released.
+// a write is posted it runs to its end (bounded by the window), and a failed request is answered
+// only after every write it posted has ended, so that nothing lands in the decode worker's blocks
+// after the answer (decode then prefills them locally). Blocks are always released.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <deque>
@@ -31,16 +40,29 @@
 #include <vector>
 
 #include "engine/async_engine.h"
+#include "model/layer_kv_ready.h"
 #include "runtime/remote_prefill.h"
 #include "transfer/agent.h"
 
 namespace tandem::worker {
 
+struct PrefillHandlerOptions {
+  // Post each layer's KV as soon as it is computed (layer-wise pipelining); false: one write after
+  // the whole prefill (the baseline to compare against).
+  bool layerwise = true;
+};
+
 class PrefillHandler final : public runtime::RemotePrefillHandler {
  public:
   // `engine` and `agent` must outlive this object; the agent must have the engine's KV pool
   // registered (RegisterKVCache).
-  PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent);
+  PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Agent* agent,
+                 PrefillHandlerOptions options = {});
+
+  // Layer writes posted while the prefill was still computing (the first token not yet sampled):
+  // the part of the transfer hidden behind compute. Counts over the handler's lifetime.
+  uint64_t num_layer_posts() const { return num_layer_posts_.load(); }
+  uint64_t num_layer_posts_before_computed() const { return num_layer_posts_early_.load(); }
   ~PrefillHandler() override;  // waits for posted writes, answers what is left with an error
 
   void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override;
@@ -49,12 +71,20 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
  private:
   struct Job;
   void OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutput out);
+  void OnLayerReady(const std::shared_ptr<Job>& job, const LayerKVReady& ready);  // engine thread
   void TransferLoop();
+  // Transfer thread: posts what is ready; true when the job is finished (answered).
+  bool StepWholeJob(const std::shared_ptr<Job>& job);
+  bool StepLayerwiseJob(const std::shared_ptr<Job>& job);
+  // The descriptors of layer `layer`'s blocks [first, end) of `blocks` into the decode worker's.
+  void AddLayerDescs(const Job& job, size_t layer, const std::vector<int>& blocks, int first, int end,
+                     transfer::DescList* local, transfer::DescList* remote) const;
   void Finish(const std::shared_ptr<Job>& job, Result<runtime::RemotePrefillResult> result);
   Status EnsurePeer(const runtime::KVTarget& target);
 
   std::shared_ptr<AsyncEngine> engine_;
   transfer::Agent* agent_;
+  PrefillHandlerOptions options_;
   KVCacheLayout layout_;
   int block_size_;
 
@@ -63,9 +93,10 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  bool stopping_ = false;
-  std::deque<std::shared_ptr<Job>> ready_;   // computed, to post
+  std::atomic<bool> stopping_{false};  // written under mu_, read anywhere
+  std::deque<std::shared_ptr<Job>> ready_;   // computed or with layers ready, to post
   std::set<std::string> outstanding_;         // request ids not yet answered
+  std::atomic<uint64_t> num_layer_posts_{0}, num_layer_posts_early_{0};
   std::thread transfer_thread_;
 };
 

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "transfer/device_copier.h"
+#include "transfer/ipc_memory.h"
 
 namespace tandem::transfer::testing {
 
@@ -57,6 +58,9 @@ class DeviceEnv {
   virtual std::string name() const = 0;
   // The copier both agents of a test use.
   virtual std::shared_ptr<DeviceCopier> copier() = 0;
+  // The cuda_ipc backend's device calls on this env's memory (fake: fake_ipc.cc; CUDA: the real
+  // ones); null when the env has none.
+  virtual std::shared_ptr<IpcMemoryApi> ipc() { return nullptr; }
   // The devices to put the two sides on (may be the same one).
   virtual int32_t first_device() const = 0;
   virtual int32_t second_device() const = 0;

@@ -1,7 +1,9 @@
-// Device memory through the tcp and local backends (host staging, DeviceCopier): the agent suite
-// on device memory. test_transfer runs it on the fake device (fake_device.h: device memory that
-// faults unless the copier touches it, copies that land only at Sync); test_transfer_cuda runs it
-// on GPU memory through the CUDA copier and skips without a GPU.
+// Device memory through the tcp and local backends (host staging, DeviceCopier) and the cuda_ipc
+// backend (the initiator copies into the peer's memory itself): the agent suite on device memory.
+// test_transfer runs it on the fake device (fake_device.h: device memory that faults unless the
+// copier touches it, copies that land only at Sync or, for cuda_ipc, on a worker thread after the
+// copy delay); test_transfer_cuda runs it on GPU memory through the CUDA copier and the CUDA IPC
+// calls (one process: the peer's pointers directly) and skips without a GPU.
 #include <atomic>
 #include <cstring>
 #include <mutex>
@@ -9,6 +11,7 @@
 #include <thread>
 
 #include "device_env.h"
+#include "transfer/cuda_ipc_backend.h"
 #include "transfer_test_util.h"
 
 namespace tandem::transfer {
@@ -24,12 +27,20 @@ using testing::WaitEnd;
 constexpr uint64_t kSize = 8 << 20;
 constexpr uint64_t kBlock = 4096;
 
+// With `ipc`, the agent has the cuda_ipc backend too (registered on it).
 std::unique_ptr<Agent> MakeDeviceAgent(const std::string& name, std::shared_ptr<DeviceCopier> copier,
                                        const std::string& override_backend,
-                                       std::function<void(const Notification&)> on_notification = nullptr) {
+                                       std::function<void(const Notification&)> on_notification = nullptr,
+                                       std::shared_ptr<IpcMemoryApi> ipc = nullptr) {
   AgentOptions o;
   o.name = name;
   o.backends = {"local", "tcp"};
+  if (ipc) {
+    RegisterBackendFactory("cuda_ipc", MakeCudaIpcBackendFactory(std::move(ipc)));
+    o.backends.push_back("cuda_ipc");
+    // Transfers of 1 MiB and more go over two queues.
+    o.backend_params["cuda_ipc"] = {{"stream_split_bytes", "1048576"}};
+  }
   o.backend_override = override_backend;
   // Small chunks: a transfer crosses many of them (the pipeline, chunks gathering several ranges);
   // small stripes: large transfers go over both connections.
@@ -60,8 +71,10 @@ class DeviceMemoryTest : public ::testing::TestWithParam<std::string> {
     std::string why;
     env_ = testing::MakeDeviceEnv(&why);
     if (!env_) GTEST_SKIP() << "no device: " << why;
-    initiator_ = MakeDeviceAgent("prefill", env_->copier(), GetParam());
-    target_ = MakeDeviceAgent("decode", env_->copier(), "", [this](const Notification& n) { OnNotification(n); });
+    if (GetParam() == "cuda_ipc" && !env_->ipc()) GTEST_SKIP() << "the " << env_->name() << " env has no IPC";
+    initiator_ = MakeDeviceAgent("prefill", env_->copier(), GetParam(), nullptr, env_->ipc());
+    target_ = MakeDeviceAgent("decode", env_->copier(), "", [this](const Notification& n) { OnNotification(n); },
+                              env_->ipc());
     ASSERT_TRUE(initiator_ && target_);
     src_ = env_->Alloc(env_->first_device(), kSize);
     dst_ = env_->Alloc(env_->second_device(), kSize);
@@ -146,6 +159,11 @@ TEST_P(DeviceMemoryTest, WriteThenReadDeviceToDevice) {
 
 TEST_P(DeviceMemoryTest, HostAndDeviceMixed) {
   const uint64_t n = (300 << 10) + 7;
+  if (GetParam() == "cuda_ipc") {  // device memory only: host memory is refused, not moved
+    auto h = initiator_->Post(Op::kWrite, Host(host_src_, 0, n), Dev(dst_, 0, n), "decode");
+    EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition) << h.status().ToString();
+    GTEST_SKIP() << "cuda_ipc moves device memory only";
+  }
   uint64_t off = 0;
   for (MemoryKind lk : {MemoryKind::kHost, MemoryKind::kDevice}) {
     for (MemoryKind rk : {MemoryKind::kHost, MemoryKind::kDevice}) {
@@ -270,7 +288,9 @@ TEST_P(DeviceMemoryTest, DescriptorsNameTheirDevice) {
   DescList host_kind = r;
   host_kind.kind = MemoryKind::kHost;  // device memory named as host memory
   host_kind.descs[0].device_id = 0;
-  EXPECT_EQ(initiator_->Post(Op::kWrite, l, host_kind, "decode").status().code(), StatusCode::kInvalidArgument);
+  // cuda_ipc, forced, refuses host memory before looking further.
+  EXPECT_EQ(initiator_->Post(Op::kWrite, l, host_kind, "decode").status().code(),
+            GetParam() == "cuda_ipc" ? StatusCode::kFailedPrecondition : StatusCode::kInvalidArgument);
 }
 
 TEST_P(DeviceMemoryTest, RandomRoundTripsAndConcurrentPosts) {
@@ -301,7 +321,7 @@ TEST_P(DeviceMemoryTest, RandomRoundTripsAndConcurrentPosts) {
   EXPECT_TRUE(Same(dst_, 0, pattern_.data(), 80 * kBlock));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemoryTest, ::testing::Values("local", "tcp"),
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemoryTest, ::testing::Values("local", "tcp", "cuda_ipc"),
                          [](const auto& info) { return info.param; });
 
 // Registration and the start-up description, with and without a copier.
@@ -330,6 +350,16 @@ TEST(DeviceMemoryAgentTest, RegistrationNeedsACopierAndTheBackendSaysSo) {
   auto forced_local = MakeDeviceAgent("forced", env->copier(), "local");
   EXPECT_EQ(forced_local->DescribeBackend(MemoryKind::kDevice, b.device()).status().code(),
             StatusCode::kFailedPrecondition);  // local reaches no other process
+  if (!env->ipc()) return;
+  // With cuda_ipc: chosen on this node for device memory; host memory and other nodes as before.
+  auto ipc = MakeDeviceAgent("ipc", env->copier(), "", nullptr, env->ipc());
+  EXPECT_EQ(ipc->DescribeBackend(MemoryKind::kDevice, b.device()).value(),
+            "cuda_ipc (" + dev + ") on this node, tcp (host staging for " + dev + ") to other nodes");
+  EXPECT_EQ(ipc->DescribeBackend(MemoryKind::kHost).value(), "tcp (host memory)");
+  auto ipc_only = MakeDeviceAgent("ipc-only", nullptr, "cuda_ipc", nullptr, env->ipc());
+  auto r3 = ipc_only->RegisterMemory(b.ptr(), b.size(), MemoryKind::kDevice, b.device());
+  ASSERT_TRUE(r3.ok()) << r3.status().ToString();  // no copier needed: cuda_ipc moves it
+  EXPECT_EQ(ipc_only->DescribeBackend(MemoryKind::kDevice, b.device()).value(), "cuda_ipc (" + dev + ") on this node, none to other nodes");
 }
 
 // The RMA backends take host memory only (issue 7): forcing one onto device memory is refused.

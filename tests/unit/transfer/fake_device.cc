@@ -1,5 +1,6 @@
 #include "fake_device.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -78,11 +79,14 @@ class FakeStream final : public CopyStream {
 
 FakeDevice::~FakeDevice() {
   std::lock_guard lock(mu_);
-  for (auto& [addr, a] : allocs_) {
-    ::munmap(reinterpret_cast<void*>(addr), a.len);
-    ::munmap(a.alias, a.len);
-    ::close(a.fd);
-  }
+  for (auto& [addr, a] : allocs_) Unmap(addr, a);
+}
+
+void FakeDevice::Unmap(uint64_t addr, const Allocation& a) {
+  ::munmap(reinterpret_cast<void*>(addr), a.len);
+  ::munmap(a.alias, a.len);
+  if (a.fd >= 0) ::close(a.fd);
+  if (!a.shm_name.empty()) ::shm_unlink(a.shm_name.c_str());
 }
 
 Result<std::unique_ptr<CopyStream>> FakeDevice::NewStream(int32_t device_id) {
@@ -99,8 +103,10 @@ Result<PinnedBuffer> FakeDevice::AllocPinned(uint64_t bytes) {
 }
 
 DeviceBuffer FakeDevice::Alloc(int32_t device, uint64_t bytes) {
-  int fd = ::memfd_create("fake-device", MFD_CLOEXEC);
-  EXPECT_GE(fd, 0);
+  // Shared memory with a name, so that another process can open it (fake_ipc.cc).
+  const std::string name = fmt::format("/tandem-fake-{}-{}", ::getpid(), next_shm_++);
+  int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  EXPECT_GE(fd, 0) << name;
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
   void* dev = ::mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);
   void* alias = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -109,7 +115,7 @@ DeviceBuffer FakeDevice::Alloc(int32_t device, uint64_t bytes) {
   const uint64_t addr = reinterpret_cast<uint64_t>(dev);
   {
     std::lock_guard lock(mu_);
-    allocs_[addr] = Allocation{device, bytes, static_cast<uint8_t*>(alias), fd};
+    allocs_[addr] = Allocation{device, bytes, static_cast<uint8_t*>(alias), fd, name};
   }
   std::weak_ptr<FakeDevice> weak = weak_from_this();
   return DeviceBuffer(addr, bytes, device, [weak, addr] {
@@ -121,9 +127,7 @@ void FakeDevice::Free(uint64_t addr) {
   std::lock_guard lock(mu_);
   auto it = allocs_.find(addr);
   if (it == allocs_.end()) return;
-  ::munmap(reinterpret_cast<void*>(addr), it->second.len);
-  ::munmap(it->second.alias, it->second.len);
-  ::close(it->second.fd);
+  Unmap(addr, it->second);
   allocs_.erase(it);
 }
 
@@ -138,6 +142,18 @@ uint8_t* FakeDevice::Alias(int32_t device, uint64_t addr, uint64_t len) {
     }
   }
   violations_ += fmt::format("device {} range {:#x}+{} is not fake device memory of that device\n", device, addr, len);
+  return nullptr;
+}
+
+uint8_t* FakeDevice::AliasAny(uint64_t addr, uint64_t len) {
+  std::lock_guard lock(mu_);
+  auto it = allocs_.upper_bound(addr);
+  if (it != allocs_.begin()) {
+    --it;
+    const Allocation& a = it->second;
+    if (addr >= it->first && len <= a.len && addr - it->first <= a.len - len) return a.alias + (addr - it->first);
+  }
+  violations_ += fmt::format("range {:#x}+{} is neither fake device memory nor an opened handle\n", addr, len);
   return nullptr;
 }
 
@@ -164,6 +180,7 @@ class FakeDeviceEnv final : public DeviceEnv {
   ~FakeDeviceEnv() override { EXPECT_EQ(dev_->violations(), ""); }
   std::string name() const override { return "fake"; }
   std::shared_ptr<DeviceCopier> copier() override { return dev_; }
+  std::shared_ptr<IpcMemoryApi> ipc() override { return dev_->ipc(); }
   int32_t first_device() const override { return 1; }
   int32_t second_device() const override { return 2; }
   DeviceBuffer Alloc(int32_t device, uint64_t bytes) override { return dev_->Alloc(device, bytes); }

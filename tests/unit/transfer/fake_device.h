@@ -6,6 +6,13 @@
 // Copies are deferred: a stream only records them and runs them at Sync (after the copy delay),
 // as a GPU runs them later than they are enqueued. A backend that acknowledges a write, reuses a
 // staging buffer or releases memory before syncing then shows wrong bytes.
+//
+// IPC (ipc(), fake_ipc.cc: the cuda_ipc backend's IpcMemoryApi): the memory is POSIX shared memory
+// ("/tandem-fake-<pid>-<n>", unlinked when freed), so another process can map it: a handle names
+// the segment, Open maps it twice again (PROT_NONE at the returned address, an alias for copies),
+// copies run by memcpy on a worker thread per queue, each copy_delay after it was enqueued, and
+// events are done when the copies before them ran. Faults: the copy failure above, failing opens
+// (set_fail_opens), and a process that exits (its segments vanish: Open says NotFound).
 #pragma once
 
 #include <atomic>
@@ -17,6 +24,7 @@
 
 #include "device_env.h"
 #include "transfer/device_copier.h"
+#include "transfer/ipc_memory.h"
 
 namespace tandem::transfer::testing {
 
@@ -34,6 +42,13 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
   // when the range is not inside one allocation of that device.
   uint8_t* Alias(int32_t device, uint64_t addr, uint64_t len);
 
+  // The IPC side of this fake (fake_ipc.cc).
+  std::shared_ptr<IpcMemoryApi> ipc();
+  // The next `n` Opens fail (Internal "injected open failure").
+  void set_fail_opens(int n) { fail_opens_ = n; }
+  uint64_t opens() const { return opens_.load(); }
+  uint64_t closes() const { return closes_.load(); }
+
   CopyCounts counts() const;
   std::string violations() const;  // "" when every copy named valid device memory
   void set_copy_delay(std::chrono::milliseconds d) { delay_ms_ = d.count(); }
@@ -42,12 +57,19 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
 
  private:
   friend class FakeStream;
+  friend class FakeIpc;
+  friend class FakeIpcQueue;
   struct Allocation {
     int32_t device = 0;
     uint64_t len = 0;
     uint8_t* alias = nullptr;
     int fd = -1;
+    std::string shm_name;  // "" for a mapping opened from a handle (not ours to unlink)
   };
+  // The alias of [addr, +len) inside any allocation or opened mapping (IPC copies: either side may
+  // be another device's or another process's memory); null and a violation otherwise.
+  uint8_t* AliasAny(uint64_t addr, uint64_t len);
+  void Unmap(uint64_t addr, const Allocation& a);
   void Free(uint64_t addr);
   // Counts `len` copied bytes; false when that passes the failure point.
   bool Account(uint64_t len);
@@ -58,6 +80,8 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
   std::atomic<uint64_t> to_host_{0}, from_host_{0}, d2d_{0}, syncs_{0}, copied_{0};
   std::atomic<int64_t> delay_ms_{0};
   std::atomic<uint64_t> fail_after_{0};
+  std::atomic<int> fail_opens_{0};
+  std::atomic<uint64_t> opens_{0}, closes_{0}, next_shm_{0};
 };
 
 }  // namespace tandem::transfer::testing

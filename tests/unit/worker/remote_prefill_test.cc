@@ -111,13 +111,13 @@ class RemotePrefillTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The prefill worker: engine, agent with its KV registered, gRPC server registered in discovery.
-  void StartPrefill() {
+  void StartPrefill(PrefillHandlerOptions handler_options = {}) {
     prefill_engine_ = MakeEngine(0, {});
     prefill_agent_ = MakeAgent("prefill-test");
     auto regs = RegisterKVCache(*prefill_agent_, prefill_engine_->kv_cache_layout());
     ASSERT_TRUE(regs.ok());
     prefill_regs_ = std::move(*regs);
-    handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get());
+    handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get(), handler_options);
     server_ = std::make_unique<runtime::WorkerServer>(
         prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, handler_});
     ASSERT_TRUE(server_->Start().ok());
@@ -177,6 +177,12 @@ class RemotePrefillTest : public ::testing::Test {
   uint64_t BytesPerBlock() {
     const KVCacheLayout& l = decode_engine_->kv_cache_layout();
     return l.block_bytes * l.layer_base.size();
+  }
+  // The same from the model's shape (the engines may be stopped): K and V of every layer, fp32.
+  static uint64_t BytesPerBlockOf(int num_layers) {
+    auto runner = LoadCpuModelRunner(DefaultModelDir());
+    const ModelConfig& c = (*runner)->config();
+    return static_cast<uint64_t>(2) * kBlock * c.num_key_value_heads * c.head_dim * sizeof(float) * num_layers;
   }
 
   fs::path dir_;
@@ -263,6 +269,58 @@ TEST_F(RemotePrefillTest, SecondTurnMovesOnlyNewBlocks) {
   auto agg = MakeEngine(0, {});
   EXPECT_EQ(Generate(*agg, "r2", turn2, 8).tokens, b.tokens);
   StopPrefill();
+}
+
+// Layer-wise transfer (the default): each layer's blocks are posted once that layer is computed,
+// while later layers still compute; the decode worker gets the same KV as from one write after the
+// prefill (same tokens, same bytes), and both equal an aggregated engine's tokens.
+TEST_F(RemotePrefillTest, LayerwiseWritesOverlapComputeAndEqualTheWholeWrite) {
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 700; ++i) prompt.push_back(300 + (i * 71) % 8000);
+  const int num_layers = [] {
+    auto runner = LoadCpuModelRunner(DefaultModelDir());
+    return runner.ok() ? (*runner)->config().num_hidden_layers : 0;
+  }();
+  ASSERT_GT(num_layers, 1);
+  struct Run {
+    std::vector<int32_t> tokens;
+    uint64_t bytes = 0, layer_posts = 0, early_posts = 0;
+  };
+  auto run = [&](bool layerwise) {
+    PrefillHandlerOptions o;
+    o.layerwise = layerwise;
+    StartPrefill(o);
+    StartDecode(/*max_local=*/0);
+    Run r;
+    // Three requests: the sum of early posts does not hinge on one schedule.
+    for (int i = 0; i < 3; ++i) {
+      std::vector<int32_t> p = prompt;
+      p[0] += i;  // no prefix shared between them
+      Collected got = Generate(*decode_engine_, "lw" + std::to_string(i), p, 6);
+      EXPECT_EQ(got.reason, FinishReason::kLength) << got.error;
+      if (i == 0) r.tokens = got.tokens;
+    }
+    r.bytes = disagg_->transfer_stats().bytes;
+    EXPECT_EQ(disagg_->transfer_stats().num_transfers, 3u);
+    EXPECT_EQ(disagg_->num_fallbacks(), 0u);
+    r.layer_posts = handler_->num_layer_posts();
+    r.early_posts = handler_->num_layer_posts_before_computed();
+    EXPECT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used == 0; }, 5s));
+    StopDecode();
+    StopPrefill();
+    return r;
+  };
+  const Run layerwise = run(true);
+  const Run whole = run(false);
+  EXPECT_EQ(layerwise.tokens, whole.tokens);
+  EXPECT_EQ(layerwise.bytes, whole.bytes);
+  EXPECT_EQ(layerwise.bytes, 3 * ((prompt.size() + kBlock - 1) / kBlock) *
+                                 (BytesPerBlockOf(num_layers)));
+  EXPECT_EQ(layerwise.layer_posts, 3u * num_layers);  // one post per layer and request
+  EXPECT_GT(layerwise.early_posts, 0u);               // some went out before the first token
+  EXPECT_EQ(whole.layer_posts, 0u);
+  auto agg = MakeEngine(0, {});
+  EXPECT_EQ(Generate(*agg, "ref", prompt, 6).tokens, layerwise.tokens);
 }
 
 TEST_F(RemotePrefillTest, NoPrefillWorkerFallsBackToLocalPrefill) {

@@ -1,11 +1,13 @@
 // The device-memory transfer suite (device_memory_test.cc) on GPU memory: cudaMalloc'd buffers,
-// the agents' copies through MakeCudaCopier. Two GPUs: the sides on devices 0 and 1 (local copies
-// peer to peer); one GPU: both on device 0. No GPU: the suite skips.
+// the agents' copies through MakeCudaCopier and, for cuda_ipc, MakeCudaIpcApi. Two GPUs: the
+// sides on devices 0 and 1 (local copies peer to peer); one GPU: both on device 0. No GPU: the
+// suite skips.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
 #include "../device_env.h"
 #include "transfer/cuda/cuda_copier.h"
+#include "transfer/cuda/cuda_ipc_api.h"
 
 namespace tandem::transfer::testing {
 namespace {
@@ -17,6 +19,8 @@ class CudaDeviceEnv final : public DeviceEnv {
   explicit CudaDeviceEnv(int count) : count_(count), copier_(MakeCudaCopier()) {}
   std::string name() const override { return "cuda"; }
   std::shared_ptr<DeviceCopier> copier() override { return copier_; }
+  // One process: the cuda_ipc backend uses the peer's pointers (CUDA opens no own handles).
+  std::shared_ptr<IpcMemoryApi> ipc() override { return ipc_; }
   int32_t first_device() const override { return 0; }
   int32_t second_device() const override { return count_ > 1 ? 1 : 0; }
   DeviceBuffer Alloc(int32_t device, uint64_t bytes) override {
@@ -41,6 +45,7 @@ class CudaDeviceEnv final : public DeviceEnv {
  private:
   const int count_;
   std::shared_ptr<DeviceCopier> copier_;
+  std::shared_ptr<IpcMemoryApi> ipc_ = MakeCudaIpcApi();
 };
 
 }  // namespace

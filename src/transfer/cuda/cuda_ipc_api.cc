@@ -1,0 +1,202 @@
+#include "transfer/cuda/cuda_ipc_api.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <mutex>
+#include <set>
+
+#include "transfer/cuda/cuda_copier.h"
+#include "transfer/cuda_ipc_backend.h"
+#include "transfer/backend.h"
+#include "transfer/metadata.h"
+
+namespace tandem::transfer {
+
+namespace {
+
+Status CudaError(cudaError_t e, const char* what) {
+  return Err(StatusCode::kInternal, "{}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+// The handle bytes.
+struct WireHandle {
+  char magic[4] = {'C', 'I', 'P', 'H'};
+  int32_t device = 0;
+  uint64_t base = 0;
+  uint64_t size = 0;
+  char process[64] = {};  // ThisProcessId() of the exporter
+  cudaIpcMemHandle_t handle{};
+};
+
+using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+
+class CudaEvent final : public IpcEvent {
+ public:
+  CudaEvent(int32_t device, cudaEvent_t e) : device_(device), event_(e) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }
+  Result<bool> Query() override {
+    cudaError_t e = cudaEventQuery(event_);
+    if (e == cudaSuccess) return true;
+    if (e == cudaErrorNotReady) {
+      (void)cudaGetLastError();
+      return false;
+    }
+    return CudaError(e, "a cuda_ipc copy failed (cudaEventQuery)");
+  }
+
+ private:
+  const int32_t device_;
+  cudaEvent_t event_;
+};
+
+class CudaQueue final : public IpcQueue {
+ public:
+  CudaQueue(int32_t device, cudaStream_t s) : device_(device), stream_(s) {}
+  ~CudaQueue() override {
+    cudaSetDevice(device_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  int32_t device_id() const override { return device_; }
+  Status Copy(uint64_t dst, uint64_t src, uint64_t len) override {
+    cudaSetDevice(device_);  // this thread may have used another device last
+    cudaError_t e = cudaMemcpyAsync(reinterpret_cast<void*>(dst), reinterpret_cast<const void*>(src), len,
+                                    cudaMemcpyDefault, stream_);
+    return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyAsync (cuda_ipc)");
+  }
+  Result<std::unique_ptr<IpcEvent>> Record() override {
+    cudaSetDevice(device_);
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return CudaError(e, "cudaEventCreateWithFlags");
+    e = cudaEventRecord(ev, stream_);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(ev);
+      return CudaError(e, "cudaEventRecord");
+    }
+    return std::unique_ptr<IpcEvent>(std::make_unique<CudaEvent>(device_, ev));
+  }
+
+ private:
+  const int32_t device_;
+  cudaStream_t stream_;
+};
+
+class CudaIpcApi final : public IpcMemoryApi {
+ public:
+  std::string name() const override { return "cuda"; }
+
+  Result<IpcExport> Export(uint64_t addr, uint64_t len, int32_t device) override {
+    cudaPointerAttributes attr{};
+    cudaError_t e = cudaPointerGetAttributes(&attr, reinterpret_cast<const void*>(addr));
+    if (e != cudaSuccess || attr.type != cudaMemoryTypeDevice) {
+      (void)cudaGetLastError();
+      return Err(StatusCode::kInvalidArgument, "{:#x} is not device memory", addr);
+    }
+    if (attr.device != device) {
+      return Err(StatusCode::kInvalidArgument, "{:#x} is memory of cuda:{}, not cuda:{}", addr, attr.device, device);
+    }
+    TANDEM_ASSIGN_OR_RETURN(GetAddressRange range, RangeFn());
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    if (range(&base, &size, static_cast<CUdeviceptr>(addr)) != CUDA_SUCCESS) {
+      return Err(StatusCode::kInvalidArgument, "cuMemGetAddressRange({:#x}) failed", addr);
+    }
+    if (addr + len > base + size) {
+      return Err(StatusCode::kInvalidArgument, "[{:#x}, +{}) spans more than one allocation", addr, len);
+    }
+    WireHandle w;
+    w.device = device;
+    w.base = base;
+    w.size = size;
+    const std::string me = ThisProcessId();
+    std::memcpy(w.process, me.data(), std::min(me.size(), sizeof(w.process) - 1));
+    cudaSetDevice(device);
+    e = cudaIpcGetMemHandle(&w.handle, reinterpret_cast<void*>(base));
+    if (e != cudaSuccess) return CudaError(e, "cudaIpcGetMemHandle");
+    return IpcExport{std::string(reinterpret_cast<const char*>(&w), sizeof(w)), addr - base};
+  }
+
+  Result<uint64_t> Open(const std::string& handle, int32_t local_device) override {
+    WireHandle w;
+    if (handle.size() != sizeof(w)) return Err(StatusCode::kInvalidArgument, "not a CUDA IPC handle");
+    std::memcpy(&w, handle.data(), sizeof(w));
+    if (std::memcmp(w.magic, "CIPH", 4) != 0) return Err(StatusCode::kInvalidArgument, "not a CUDA IPC handle");
+    cudaError_t e = cudaSetDevice(local_device);
+    if (e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+    if (ThisProcessId() == w.process) {
+      // Our own allocation (CUDA opens no handle in its exporting process): the pointer itself.
+      if (w.device != local_device) {
+        e = cudaDeviceEnablePeerAccess(w.device, 0);
+        if (e != cudaSuccess && e != cudaErrorPeerAccessAlreadyEnabled) {
+          (void)cudaGetLastError();  // without peer access the copies still work, through host memory
+        }
+        (void)cudaGetLastError();
+      }
+      return w.base;
+    }
+    void* p = nullptr;
+    e = cudaIpcOpenMemHandle(&p, w.handle, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return CudaError(e, "cudaIpcOpenMemHandle");
+    }
+    std::lock_guard lock(mu_);
+    opened_.insert({reinterpret_cast<uint64_t>(p), local_device});
+    return reinterpret_cast<uint64_t>(p);
+  }
+
+  void Close(uint64_t base, int32_t local_device) override {
+    {
+      std::lock_guard lock(mu_);
+      if (!opened_.erase({base, local_device})) return;  // our own memory: nothing was opened
+    }
+    cudaSetDevice(local_device);
+    cudaIpcCloseMemHandle(reinterpret_cast<void*>(base));
+  }
+
+  Result<std::unique_ptr<IpcQueue>> NewQueue(int32_t device) override {
+    const int count = CudaDeviceCount();
+    if (device < 0 || device >= count) {
+      return Err(StatusCode::kInvalidArgument, "no CUDA device {} ({} device(s) visible)", device, count);
+    }
+    cudaError_t e = cudaSetDevice(device);
+    if (e != cudaSuccess) return CudaError(e, "cudaSetDevice");
+    cudaStream_t s = nullptr;
+    e = cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking);
+    if (e != cudaSuccess) return CudaError(e, "cudaStreamCreateWithFlags");
+    return std::unique_ptr<IpcQueue>(std::make_unique<CudaQueue>(device, s));
+  }
+
+ private:
+  static Result<GetAddressRange> RangeFn() {
+    static GetAddressRange fn = [] {
+      void* p = nullptr;
+      cudaDriverEntryPointQueryResult q{};
+      if (cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+          q != cudaDriverEntryPointSuccess) {
+        (void)cudaGetLastError();
+        p = nullptr;
+      }
+      return reinterpret_cast<GetAddressRange>(p);
+    }();
+    if (!fn) return Err(StatusCode::kInternal, "the CUDA driver offers no cuMemGetAddressRange");
+    return fn;
+  }
+
+  std::mutex mu_;
+  std::set<std::pair<uint64_t, int32_t>> opened_;
+};
+
+}  // namespace
+
+std::shared_ptr<IpcMemoryApi> MakeCudaIpcApi() { return std::make_shared<CudaIpcApi>(); }
+
+void RegisterCudaIpcBackend() {
+  static std::once_flag once;
+  std::call_once(once, [] { RegisterBackendFactory("cuda_ipc", MakeCudaIpcBackendFactory(MakeCudaIpcApi())); });
+}
+
+}  // namespace tandem::transfer

@@ -1,0 +1,104 @@
+// The control path of the cuda_ipc backend (cuda_ipc_backend.h): pins and notifications over an
+// abstract unix socket, one request/response at a time per connection.
+//
+// Every message is a 32-byte MsgHeader, then num_ranges WireRanges (24 bytes: addr, len, device
+// id, reserved), then aux_len bytes of aux; both ends are processes of one host (host byte order).
+//   initiator -> target: kHello (aux "<name>\n<target instance id>"), kBegin (xfer id, the remote
+//     ranges), kEnd (xfer id, flags kSuccess / kHasNotification, aux = the notification).
+//   target -> initiator: kOk, or kError (status_code, aux = message).
+// The sockets tick every 20 ms (tcp_wire.h's SendAll/RecvAll), so every wait can be abandoned.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/status.h"
+#include "transfer/backend.h"
+
+namespace tandem::transfer::ipc {
+
+inline constexpr uint32_t kMagic = 0x43504943;  // "CIPC"
+inline constexpr uint32_t kMaxRanges = 1u << 22;
+inline constexpr uint32_t kMaxAux = 1u << 24;
+
+enum class MsgType : uint8_t { kHello = 1, kBegin, kEnd, kOk, kError };
+inline constexpr uint16_t kSuccess = 1;
+inline constexpr uint16_t kHasNotification = 2;
+
+struct MsgHeader {
+  uint32_t magic = kMagic;
+  MsgType type = MsgType::kOk;
+  uint8_t reserved0 = 0;
+  uint16_t flags = 0;
+  uint64_t xfer_id = 0;
+  uint32_t num_ranges = 0;
+  uint32_t aux_len = 0;
+  uint32_t status_code = 0;
+  uint32_t reserved1 = 0;
+};
+static_assert(sizeof(MsgHeader) == 32);
+
+// "@tandem-cuda-ipc-<instance id>": the abstract socket an agent instance listens on.
+std::string SocketName(const std::string& instance_id);
+
+using Clock = std::chrono::steady_clock;
+
+// The initiator's connection to one peer. Thread-safe: Call serializes.
+class ControlConn {
+ public:
+  // Connects and says hello. Errors: NotFound when nothing listens (the peer is gone),
+  // FailedPrecondition when another instance answers, Internal for socket errors and timeouts.
+  static Result<std::shared_ptr<ControlConn>> Connect(const std::string& socket_name, const std::string& my_name,
+                                                      const std::string& peer_name,
+                                                      const std::string& peer_instance, Clock::time_point deadline,
+                                                      const std::atomic<bool>& stopping);
+  ~ControlConn();
+
+  // Sends one request and waits for its answer until `deadline`. The target's kError comes back
+  // as its Status; a broken connection as NotFound "peer ... gone", a deadline as Internal
+  // "timed out". Any error but the target's own breaks the connection.
+  Status Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
+              const std::string& aux, Clock::time_point deadline, const std::atomic<bool>& stopping);
+  // Ends the connection from outside: a Call in progress fails within a tick.
+  void Break();
+  bool broken() const { return broken_.load(); }
+
+ private:
+  ControlConn(int fd, std::string peer_name) : fd_(fd), peer_name_(std::move(peer_name)) {}
+  int fd_;
+  const std::string peer_name_;
+  std::mutex mu_;
+  std::atomic<bool> broken_{false};
+};
+
+// The target's side: accepts connections and serves BEGIN/END against the host's registrations.
+class ControlServer {
+ public:
+  // Listens on SocketName(host.instance_id()). Errors: Internal when the socket cannot be bound.
+  static Result<std::unique_ptr<ControlServer>> Start(BackendHost& host);
+  ~ControlServer();  // Stop()
+  // Closes the listener and every connection (releasing their pins); joins the threads.
+  void Stop();
+
+ private:
+  struct Conn;
+  ControlServer(BackendHost& host, int listen_fd) : host_(host), listen_fd_(listen_fd) {}
+  void AcceptLoop();
+  void Serve(int fd);
+
+  BackendHost& host_;
+  const int listen_fd_;
+  std::atomic<bool> stopping_{false};
+  std::mutex mu_;
+  std::vector<std::shared_ptr<Conn>> conns_;
+  std::thread acceptor_;
+};
+
+}  // namespace tandem::transfer::ipc
