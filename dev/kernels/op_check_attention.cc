@@ -244,6 +244,7 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   OC_OK(cuda::PagedDecodeInitWorkspace(ws.get(), ws_bytes, nullptr));
   a.workspace = ws.get();
   a.workspace_bytes = ws_bytes;
+  a.workspace_initialized = true;
   auto run = [&] { OC_OK(cuda::PagedDecode(a, nullptr)); };
   run();
   if (ws_bytes > 0) {

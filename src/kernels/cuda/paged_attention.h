@@ -19,11 +19,12 @@
 // K/V included). Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
 // s's context is cut into at most num_splits chunks (a multiple of 32 keys, at least 32 (kFill) or
 // 64 (kLegacy)), one CTA per chunk and KV head serving all query heads of that KV head (up to 8;
-// larger groups use several CTAs), 16-byte K/V loads, an online softmax per CTA. When a sequence has more than one chunk the
-// partial results are merged with log-sum-exp weights: kFill by the last CTA of the (sequence, KV
-// head) to finish (a counter in the workspace; no second kernel), kLegacy by a second kernel. The
-// grid depends on num_seqs and num_splits only (CTAs past a sequence's last chunk exit), so a CUDA
-// graph captured with a fixed num_splits serves any contexts. head_dim 64, 128 or 256.
+// larger groups use several CTAs), 16-byte K/V loads, an online softmax per CTA. When a sequence
+// has more than one chunk the partial results are merged with log-sum-exp weights: kFill by the
+// last CTA of the (sequence, KV head) to finish (a counter in an initialized workspace; no second
+// kernel), kLegacy (or kFill without workspace_initialized) by a second kernel. The grid depends
+// on num_seqs and num_splits only (CTAs past a sequence's last chunk exit), so a CUDA graph
+// captured with a fixed num_splits serves any contexts. head_dim 64, 128 or 256.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.
 #pragma once
 
@@ -92,10 +93,12 @@ struct PagedDecodeArgs {
   int num_splits = 0;
   DecodeSplitPolicy policy = DecodeSplitPolicy::kAuto;
   // PagedDecodeWorkspaceBytes(args) bytes, 16-byte aligned. Its first kPagedDecodeCounters * 4
-  // bytes are merge counters: zero them once after allocating (PagedDecodeInitWorkspace); every
-  // launch leaves them zero again.
+  // bytes are merge counters: zero them once after allocating (PagedDecodeInitWorkspace) and set
+  // workspace_initialized; every launch leaves them zero again. Without it kFill merges with the
+  // reduce kernel (a second launch) as kLegacy does.
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
+  bool workspace_initialized = false;
 };
 
 // The automatic split choice, a pure function of the shape (documented here so that the numbers can

@@ -15,7 +15,8 @@
 // One chunk: bf16 out directly; several: the chunk's normalized output, max logit and exp sum go
 // to the workspace, and either the last CTA of the (sequence, KV head, head chunk) to finish merges
 // them (kFill: a ticket counter per group in the workspace, reset by that CTA) or the reduce kernel
-// does (kLegacy, or more groups than counters); log-sum-exp weights either way.
+// does (kLegacy, a workspace not initialized, or more groups than counters); log-sum-exp weights
+// either way.
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
 
@@ -456,8 +457,8 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
     ws.partial_out = reinterpret_cast<float*>(static_cast<char*>(a.workspace) + kCounterBytes);
     ws.max_logits = ws.partial_out + rows * a.head_dim;
     ws.exp_sums = ws.max_logits + rows;
-    ws.merge_in_kernel =
-        !legacy && int64_t{a.num_seqs} * a.num_kv_heads * num_chunks <= kPagedDecodeCounters;
+    ws.merge_in_kernel = !legacy && a.workspace_initialized &&
+                         int64_t{a.num_seqs} * a.num_kv_heads * num_chunks <= kPagedDecodeCounters;
   }
   switch (a.head_dim) {
     case 64: return LaunchHd<64>(a, ws, num_chunks, stream);
