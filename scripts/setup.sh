@@ -11,6 +11,7 @@ PACKAGES=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev curl
   libucx-dev libfabric-dev
+  etcd-server nats-server libnats-dev
   python3 python3-jinja2 nodejs npm
 )
 
