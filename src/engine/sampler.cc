@@ -44,84 +44,24 @@ int32_t ArgMax(std::span<const float> logits) {
   return best;
 }
 
-namespace {
-
-// Sorts ids by probability, descending (ties: lower id first).
-void SortByProb(std::vector<int32_t>* ids, const std::vector<double>& p) {
-  std::sort(ids->begin(), ids->end(), [&](int32_t a, int32_t b) {
-    return p[a] != p[b] ? p[a] > p[b] : a < b;
-  });
+cpu::SampleSpec ToSampleSpec(const SamplingParams& params) {
+  cpu::SampleSpec spec;
+  spec.temperature = params.temperature;
+  spec.top_p = params.top_p;
+  spec.top_k = params.top_k;
+  spec.min_p = params.min_p;
+  return spec;
 }
 
-}  // namespace
+int32_t SampleTokenWithUniform(std::span<const float> logits, const SamplingParams& params,
+                               double u) {
+  return cpu::SampleWithUniform(logits, ToSampleSpec(params), u);
+}
 
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,
                     std::mt19937_64& generator) {
-  const int vocab = static_cast<int>(logits.size());
-  if (params.temperature <= 0.0f) return ArgMax(logits);
-
-  // Unnormalized probabilities relative to the most likely token (p_max = 1).
-  const float max_logit = logits[ArgMax(logits)];
-  const double inv_t = 1.0 / params.temperature;
-  std::vector<double> p(vocab);
-  for (int i = 0; i < vocab; ++i) p[i] = std::exp((logits[i] - max_logit) * inv_t);
-
-  // min-p: relative to p_max = 1.
-  if (params.min_p > 0.0f) {
-    for (double& x : p) {
-      if (x < params.min_p) x = 0.0;
-    }
-  }
-  std::vector<int32_t> cand;  // surviving ids
-  cand.reserve(vocab);
-  for (int i = 0; i < vocab; ++i) {
-    if (p[i] > 0.0) cand.push_back(i);
-  }
-  bool sorted = false;
-  if (params.top_k > 0 && params.top_k < static_cast<int>(cand.size())) {
-    auto by_prob = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
-    std::nth_element(cand.begin(), cand.begin() + params.top_k, cand.end(), by_prob);
-    for (size_t i = params.top_k; i < cand.size(); ++i) p[cand[i]] = 0.0;
-    cand.resize(params.top_k);
-  }
-  if (params.top_p < 1.0f) {
-    double total = 0.0;
-    for (int32_t id : cand) total += p[id];
-    const double target = params.top_p * total;
-    // Sorting the whole vocab is slow; the nucleus usually lies among the likely tokens, so try
-    // those first and fall back to all candidates when their mass is short of the target.
-    std::vector<int32_t> head;
-    double head_mass = 0.0;
-    for (int32_t id : cand) {
-      if (p[id] >= 1e-4) {
-        head.push_back(id);
-        head_mass += p[id];
-      }
-    }
-    std::vector<int32_t>& order = head_mass >= target ? head : cand;
-    SortByProb(&order, p);
-    sorted = true;
-    double cum = 0.0;
-    size_t keep = 0;
-    while (keep < order.size()) {
-      cum += p[order[keep++]];
-      if (cum >= target) break;
-    }
-    for (size_t i = keep; i < order.size(); ++i) p[order[i]] = 0.0;
-    order.resize(keep);
-    if (&order != &cand) cand = std::move(order);
-  }
-  if (!sorted) std::sort(cand.begin(), cand.end());
-  // Draw: walk the survivors (in a fixed order) until the cumulative mass passes u * total.
-  double total = 0.0;
-  for (int32_t id : cand) total += p[id];
-  const double u = UniformDouble(generator) * total;
-  double cum = 0.0;
-  for (int32_t id : cand) {
-    cum += p[id];
-    if (u < cum) return id;
-  }
-  return cand.back();
+  if (params.temperature <= 0.0f) return ArgMax(logits);  // greedy: no draw
+  return SampleTokenWithUniform(logits, params, UniformDouble(generator));
 }
 
 TokenLogprob ComputeLogprobs(std::span<const float> logits, int32_t token_id, int top_k) {

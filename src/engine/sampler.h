@@ -20,6 +20,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampling_params.h"
+#include "kernels/cpu/sample.h"
 
 namespace tandem {
 
@@ -28,9 +29,16 @@ void ApplyPenalties(std::span<float> logits, std::span<const int32_t> prompt_ids
                     std::span<const int32_t> output_ids, const SamplingParams& params);
 
 // Picks a token from (already penalized) logits: [vocab_size]. Exactly one draw from `generator`
-// when temperature > 0, none when greedy.
+// when temperature > 0, none when greedy: SampleTokenWithUniform with u = UniformDouble(generator).
 int32_t SampleToken(std::span<const float> logits, const SamplingParams& params,
                     std::mt19937_64& generator);
+
+// The same pick with the uniform u in [0, 1) given (kernels/cpu/sample.h states the rules; the
+// GPU pick, kernels/cuda/sampling_filter.h, follows them with the same u). u unused when greedy.
+int32_t SampleTokenWithUniform(std::span<const float> logits, const SamplingParams& params, double u);
+
+// The sampling fields of params for the op (kernels/cpu/sample.h).
+cpu::SampleSpec ToSampleSpec(const SamplingParams& params);
 
 // The greedy choice: the largest logit, the lowest id on ties.
 int32_t ArgMax(std::span<const float> logits);
