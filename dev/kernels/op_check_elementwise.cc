@@ -1,6 +1,8 @@
 // cuda_op_check: embedding, RMSNorm (+ fused residual add), q/k norm + RoPE, SiLU-and-mul,
-// reshape_and_cache against the CPU ops on the same bf16-rounded inputs.
+// reshape_and_cache, and the fused q/k norm + RoPE + cache write against the CPU ops on the same
+// bf16-rounded inputs.
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <numeric>
 #include <random>
@@ -193,6 +195,159 @@ void QkNormRopeCase(int num_tokens, int nh, int nkv, int hd, const cpu::RopePara
   Record(row);
 }
 
+// QkNormRopeCache (q/k norm + RoPE + the K/V cache write in one kernel) against the CPU ops
+// composed (RmsNorm, ApplyRope, ReshapeAndCache) with the tolerances of the unfused checks: q and
+// the cached K rows within kTolElementwise, the cached V rows and every untouched pool slot exact;
+// the k and v slices of qkv untouched. Also bit for bit against the GPU's unfused pair
+// (QkNormRope, then ReshapeAndCache) on copies, whose time is in the note.
+void QkNormRopeCacheCase(int num_tokens, int nh, int nkv, int hd, int num_blocks,
+                         const cpu::RopeParams& rope, bool with_norm, const char* label) {
+  const float eps = 1e-6f;
+  const int block_size = 16;
+  const int64_t stride = static_cast<int64_t>(nh + 2 * nkv) * hd;
+  const int64_t row_elems = static_cast<int64_t>(nkv) * hd;
+  const size_t pool_elems = static_cast<size_t>(num_blocks) * 2 * block_size * row_elems;
+  DevBuf<bf16> qkv(num_tokens * stride), q_norm(hd), k_norm(hd), pool(pool_elems);
+  DevBuf<bf16> qkv2(qkv.size()), pool2(pool_elems);  // the unfused pair's copies
+  FillUniform(qkv.get(), qkv.size(), NextSeed(), -2.0f, 2.0f);
+  FillUniform(q_norm.get(), hd, NextSeed(), 0.5f, 1.5f);
+  FillUniform(k_norm.get(), hd, NextSeed(), 0.5f, 1.5f);
+  FillUniform(pool.get(), pool_elems, NextSeed(), -1.0f, 1.0f);
+  OC_CUDA(cudaMemcpy(qkv2.get(), qkv.get(), qkv.bytes(), cudaMemcpyDeviceToDevice));
+  OC_CUDA(cudaMemcpy(pool2.get(), pool.get(), pool.bytes(), cudaMemcpyDeviceToDevice));
+  std::mt19937 rng(NextSeed());
+  std::vector<int32_t> positions(num_tokens);
+  for (int32_t& p : positions) p = std::uniform_int_distribution<int>(0, 40959)(rng);
+  if (num_tokens > 1) positions[0] = 0;
+  std::vector<int64_t> slots(static_cast<size_t>(num_blocks) * block_size);
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(num_tokens);
+  for (int t = 3; t < num_tokens; t += 7) slots[t] = -1;  // padding tokens: no KV write
+  const std::vector<float> inv_freq = cpu::RopeInvFreq(hd, rope);
+  DevBuf<int32_t> d_pos(num_tokens);
+  d_pos.Upload(positions);
+  DevBuf<int64_t> d_slots(num_tokens);
+  d_slots.Upload(slots);
+  DevBuf<float> d_inv(inv_freq.size());
+  d_inv.Upload(inv_freq);
+  const auto before = DownloadFloat(qkv);
+  std::vector<float> pool_ref = DownloadFloat(pool);
+
+  auto rope_args = [&](bf16* base) {
+    cuda::QkNormRopeArgs a;
+    a.q = base;
+    a.q_stride = stride;
+    a.k = base + static_cast<int64_t>(nh) * hd;
+    a.k_stride = stride;
+    a.q_norm = with_norm ? q_norm.get() : nullptr;
+    a.k_norm = with_norm ? k_norm.get() : nullptr;
+    a.positions = d_pos.get();
+    a.inv_freq = d_inv.get();
+    a.num_tokens = num_tokens;
+    a.num_heads = nh;
+    a.num_kv_heads = nkv;
+    a.head_dim = hd;
+    a.eps = eps;
+    return a;
+  };
+  cuda::QkNormRopeCacheArgs f;
+  f.rope = rope_args(qkv.get());
+  f.v = qkv.get() + int64_t{nh + nkv} * hd;
+  f.v_stride = stride;
+  f.slot_mapping = d_slots.get();
+  f.kv_pool = pool.get();
+  f.block_size = block_size;
+  const cuda::QkNormRopeArgs u = rope_args(qkv2.get());
+  cuda::ReshapeAndCacheArgs rc;
+  rc.k = qkv2.get() + int64_t{nh} * hd;
+  rc.k_stride = stride;
+  rc.v = qkv2.get() + int64_t{nh + nkv} * hd;
+  rc.v_stride = stride;
+  rc.slot_mapping = d_slots.get();
+  rc.kv_pool = pool2.get();
+  rc.num_tokens = num_tokens;
+  rc.block_size = block_size;
+  rc.num_kv_heads = nkv;
+  rc.head_dim = hd;
+  auto fused = [&] { OC_OK(cuda::QkNormRopeCache(f, nullptr)); };
+  auto unfused = [&] {
+    OC_OK(cuda::QkNormRope(u, nullptr));
+    OC_OK(cuda::ReshapeAndCache(rc, nullptr));
+  };
+  fused();
+  unfused();
+  OC_CUDA(cudaDeviceSynchronize());
+  const auto after = DownloadFloat(qkv);
+  const auto pool_out = DownloadFloat(pool);
+
+  // CPU reference: the ops composed.
+  auto q_ref = Rows(before, num_tokens, nh * hd, stride);
+  auto k_ref = Rows(before, num_tokens, nkv * hd, stride, int64_t{nh} * hd);
+  const auto v_in = Rows(before, num_tokens, nkv * hd, stride, int64_t{nh + nkv} * hd);
+  if (with_norm) {
+    const auto qw = DownloadFloat(q_norm), kw = DownloadFloat(k_norm);
+    cpu::RmsNorm(q_ref.data(), qw.data(), num_tokens * nh, hd, eps, q_ref.data());
+    cpu::RmsNorm(k_ref.data(), kw.data(), num_tokens * nkv, hd, eps, k_ref.data());
+  }
+  cpu::ApplyRope(q_ref.data(), num_tokens, nh, hd, positions.data(), inv_freq.data());
+  cpu::ApplyRope(k_ref.data(), num_tokens, nkv, hd, positions.data(), inv_freq.data());
+  std::vector<float> kk, vv, k_out;
+  std::vector<int64_t> valid;
+  for (int t = 0; t < num_tokens; ++t) {
+    if (slots[t] < 0) continue;
+    kk.insert(kk.end(), k_ref.begin() + t * row_elems, k_ref.begin() + (t + 1) * row_elems);
+    vv.insert(vv.end(), v_in.begin() + t * row_elems, v_in.begin() + (t + 1) * row_elems);
+    valid.push_back(slots[t]);
+  }
+  cpu::ReshapeAndCache(kk.data(), vv.data(), static_cast<int>(valid.size()), valid.data(),
+                       block_size, nkv, hd, pool_ref.data());
+  // Split the pool: the cached K rows (computed) against everything else (copied or untouched).
+  std::vector<char> is_k(pool_elems, 0);
+  for (int64_t slot : valid) {
+    const size_t at = (static_cast<size_t>(slot / block_size) * 2 * block_size + slot % block_size) *
+                      row_elems;
+    std::fill_n(is_k.begin() + at, row_elems, 1);
+    k_out.insert(k_out.end(), pool_out.begin() + at, pool_out.begin() + at + row_elems);
+  }
+  bool rest_exact = true;
+  for (size_t i = 0; i < pool_elems; ++i) {
+    if (!is_k[i] && std::memcmp(&pool_out[i], &pool_ref[i], sizeof(float)) != 0) rest_exact = false;
+  }
+  std::vector<float> out = Rows(after, num_tokens, nh * hd, stride);
+  out.insert(out.end(), k_out.begin(), k_out.end());
+  q_ref.insert(q_ref.end(), kk.begin(), kk.end());
+  const int64_t kv_off = int64_t{nh} * hd;
+  const bool kv_same = Rows(before, num_tokens, 2 * nkv * hd, stride, kv_off) ==
+                       Rows(after, num_tokens, 2 * nkv * hd, stride, kv_off);
+  // The unfused GPU pair: q and the pool bit for bit.
+  const auto q_bits = qkv.Download(), q2_bits = qkv2.Download();
+  bool q_bits_same = true;
+  for (int t = 0; t < num_tokens; ++t) {
+    q_bits_same = q_bits_same && std::memcmp(q_bits.data() + t * stride, q2_bits.data() + t * stride,
+                                             sizeof(bf16) * nh * hd) == 0;
+  }
+  const auto p_bits = pool.Download(), p2_bits = pool2.Download();
+  const bool pool_bits_same = std::memcmp(p_bits.data(), p2_bits.data(), pool.bytes()) == 0;
+
+  Row row{"qk_norm_rope_cache", Shape("T %d heads %d/%d hd %d ", num_tokens, nh, nkv, hd) + label};
+  row.err = Compare(out, q_ref);
+  row.tol = kTolElementwise;
+  row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol && rest_exact && kv_same &&
+             q_bits_same && pool_bits_same;
+  if (!rest_exact) row.note += "pool V/untouched slots differ; ";
+  if (!kv_same) row.note += "k/v slice of qkv modified; ";
+  if (!q_bits_same || !pool_bits_same) row.note += "differs from the unfused GPU pair; ";
+  row.time_us = TimeUs(fused);
+  row.bytes = 2.0 * num_tokens * (nh + 2 * nkv) * hd * sizeof(bf16);
+  if (row.time_us > 0) {
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "unfused pair %.1f us", TimeUs(unfused));
+    row.note += buf;
+  }
+  Record(row);
+}
+
 void SiluMulCase(int num_tokens, int dim) {
   DevBuf<bf16> gate_up(static_cast<size_t>(num_tokens) * 2 * dim), out(static_cast<size_t>(num_tokens) * dim);
   FillUniform(gate_up.get(), gate_up.size(), NextSeed(), -6.0f, 6.0f);
@@ -314,6 +469,12 @@ void CheckQkNormRope() {
   QkNormRopeCase(37, 4, 2, 64, linear, true, "linear x4");
   QkNormRopeCase(19, 6, 2, 96, qwen3, true, "hd 96");
   QkNormRopeCase(11, 8, 4, 256, qwen3, true, "hd 256");
+  // The fused kernel (the runner's layer loop): decode and prefill shapes, padding slots.
+  if (!Small()) QkNormRopeCacheCase(2048, 32, 8, 128, 1024, qwen3, true, "qwen3 prefill");
+  QkNormRopeCacheCase(1, 32, 8, 128, 64, qwen3, true, "qwen3 decode");
+  QkNormRopeCacheCase(8, 32, 8, 128, 64, qwen3, true, "qwen3 decode x8");
+  QkNormRopeCacheCase(37, 4, 2, 64, 11, linear, true, "linear x4");
+  QkNormRopeCacheCase(19, 6, 2, 96, 5, llama3, false, "hd 96, no norm");
 }
 
 void CheckSiluMul() {

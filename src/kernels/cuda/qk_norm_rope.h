@@ -9,6 +9,12 @@
 //
 // q and k may be slices of one fused qkv buffer: each has its own row stride (elements between
 // consecutive tokens); heads of a token are contiguous. Device pointers; asynchronous on `stream`.
+//
+// QkNormRopeCache fuses this with ReshapeAndCache (reshape_and_cache.h) for the runner's layer
+// loop, decode and prefill tokens alike: q is normed and rotated in place exactly as QkNormRope
+// does; k is normed and rotated and written, with v copied, into the paged KV pool at the token's
+// slot (bit for bit what QkNormRope then ReshapeAndCache store). The k slice of the input is left
+// as it was (attention reads K from the pool). One launch instead of two.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -34,8 +40,18 @@ struct QkNormRopeArgs {
   float eps = 1e-6f;
 };
 
+struct QkNormRopeCacheArgs {
+  QkNormRopeArgs rope;  // q, k (read only here), norms, positions, inv_freq, shapes
+  const __nv_bfloat16* v = nullptr;  // [num_tokens, num_kv_heads, head_dim], row stride v_stride
+  int64_t v_stride = 0;
+  const int64_t* slot_mapping = nullptr;  // [num_tokens]; < num_blocks * block_size, or < 0: skip
+  __nv_bfloat16* kv_pool = nullptr;       // [num_blocks, 2, block_size, num_kv_heads, head_dim]
+  int block_size = 0;
+};
+
 namespace detail {
 cudaError_t LaunchQkNormRope(const QkNormRopeArgs& args, cudaStream_t stream);
+cudaError_t LaunchQkNormRopeCache(const QkNormRopeCacheArgs& args, cudaStream_t stream);
 }  // namespace detail
 }  // namespace tandem::cuda
 
@@ -46,6 +62,10 @@ namespace tandem::cuda {
 
 // Errors: InvalidArgument (odd or > 256 head_dim, strides too small, null pointers), Internal (CUDA).
 Status QkNormRope(const QkNormRopeArgs& args, cudaStream_t stream);
+// Errors: as QkNormRope, and InvalidArgument for num_kv_heads == 0, a null v / slot_mapping /
+// kv_pool, block_size <= 0 or v's row stride below num_kv_heads * head_dim. Slots are not checked
+// against the pool (device values).
+Status QkNormRopeCache(const QkNormRopeCacheArgs& args, cudaStream_t stream);
 
 }  // namespace tandem::cuda
 #endif
