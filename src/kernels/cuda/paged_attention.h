@@ -107,10 +107,10 @@ struct PagedDecodeArgs {
 //   kFill:   cta_per_split >= 2 * num_sms -> 1 (large batches: unchanged from kLegacy);
 //            else min(ceil(4 * num_sms / cta_per_split), ceil(max_context_len / 32), 64), >= 1:
 //            about one wave of 4 resident CTAs per SM (groups <= 4: 128 threads, 128 registers,
-//            17 KB of shared memory each), chunks of >= 32 keys (one CTA iteration at head_dim 128, group
-//            <= 4). Qwen3-8B (8 KV heads, group 4) on 132 SMs: 1x1k -> 32 splits (256 CTAs of 32
-//            keys), 1x4k -> 64 (512 CTAs of 64), 8x1k -> 9 (8 used: 512 CTAs of 128), 16x1k -> 5,
-//            32x1k -> 3, >= 33 sequences -> 1.
+//            17 KB of shared memory each), chunks of >= 32 keys (one CTA iteration at head_dim
+//            128, group <= 4). Qwen3-8B (8 KV heads, group 4) on 132 SMs: 1x1k -> 32 splits
+//            (256 CTAs of 32 keys), 1x4k -> 64 (512 CTAs of 64), 8x1k -> 9 (8 used: 512 CTAs of
+//            128), 16x1k -> 5, 32x1k -> 3, >= 33 sequences -> 1.
 //   kLegacy: cta_per_split >= 2 * num_sms -> 1; else min(ceil(2 * num_sms / cta_per_split),
 //            ceil(max_context_len / 64), 64): 1x1k -> 16, 1x4k -> 33, 8x1k -> 5.
 int PagedDecodeChooseSplits(int num_seqs, int num_heads, int num_kv_heads, int max_context_len,
