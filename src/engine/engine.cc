@@ -34,8 +34,9 @@ namespace {
 constexpr int kMaxLogprobs = 20;
 
 // Rows whose token is the plain argmax of the model's logits (SampleToken's temperature 0 without
-// ApplyPenalties), so ModelRunner::Execute may pick it (kArgmax, the same tie rule and logprobs
-// as sampler.h). Other rows need the host sampler.
+// ApplyPenalties), so ModelRunner::Execute may pick it (kPick without a PickSpec, the same tie
+// rule and logprobs as sampler.h). Other rows need the host sampler, or a PickSpec when the
+// runner samples on its device.
 bool PickedByRunner(const SamplingParams& p) {
   return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
          p.presence_penalty == 0.0f;
@@ -193,23 +194,47 @@ class EngineImpl final : public Engine {
     }
     if (sched.scheduled.empty()) return outputs;
 
-    // Run the model. Greedy rows without penalties are picked by the runner (kArgmax: on a GPU
-    // the logits stay there); the others come back as logits for the host sampler.
+    // Run the model. Greedy rows without penalties are picked by the runner (kPick: on a GPU the
+    // logits stay there). On a runner that samples on its device every other row is a kPick too,
+    // with a PickSpec: the engine keeps the randomness (the row's one uniform u drawn here, as
+    // SampleToken would) and sends penalized rows' prompt + output ids as unique ids with output
+    // counts (O(prompt + output) per row and step). On a host runner they come back as logits
+    // for the host sampler (the same tokens: both follow SampleTokenWithUniform).
     ForwardBatch batch;
     batch.seqs.reserve(sched.scheduled.size());
     size_t num_rows = 0, num_samples = 0;
-    for (const ScheduledRequest& s : sched.scheduled) {
+    const bool device_sampling = runner_->SamplesOnDevice();
+    std::vector<PickSpec> pick_specs(sched.scheduled.size());  // sized once: slices point into it
+    std::vector<std::vector<cpu::PenaltyEntry>> penalty_ids(sched.scheduled.size());
+    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
+      const ScheduledRequest& s = sched.scheduled[i];
       SequenceSlice slice;
       slice.token_ids =
           std::span<const int32_t>(s.request->token_ids).subspan(s.start_pos, s.num_new_tokens);
       slice.start_pos = s.start_pos;
       slice.block_table = kv_.GetBlockIds(s.request->request_id);
       slice.logits = SequenceSlice::Logits::kNone;
-      if (s.samples && PickedByRunner(s.request->params)) {
-        slice.logits = SequenceSlice::Logits::kArgmax;
+      const SamplingParams& sp = s.request->params;
+      if (s.samples && (device_sampling || PickedByRunner(sp))) {
+        slice.logits = SequenceSlice::Logits::kPick;
         // ComputeLogprobs clamps the count to the vocabulary; Execute refuses more.
-        slice.num_logprobs = std::min(s.request->params.logprobs, model_config().vocab_size);
+        slice.num_logprobs = std::min(sp.logprobs, model_config().vocab_size);
         ++num_samples;
+        if (!PickedByRunner(sp)) {
+          PickSpec& pick = pick_specs[i];
+          pick.sample = ToSampleSpec(sp);
+          pick.repetition_penalty = sp.repetition_penalty;
+          pick.frequency_penalty = sp.frequency_penalty;
+          pick.presence_penalty = sp.presence_penalty;
+          if (sp.temperature > 0.0f) pick.u = UniformDouble(s.request->generator);
+          if (pick.has_penalties()) {
+            penalty_ids[i] = cpu::MakePenaltyEntries(s.request->prompt_token_ids(),
+                                                     s.request->output_token_ids(),
+                                                     model_config().vocab_size);
+            pick.penalties = penalty_ids[i];
+          }
+          slice.pick = &pick;
+        }
       } else if (s.samples) {
         slice.logits = SequenceSlice::Logits::kLast;
         ++num_rows;
@@ -256,7 +281,7 @@ class EngineImpl final : public Engine {
       const SequenceSlice::Logits kind = batch.seqs[i].logits;
       if (kind == SequenceSlice::Logits::kNone) continue;
       Entry& e = *requests_.at(sched.scheduled[i].request->request_id);
-      if (kind == SequenceSlice::Logits::kArgmax) {
+      if (kind == SequenceSlice::Logits::kPick) {
         ArgmaxSample& pick = forward_.samples[sample++];
         std::optional<TokenLogprob> logprob;
         if (e.request.params.logprobs >= 0) {

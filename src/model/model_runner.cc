@@ -9,17 +9,29 @@
 namespace tandem {
 
 ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs) {
+  return PickToken(logits, num_logprobs, nullptr);
+}
+
+ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const PickSpec* spec) {
   ArgmaxSample s;
   // The largest logit; std::max_element keeps the first (lowest id) of equal maxima.
   const auto best = std::max_element(logits.begin(), logits.end());
   s.token_id = static_cast<int32_t>(best - logits.begin());
+  if (spec != nullptr && (spec->sample.temperature > 0.0f || spec->has_penalties())) {
+    std::vector<float> row(logits.begin(), logits.end());
+    if (spec->has_penalties()) {
+      cpu::ApplyPenaltyEntries(row, spec->penalties, spec->repetition_penalty,
+                               spec->frequency_penalty, spec->presence_penalty);
+    }
+    s.token_id = cpu::SampleWithUniform(row, spec->sample, spec->u);
+  }
   if (num_logprobs < 0) return s;
   // log_softmax in double: logit - max - log(sum exp(logit - max)).
   const double mx = *best;
   double sum = 0.0;
   for (float v : logits) sum += std::exp(static_cast<double>(v) - mx);
   const double lse = mx + std::log(sum);
-  s.logprob = static_cast<float>(static_cast<double>(*best) - lse);
+  s.logprob = static_cast<float>(static_cast<double>(logits[s.token_id]) - lse);
   const size_t k = std::min(static_cast<size_t>(num_logprobs), logits.size());
   std::vector<int32_t> ids(logits.size());
   std::iota(ids.begin(), ids.end(), 0);
@@ -51,7 +63,7 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
   if (!any_argmax) return Forward(batch, &out->logits);
   std::vector<float> all;
   TANDEM_RETURN_IF_ERROR(Forward(b, &all));
-  // Split the rows: kArgmax slices' rows are picked here, the others are returned.
+  // Split the rows: kPick slices' rows are picked here, the others are returned.
   size_t row = 0;
   const size_t v = static_cast<size_t>(vocab);
   for (const SequenceSlice& s : batch.seqs) {
@@ -59,8 +71,8 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
     if (s.logits == SequenceSlice::Logits::kLast) rows = 1;
     if (s.logits == SequenceSlice::Logits::kAll) rows = s.token_ids.size();
     if (s.logits == SequenceSlice::Logits::kArgmax) {
-      out->samples.push_back(PickArgmax(std::span<const float>(all.data() + row * v, v),
-                                        s.num_logprobs));
+      out->samples.push_back(PickToken(std::span<const float>(all.data() + row * v, v),
+                                       s.num_logprobs, s.pick));
       ++row;
       continue;
     }

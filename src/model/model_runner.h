@@ -16,10 +16,28 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/cpu/sample.h"
 #include "model/config.h"
 #include "model/layer_kv_ready.h"
 
 namespace tandem {
+
+// How the runner picks a kPick slice's token when it samples (engine/sampler.h's rules, stated in
+// kernels/cpu/sample.h; the CUDA runner follows them on the GPU with the same u). The engine owns
+// the randomness: u is its one UniformDouble draw for this token (unused when temperature <= 0).
+struct PickSpec {
+  double u = 0.0;
+  cpu::SampleSpec sample;  // temperature (<= 0: greedy), top_p, top_k, min_p
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  // The unique ids of prompt + output with their output counts (cpu::MakePenaltyEntries), read
+  // only when a penalty is active; owned by the caller for the duration of Execute.
+  std::span<const cpu::PenaltyEntry> penalties;
+  bool has_penalties() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
+  }
+};
 
 // One sequence's part of a forward step. Prefill, chunked prefill and decode are the same thing:
 // compute `token_ids` at positions [start_pos, start_pos + token_ids.size()), attending to the
@@ -28,16 +46,19 @@ struct SequenceSlice {
   std::span<const int32_t> token_ids;    // [num_new_tokens]
   int32_t start_pos = 0;                 // = num_computed_tokens before this step
   std::span<const int32_t> block_table;  // block ids covering positions [0, start_pos + num_new)
-  // kArgmax (ModelRunner::Execute only): the runner picks the greedy token of the slice's last
-  // position itself, on its own device, so the logits row need not leave it.
-  enum class Logits { kNone, kLast, kAll, kArgmax } logits = Logits::kLast;
-  // kArgmax: -1 no log-probabilities; k >= 0: the chosen token's plus the k best (OpenAI top_logprobs).
+  // kPick (ModelRunner::Execute only): the runner picks the token of the slice's last position
+  // itself, on its own device, so the logits row need not leave it: greedy when `pick` is null,
+  // else sampled by *pick. kArgmax is the old name of kPick.
+  enum class Logits { kNone, kLast, kAll, kPick, kArgmax = kPick } logits = Logits::kLast;
+  // kPick: -1 no log-probabilities; k >= 0: the chosen token's plus the k best (OpenAI top_logprobs).
   int num_logprobs = -1;
+  const PickSpec* pick = nullptr;  // kPick: owned by the caller for the duration of Execute
 };
 
-// The greedy pick of one kArgmax slice, with the sampler's rules (engine/sampler.h): the largest
-// logit, the lowest id on ties; logprob = log_softmax(logits)[token_id]; top = the num_logprobs
-// largest log-probabilities, best first, ties lower id first.
+// The pick of one kPick slice: token_id by the sampler's rules (engine/sampler.h; greedy: the
+// largest logit, the lowest id on ties); logprob = log_softmax(raw logits)[token_id] (before
+// penalties and temperature); top = the num_logprobs largest log-probabilities, best first, ties
+// lower id first.
 struct ArgmaxSample {
   int32_t token_id = 0;
   float logprob = 0.0f;                         // when num_logprobs >= 0
@@ -47,7 +68,7 @@ struct ArgmaxSample {
 // What Execute returns.
 struct ForwardOutput {
   std::vector<float> logits;          // as Forward: rows of the kLast / kAll slices only
-  std::vector<ArgmaxSample> samples;  // one per kArgmax slice, in batch order
+  std::vector<ArgmaxSample> samples;  // one per kPick slice, in batch order
 };
 
 // Where the KV pool lives, for the transfer agent: layer l's block b is the
@@ -95,13 +116,17 @@ class ModelRunner {
   // token_ids.size() rows per seq with Logits::kAll (every token of the slice).
   // Errors: InvalidArgument (token id out of the vocab, a block table too short for the slice,
   // positions beyond max_position_embeddings).
-  // Forward treats kArgmax slices as kNone (no row).
+  // Forward treats kPick slices as kNone (no row).
   virtual Status Forward(const ForwardBatch& batch, std::vector<float>* logits) = 0;
 
-  // Forward plus the kArgmax picks. The default runs Forward with those slices as kLast and
+  // Forward plus the kPick picks. The default runs Forward with those slices as kLast and
   // picks on the host; a GPU runner overrides it to keep the logits on the device.
   // Errors: those of Forward; InvalidArgument for num_logprobs > vocab_size.
   virtual Status Execute(const ForwardBatch& batch, ForwardOutput* out);
+  // True when Execute samples kPick slices with a PickSpec on the runner's own device (the engine
+  // then sends every sampling row as a kPick); the default, a host runner: false (the engine
+  // samples those rows itself, with the same rules).
+  virtual bool SamplesOnDevice() const { return false; }
 
   // The device's memory now (scratch grown by earlier steps stays held, so a step at the largest
   // batch before this call counts in it). Unimplemented for a host runner (the default): the
@@ -111,6 +136,9 @@ class ModelRunner {
 
 // The host pick of ArgmaxSample from one row of logits: [vocab_size].
 ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs);
+// The same with a PickSpec (null: PickArgmax): penalties on a copy of the row, then
+// cpu::SampleWithUniform(spec->u); log-probabilities of the raw row.
+ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const PickSpec* spec);
 
 // The CPU reference runner: fp32 math on the stored (bf16/f16/f32) weights, loaded from a
 // Hugging Face model directory (config.json + model.safetensors or a sharded index).
