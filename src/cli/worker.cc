@@ -31,6 +31,9 @@
 #include "runtime/remote_prefill_client.h"
 #include "runtime/worker_server.h"
 #include "transfer/agent.h"
+#ifdef TANDEM_HAVE_CUDA_COPIER
+#include "transfer/cuda/cuda_ipc_api.h"
+#endif
 #include "worker/decode_disagg.h"
 #include "worker/prefill_handler.h"
 #include "worker/worker_metrics.h"
@@ -113,6 +116,11 @@ int RunWorker(const WorkerOptions& opt) {
     agent_options.backend_override = opt.kv_transfer_backend;
     agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
     agent_options.device_copier = worker::KVDeviceCopier(layout);  // a KV pool on the GPU: host staging
+#ifdef TANDEM_HAVE_CUDA_COPIER
+    // A KV pool on the GPU: cuda_ipc to workers on this node (the agent picks it for GPU to GPU).
+    transfer::RegisterCudaIpcBackend();
+    if (layout.device_id >= 0) agent_options.backends.push_back("cuda_ipc");
+#endif
     auto created = transfer::Agent::Create(std::move(agent_options));
     if (!created.ok()) {
       std::fprintf(stderr, "tandem worker: transfer agent: %s\n", created.status().ToString().c_str());
@@ -244,7 +252,8 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--kv-transfer-host", opt->kv_transfer_host,
                  "Address the transfer agent's tcp backend listens on and advertises");
   app.add_option("--kv-transfer-backend", opt->kv_transfer_backend,
-                 "Force one transfer backend (local, tcp, ucx, libfabric when built); default: the agent's choice");
+                 "Force one transfer backend (local, tcp; cuda_ipc, ucx, libfabric when built); default: the "
+                 "agent's choice (cuda_ipc for a GPU pool to workers on this node)");
   app.add_option("--stats-interval-s", opt->stats_interval_s,
                  "decode: log the KV transfer lines at most this often (0: never)")
       ->check(CLI::NonNegativeNumber);
