@@ -30,6 +30,7 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opti
   info_.vocab_size = engine_->model_config().vocab_size;
   last_stats_ = engine_->Stats();
   layout_ = engine_->kv_cache_layout();
+  if (options_.kv_event_sink) engine_->SetKvEventSink(options_.kv_event_sink);
   remote_inbox_ = std::make_shared<RemoteInbox>();
   remote_inbox_->owner = this;
   thread_ = std::thread([this] { Loop(); });
@@ -44,6 +45,21 @@ AsyncEngine::~AsyncEngine() {
   thread_.join();
   std::lock_guard<std::mutex> lock(remote_inbox_->mu);
   remote_inbox_->owner = nullptr;  // outcomes of calls still out are dropped
+}
+
+std::future<Result<KvCacheSnapshot>> AsyncEngine::SnapshotCachedBlocks() {
+  std::promise<Result<KvCacheSnapshot>> promise;
+  std::future<Result<KvCacheSnapshot>> future = promise.get_future();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) {
+      promise.set_value(Status(StatusCode::kFailedPrecondition, "the engine is shutting down"));
+      return future;
+    }
+    snapshot_requests_.push_back(std::move(promise));
+  }
+  cv_.notify_one();
+  return future;
 }
 
 void AsyncEngine::ReleaseHeldBlocks(const std::string& request_id) {
@@ -101,19 +117,23 @@ void AsyncEngine::Loop() {
     std::deque<GenerateRequest> added;
     std::vector<std::string> cancels, releases;
     std::vector<std::pair<std::string, RemotePrefillOutcome>> outcomes;
+    std::vector<std::promise<Result<KvCacheSnapshot>>> snapshots;
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] {
         return stopping_ || !inbox_.empty() || !cancels_.empty() || !releases_.empty() ||
-               !remote_inbox_->outcomes.empty() || engine_->HasUnfinishedRequests();
+               !remote_inbox_->outcomes.empty() || !snapshot_requests_.empty() ||
+               engine_->HasUnfinishedRequests();
       });
       if (stopping_) break;
       added.swap(inbox_);
       cancels.swap(cancels_);
       releases.swap(releases_);
       outcomes.swap(remote_inbox_->outcomes);
+      snapshots.swap(snapshot_requests_);
     }
     for (const std::string& id : releases) engine_->ReleaseHeldBlocks(id);
+    for (auto& promise : snapshots) promise.set_value(engine_->SnapshotCachedBlocks());
     for (auto& [id, outcome] : outcomes) ApplyRemoteOutcome(id, std::move(outcome));
     std::vector<RequestOutput> outputs;
     for (GenerateRequest& r : added) {
@@ -169,6 +189,10 @@ void AsyncEngine::Loop() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     left.swap(callbacks_);
+    for (auto& promise : snapshot_requests_) {
+      promise.set_value(Status(StatusCode::kFailedPrecondition, "the engine stopped"));
+    }
+    snapshot_requests_.clear();
   }
   for (auto& [id, callback] : left) {
     RequestOutput out;

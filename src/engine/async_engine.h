@@ -11,9 +11,14 @@
 // logged). A request cancelled while its remote prefill is in flight is aborted only when the
 // outcome arrives, so that a prefill worker still writing never writes into blocks that were
 // given to another request.
+//
+// KV events (AsyncEngineOptions::kv_event_sink set): the engine hands each step's events and load to
+// the sink on the engine thread; SnapshotCachedBlocks asks the engine thread for a snapshot (for a
+// router that lost events).
 #pragma once
 
 #include <functional>
+#include <future>
 
 #include <condition_variable>
 #include <deque>
@@ -45,6 +50,8 @@ struct AsyncEngineOptions {
   // any thread, when it ended. Unset: every prompt is prefilled here.
   std::function<void(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done)>
       remote_prefill{};
+  // KV events and load for a router (Engine::SetKvEventSink); OnStep must not block. Unset: none.
+  std::shared_ptr<KvEventSink> kv_event_sink{};
 };
 
 class AsyncEngine final : public EngineClient {
@@ -64,6 +71,9 @@ class AsyncEngine final : public EngineClient {
   const EngineConfig& engine_config() const { return engine_->config(); }
   // The engine's KV pool (fixed for its lifetime).
   const KVCacheLayout& kv_cache_layout() const { return layout_; }
+  // Engine::SnapshotCachedBlocks, taken on the engine thread between steps (any thread may call).
+  // The result is FailedPrecondition when the engine stops first.
+  std::future<Result<KvCacheSnapshot>> SnapshotCachedBlocks();
 
  private:
   void Loop();
@@ -83,6 +93,7 @@ class AsyncEngine final : public EngineClient {
   std::unordered_map<std::string, OutputCallback> callbacks_;  // every unfinished request
   EngineStats last_stats_;                     // after the last step
   std::vector<std::string> releases_;          // held blocks to free before the next step
+  std::vector<std::promise<Result<KvCacheSnapshot>>> snapshot_requests_;  // before the next step
   KVCacheLayout layout_;
   std::shared_ptr<RemoteInbox> remote_inbox_;
   // Engine thread only: remote prefills in flight, and which of them were cancelled meanwhile.

@@ -173,6 +173,10 @@ class EngineImpl final : public Engine {
   }
 
   std::vector<RequestOutput> Step() override {
+    struct PublishOnReturn {  // KV events of this step, whichever way it returns
+      EngineImpl* self;
+      ~PublishOnReturn() { self->PublishKvEvents(); }
+    } publish_kv_events{this};
     std::vector<RequestOutput> outputs = std::move(pending_);
     pending_.clear();
 
@@ -350,7 +354,29 @@ class EngineImpl final : public Engine {
   const EngineConfig& config() const override { return config_; }
   KVCacheLayout kv_cache_layout() const override { return runner_->kv_cache_layout(); }
 
+  void SetKvEventSink(std::shared_ptr<KvEventSink> sink) override {
+    kv_.EnableEvents();
+    kv_event_sink_ = std::move(sink);
+  }
+
+  KvCacheSnapshot SnapshotCachedBlocks() override {
+    PublishKvEvents();
+    KvCacheSnapshot snapshot = kv_.Snapshot();
+    snapshot.load = KvLoadNow();
+    return snapshot;
+  }
+
  private:
+  KvLoad KvLoadNow() const {
+    const EngineStats s = Stats();
+    return KvLoad{s.num_kv_blocks_used, s.num_kv_blocks_total, s.num_waiting, s.num_running};
+  }
+  void PublishKvEvents() {
+    if (!kv_.events_enabled()) return;
+    std::vector<KvEvent> events = kv_.TakeEvents();
+    if (kv_event_sink_) kv_event_sink_->OnStep(KvEventBatch{std::move(events), KvLoadNow()});
+  }
+
   struct Entry {
     Request request;
     std::unique_ptr<TextStream> text;  // null without a tokenizer
@@ -459,6 +485,7 @@ class EngineImpl final : public Engine {
   std::unordered_map<std::string, std::unique_ptr<Entry>> requests_;
   std::vector<RequestOutput> pending_;  // outputs of aborted requests, returned by the next Step
   ForwardOutput forward_;               // the last step's logits rows and greedy picks
+  std::shared_ptr<KvEventSink> kv_event_sink_;  // SetKvEventSink
 };
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/kv_events.h"
 #include "engine/sampling_params.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
@@ -159,6 +160,15 @@ class Engine {
   // Where the KV pool lives (model_runner.h): per-layer bases, bytes per block of one layer. The
   // addresses stay valid for the engine's lifetime; a transfer agent registers them.
   virtual KVCacheLayout kv_cache_layout() const = 0;
+
+  // KV events for the router (kv_events.h). From the first call on, the prefix cache records them
+  // and every Step() ends by handing `sink` the events since the previous step and the load, on
+  // the thread calling Step() (the sink must not block). Null: batches are not handed out (events
+  // keep being numbered, so a later sink sees the hole). No sink ever set: nothing is recorded.
+  virtual void SetKvEventSink(std::shared_ptr<KvEventSink> sink) = 0;
+  // Every cached block, consistent with the events up to snapshot.last_event_id (pending events
+  // are handed to the sink first). Same thread as Step().
+  virtual KvCacheSnapshot SnapshotCachedBlocks() = 0;
 };
 
 }  // namespace tandem
