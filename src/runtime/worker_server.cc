@@ -19,7 +19,9 @@ struct WorkerServer::Impl {
   bool stopped = false;
 
   Impl(std::shared_ptr<EngineClient> engine, WorkerServerOptions o)
-      : options(o), service(std::move(engine), std::move(o.remote_prefill)) {}
+      : options(o), service(std::move(engine), std::move(o.remote_prefill)) {
+    service.SetEvents(o.events, o.snapshot);
+  }
 };
 
 WorkerServer::WorkerServer(std::shared_ptr<EngineClient> engine, WorkerServerOptions options)

@@ -7,6 +7,8 @@
 //             so its KV blocks return to the pool.
 //   Health    the engine's Stats() and model_info() (ready = SetReady's value).
 //   RemotePrefill  WorkerServerOptions::remote_prefill (remote_prefill.h), prefill workers only.
+//   SubscribeEvents / Snapshot  the embedded event plane (event_plane.h): WorkerServerOptions::
+//             events and ::snapshot (UNIMPLEMENTED when unset).
 //
 // The service lives in worker_service.cc (callback API); RPCs added to the proto later (e.g.
 // RemotePrefill) are implemented there. This header keeps gRPC's headers out of its includers.
@@ -17,6 +19,7 @@
 
 #include "common/status.h"
 #include "engine/engine_client.h"
+#include "runtime/event_plane.h"
 #include "runtime/remote_prefill.h"
 
 namespace tandem::runtime {
@@ -26,6 +29,8 @@ struct WorkerServerOptions {
   int port = 0;                    // 0: an ephemeral port (see port())
   // Prefill workers: serves Worker.RemotePrefill (else it answers UNIMPLEMENTED).
   std::shared_ptr<RemotePrefillHandler> remote_prefill{};
+  std::shared_ptr<EventRing> events{};  // this worker's events (the embedded event plane)
+  SnapshotProvider snapshot{};          // Worker.Snapshot
 };
 
 class WorkerServer {

@@ -7,6 +7,8 @@
 #include <memory>
 
 #include "engine/engine_client.h"
+#include "runtime/event_plane.h"
+#include "runtime/event_ring.h"
 #include "runtime/remote_prefill.h"
 #include "runtime/tandem.grpc.pb.h"
 
@@ -27,13 +29,26 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* RemotePrefill(grpc::CallbackServerContext* context,
                                           const v1::RemotePrefillRequest* request,
                                           v1::RemotePrefillResponse* response) override;
+  // The event plane's RPCs (worker_events_service.cc).
+  grpc::ServerWriteReactor<v1::EventMessage>* SubscribeEvents(
+      grpc::CallbackServerContext* context, const v1::SubscribeEventsRequest* request) override;
+  grpc::ServerUnaryReactor* Snapshot(grpc::CallbackServerContext* context,
+                                     const v1::SnapshotRequest* request,
+                                     v1::SnapshotResponse* response) override;
 
   void SetReady(bool ready) { ready_.store(ready); }
+  // Before the server starts: the ring SubscribeEvents serves and the snapshot hook (either null).
+  void SetEvents(std::shared_ptr<EventRing> ring, SnapshotProvider snapshot) {
+    events_ = std::move(ring);
+    snapshot_ = std::move(snapshot);
+  }
 
  private:
   std::shared_ptr<EngineClient> engine_;
   std::shared_ptr<RemotePrefillHandler> remote_prefill_;
   std::atomic<bool> ready_{true};
+  std::shared_ptr<EventRing> events_;
+  SnapshotProvider snapshot_;
 };
 
 }  // namespace tandem::runtime
