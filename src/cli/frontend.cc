@@ -23,6 +23,8 @@
 #include "common/metrics.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
+#include "runtime/etcd_discovery.h"
+#include "runtime/event_plane.h"
 #include "runtime/file_discovery.h"
 #include "runtime/remote_engine_client.h"
 #include "tokenizer/chat_template.h"
@@ -35,6 +37,8 @@ struct FrontendOptions {
   std::string model_dir;
   std::string served_model_name;
   std::string namespace_name = "tandem";
+  std::string discovery;    // --discovery: "" = the embedded file discovery, etcd://host:port
+  std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string component = "auto";
   double request_timeout_s = 3600;
   HttpOptions http;
@@ -97,7 +101,22 @@ int RunFrontend(const FrontendOptions& opt) {
 
   http::HttpServer server(opt.http.ToServerOptions());
 
-  std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
+  auto made_discovery = runtime::MakeDiscovery(opt.discovery);
+  if (!made_discovery.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", made_discovery.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<runtime::Discovery> discovery = std::move(*made_discovery);
+  // Where the workers' KV events are read (the router subscribes to KvEventsSubject here).
+  runtime::EventPlaneOptions plane_options;
+  plane_options.url = opt.event_plane;
+  plane_options.discovery = discovery;
+  plane_options.namespace_name = opt.namespace_name;
+  auto event_plane = runtime::MakeEventPlane(plane_options);
+  if (!event_plane.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", event_plane.status().ToString().c_str());
+    return 1;
+  }
   auto client = std::make_shared<runtime::RemoteEngineClient>(discovery, client_options);
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
@@ -132,9 +151,9 @@ int RunFrontend(const FrontendOptions& opt) {
     std::fprintf(stderr, "tandem frontend: %s\n", st.ToString().c_str());
     return 1;
   }
-  log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}{})", served_name,
+  log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}, event plane {}{})", served_name,
             opt.http.host, server.port(), opt.namespace_name, opt.component == "auto" ? "agg|decode" : opt.component,
-            runtime::DefaultDiscoveryDir(), api_key.empty() ? "" : ", API key required");
+            runtime::DescribeDiscovery(opt.discovery), (*event_plane)->url(), api_key.empty() ? "" : ", API key required");
 
   log::info("received signal {}, shutting down", signals.Wait());
   readiness->Attach(nullptr);
@@ -155,6 +174,13 @@ Runner RegisterFrontend(CLI::App& app) {
                  "directory's name)");
   AddHttpOptions(app, &opt->http);
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace of the workers");
+  app.add_option("--discovery", opt->discovery,
+                 "Where workers are found: 'file' (default: the embedded file discovery), "
+                 "file:///dir or etcd://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateDiscoveryUrl(v).message(); });
+  app.add_option("--event-plane", opt->event_plane,
+                 "Where the workers' KV events are read: 'embedded' (default) or nats://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
   app.add_option("--component", opt->component,
                  "Worker component to send requests to (auto: agg and decode workers)")
       ->check(CLI::IsMember({"auto", "agg", "decode"}));

@@ -30,6 +30,8 @@
 #include "frontend/errors.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
+#include "runtime/etcd_discovery.h"
+#include "runtime/event_plane.h"
 
 namespace tandem::cli {
 namespace {
@@ -43,6 +45,8 @@ struct RunOptions {
   int num_decode = 1;
   int max_local_prefill_tokens = -1;  // -1: the decode worker's default
   std::string namespace_name;         // empty: run-<pid>
+  std::string discovery;              // "" = the embedded file discovery; etcd://host:port
+  std::string event_plane;            // "" = embedded; nats://host:port
   std::string log_dir;
 };
 
@@ -95,6 +99,8 @@ int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
   graph.source = "tandem run";
   graph.namespace_name =
       opt.namespace_name.empty() ? "run-" + std::to_string(getpid()) : opt.namespace_name;
+  graph.discovery = opt.discovery;
+  graph.event_plane = opt.event_plane;
   if (!opt.engine.model_dir.empty()) {
     graph.model_dir = std::filesystem::absolute(opt.engine.model_dir).lexically_normal().string();
   }
@@ -206,6 +212,13 @@ Runner RegisterRun(CLI::App& app) {
       ->check(CLI::Range(0, 1 << 30));
   app.add_option("--namespace", opt->namespace_name,
                  "disagg: discovery namespace of the workers (default: run-<pid>, private)");
+  app.add_option("--discovery", opt->discovery,
+                 "disagg: where the workers register: 'file' (default, embedded), file:///dir or "
+                 "etcd://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateDiscoveryUrl(v).message(); });
+  app.add_option("--event-plane", opt->event_plane,
+                 "disagg: where KV events go: 'embedded' (default) or nats://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
   app.add_option("--log-dir", opt->log_dir,
                  "disagg: also write each process's output to DIR/<process>.log");
   const CLI::App* self = &app;

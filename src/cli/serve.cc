@@ -25,6 +25,8 @@ struct ServeOptions {
   int port = -1;             // overrides frontend.port when >= 0
   std::string model_dir;     // overrides model (relative to the working directory)
   std::string namespace_name;
+  std::string discovery;     // overrides the graph's discovery when set
+  std::string event_plane;   // overrides the graph's event_plane when set
   std::string log_dir;
   bool dry_run = false;
 };
@@ -46,6 +48,8 @@ int Serve(const ServeOptions& opt) {
   if (opt.port >= 0) graph->frontend.port = opt.port;
   if (!opt.model_dir.empty()) graph->model_dir = fs::absolute(opt.model_dir).lexically_normal().string();
   if (!opt.namespace_name.empty()) graph->namespace_name = opt.namespace_name;
+  if (!opt.discovery.empty()) graph->discovery = opt.discovery;
+  if (!opt.event_plane.empty()) graph->event_plane = opt.event_plane;
   if (Status st = runtime::ValidateGraph(*graph); !st.ok()) {
     std::fprintf(stderr, "tandem serve: %s\n", st.ToString().c_str());
     return 2;
@@ -99,6 +103,12 @@ Runner RegisterServe(CLI::App& app) {
       ->check(CLI::Range(0, 65535));
   app.add_option("--model", opt->model_dir, "Model directory (overrides the graph's model)");
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace (overrides the graph's)");
+  app.add_option("--discovery", opt->discovery,
+                 "Discovery of every component: file, file:///dir or etcd://host:port "
+                 "(overrides the graph's)");
+  app.add_option("--event-plane", opt->event_plane,
+                 "Event plane of every component: embedded or nats://host:port (overrides the "
+                 "graph's)");
   app.add_option("--log-dir", opt->log_dir,
                  "Also write each component's output to DIR/<component>.log");
   app.add_flag("--dry-run", opt->dry_run, "Check the graph and print the commands it would run");

@@ -7,6 +7,8 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_util.h"
+#include "runtime/etcd_discovery.h"
+#include "runtime/event_plane.h"
 
 namespace tandem::runtime {
 namespace {
@@ -191,8 +193,9 @@ class Parser {
     bool has_frontend = false, has_workers = false;
     for (const auto& [key, v] :
          Fields(root, "the graph",
-                {"name", "namespace", "model", "served_model_name", "env", "frontend", "workers",
-                 "restart", "startup_timeout_s", "shutdown_grace_s"})) {
+                {"name", "namespace", "discovery", "event_plane", "model", "served_model_name",
+                 "env", "frontend", "workers", "restart", "startup_timeout_s",
+                 "shutdown_grace_s"})) {
       if (key == "name") {
         g.name = String(v, key);
         if (!IsName(g.name)) Fail(v, "'name' must match [A-Za-z0-9._-]+");
@@ -200,6 +203,14 @@ class Parser {
       if (key == "namespace") {
         g.namespace_name = String(v, key);
         if (!IsName(g.namespace_name)) Fail(v, "'namespace' must match [A-Za-z0-9._-]+");
+      }
+      if (key == "discovery") {
+        g.discovery = String(v, key);
+        if (Status st = ValidateDiscoveryUrl(g.discovery); !st.ok()) Fail(v, st.message());
+      }
+      if (key == "event_plane") {
+        g.event_plane = String(v, key);
+        if (Status st = ValidateEventPlaneUrl(g.event_plane); !st.ok()) Fail(v, st.message());
       }
       if (key == "model") {
         fs::path model = String(v, key);
@@ -274,6 +285,8 @@ Status ValidateGraph(const Graph& g) {
   if (!IsName(g.namespace_name)) {
     return fail(0, "namespace '" + g.namespace_name + "' must match [A-Za-z0-9._-]+");
   }
+  if (Status st = ValidateDiscoveryUrl(g.discovery); !st.ok()) return fail(0, st.message());
+  if (Status st = ValidateEventPlaneUrl(g.event_plane); !st.ok()) return fail(0, st.message());
   if (g.frontend.host.empty()) return fail(0, "frontend.host must not be empty");
   if (g.frontend.port < 0 || g.frontend.port > 65535) return fail(0, "frontend.port out of range");
   if (g.workers.empty()) return fail(0, "the graph has no workers");
@@ -329,6 +342,8 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   std::vector<ComponentSpec> out;
   std::map<std::string, int> next_index;  // per mode, across groups
   auto model_flags = [&g](std::vector<std::string>& args) {
+    if (!g.discovery.empty()) args.insert(args.end(), {"--discovery", g.discovery});
+    if (!g.event_plane.empty()) args.insert(args.end(), {"--event-plane", g.event_plane});
     if (!g.model_dir.empty()) args.insert(args.end(), {"--model", g.model_dir});
     if (!g.served_model_name.empty()) {
       args.insert(args.end(), {"--served-model-name", g.served_model_name});

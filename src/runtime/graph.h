@@ -4,6 +4,10 @@
 //
 //   name: disagg-1p1d                # [A-Za-z0-9._-]+; default: the file's stem
 //   namespace: tandem                # discovery namespace of the workers (default tandem)
+//   discovery: etcd://127.0.0.1:2379 # optional: every component's --discovery (default: the
+//                                    # embedded file discovery; etcd_discovery.h MakeDiscovery)
+//   event_plane: nats://127.0.0.1:4222  # optional: every component's --event-plane (default
+//                                    # embedded; event_plane.h)
 //   model: ../models/tiny-qwen3      # model directory; a relative path is resolved against the
 //                                    # graph file's folder; omitted: the bundled tiny Qwen3
 //   served_model_name: tiny-qwen3    # optional (default: the model directory's name)
@@ -36,7 +40,7 @@
 //   shutdown_grace_s: 10             # SIGTERM, then SIGKILL after this
 //
 // Rules (ParseGraph / ValidateGraph answer InvalidArgument, naming the file and line): unknown
-// keys, wrong types, duplicate keys, bad modes, replicas < 1, devices not matching replicas, no
+// keys, wrong types, duplicate keys, bad discovery / event_plane URLs, bad modes, replicas < 1, devices not matching replicas, no
 // frontend, no workers, prefill workers without decode workers, max_local_prefill_tokens outside
 // decode groups, bad names.
 #pragma once
@@ -86,6 +90,8 @@ struct RestartPolicy {
 struct Graph {
   std::string name = "graph";
   std::string namespace_name = "tandem";
+  std::string discovery;           // empty: the embedded file discovery
+  std::string event_plane;         // empty: the embedded event plane
   std::string model_dir;           // absolute, or empty: the bundled model
   std::string served_model_name;   // empty: the worker's / frontend's default
   std::map<std::string, std::string> env;

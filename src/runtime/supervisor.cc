@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "common/logging.h"
+#include "runtime/etcd_discovery.h"
 #include "runtime/file_discovery.h"
 
 extern char** environ;
@@ -272,8 +273,14 @@ Status Supervisor::Run() {
     std::error_code ec;
     std::filesystem::create_directories(options_.log_dir, ec);
   }
-  discovery_ = MakeFileDiscovery(FileDiscoveryOptions{options_.discovery_dir});
   Status result = ValidateGraph(graph_);
+  if (graph_.discovery.empty()) {
+    discovery_ = MakeFileDiscovery(FileDiscoveryOptions{options_.discovery_dir});
+  } else if (result.ok()) {  // the workers register there: readiness is read there
+    auto made = MakeDiscovery(graph_.discovery);
+    if (made.ok()) discovery_ = std::move(*made);
+    else result = made.status();
+  }
   if (result.ok() && graph_.frontend.port == 0) {
     // A port that was free a moment ago (bind :0, read, close).
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -298,7 +305,9 @@ Status Supervisor::Run() {
               graph_.name, graph_.source, graph_.NumReplicas("agg"), graph_.NumReplicas("prefill"),
               graph_.NumReplicas("decode"), graph_.frontend.host, graph_.frontend.port,
               graph_.namespace_name,
-              options_.discovery_dir.empty() ? DefaultDiscoveryDir() : options_.discovery_dir);
+              !graph_.discovery.empty()      ? DescribeDiscovery(graph_.discovery)
+              : options_.discovery_dir.empty() ? DefaultDiscoveryDir()
+                                               : options_.discovery_dir);
   }
   for (auto& c : children_) {
     if (!result.ok()) break;

@@ -242,5 +242,30 @@ TEST(GraphTest, TheDeployGraphsParse) {
   }
 }
 
+TEST(GraphTest, DiscoveryAndEventPlaneReachEveryComponent) {
+  auto g = Parse("discovery: etcd://10.0.0.1:2379\nevent_plane: embedded\nfrontend: {port: 8000}\n"
+                 "workers: [{mode: agg, replicas: 2}]\n");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->discovery, "etcd://10.0.0.1:2379");
+  const auto specs = ExpandGraph(*g);
+  ASSERT_EQ(specs.size(), 3u);
+  for (const auto& c : specs) {
+    EXPECT_TRUE(Has(c.args, "--discovery", "etcd://10.0.0.1:2379")) << c.name;
+    EXPECT_TRUE(Has(c.args, "--event-plane", "embedded")) << c.name;
+  }
+  // Unset: no flag (the components' embedded defaults).
+  auto plain = Parse("frontend: {port: 8000}\nworkers: [{mode: agg}]\n");
+  ASSERT_TRUE(plain.ok());
+  for (const auto& c : ExpandGraph(*plain)) {
+    for (const auto& a : c.args) EXPECT_TRUE(a != "--discovery" && a != "--event-plane");
+  }
+  EXPECT_NE(ErrorOf("discovery: zookeeper://h\nfrontend: {port: 1}\nworkers: [{mode: agg}]\n")
+                .find("g.yaml:1: --discovery zookeeper://h"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf("event_plane: kafka://h\nfrontend: {port: 1}\nworkers: [{mode: agg}]\n")
+                .find("g.yaml:1: --event-plane kafka://h"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace tandem::runtime
