@@ -274,6 +274,9 @@ TEST(CudaIpcProcessTest, WriteReadNotifyBadRangeStallAndKill) {
 
   // Stalled (SIGSTOP): BEGIN gets no answer; the deadline ends the transfer.
   ASSERT_EQ(::kill(child.pid, SIGSTOP), 0);
+  int wstatus = 0;  // stopped for sure (the signal lands asynchronously)
+  ASSERT_EQ(::waitpid(child.pid, &wstatus, WUNTRACED), child.pid);
+  ASSERT_TRUE(WIFSTOPPED(wstatus));
   PostOptions short_timeout;
   short_timeout.timeout = 400ms;
   auto t0 = Clock::now();
