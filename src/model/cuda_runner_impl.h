@@ -32,6 +32,9 @@ class CudaModelRunner final : public ModelRunner {
         cublas_(std::move(cublas)), stream_(stream) {}
   ~CudaModelRunner() override {
     cudaSetDevice(device_id_);
+    for (cudaEvent_t e : layer_events_) {
+      if (e != nullptr) cudaEventDestroy(e);
+    }
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -54,7 +57,7 @@ class CudaModelRunner final : public ModelRunner {
     size_t own = w_.bytes();
     for (const DeviceArray& a : kv_) own += a.bytes();
     for (const DeviceArray* a : {&meta_, &graph_meta_, &residual_, &hidden_, &qkv_, &attn_,
-                                 &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &topk_,
+                                 &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &topk_, &sample_,
                                  &cublas_workspace_}) {
       own += a->bytes();
     }
@@ -64,14 +67,22 @@ class CudaModelRunner final : public ModelRunner {
   static constexpr size_t kContextAllowance = size_t{1} << 30;
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
+  bool SamplesOnDevice() const override { return true; }
 
  private:
   struct StepPlan;
   Status Validate(const ForwardBatch& batch) const;
-  // Forward (picks = false: kArgmax slices get no row) and Execute (picks = true).
+  // Forward (picks = false: kPick slices get no row) and Execute (picks = true).
   Status Step(const ForwardBatch& batch, bool picks, ForwardOutput* out);
   // Enqueues the layers, the logits and the greedy picks of a planned step.
   Status RunModel(const StepPlan& p, const char* meta);
+  // The PickSpec rows of a step, after RunModel (eagerly, also after a graph replay): penalties,
+  // cuda::SampleRows over the pick rows (ids and status into picks_), the raw logits restored,
+  // the chosen raw logit into the picks' max column. Sets p.sampled; nothing without PickSpecs.
+  Status SampleOnDevice(StepPlan& p);
+  // Records layer `layer`'s KV-written event on the stream and calls *layer_hook_ (layer-wise
+  // transfer, ForwardBatch::on_layer_kv_written).
+  Status ReportLayerKV(int layer);
   // Grows a device buffer the decode graphs point into (bumps graph_generation_ when it moves).
   Status ReserveTracked(DeviceArray& a, size_t bytes);
   Status InitOnce();
@@ -86,9 +97,11 @@ class CudaModelRunner final : public ModelRunner {
   int block_size_ = 0;
   // Step scratch, grown on demand (ReserveTracked: graphs hold their addresses).
   DeviceArray meta_, graph_meta_, residual_, hidden_, qkv_, attn_, gate_up_, act_, sel_, logits_,
-      workspace_, picks_, topk_, cublas_workspace_;
-  PinnedBuffer host_meta_, host_picks_;
+      workspace_, picks_, topk_, sample_, cublas_workspace_;
+  PinnedBuffer host_meta_, host_picks_, host_sample_;
   DecodeGraphCache graphs_{DecodeGraphModeFromEnv()};
+  const std::function<void(const LayerKVReady&)>* layer_hook_ = nullptr;  // during a Step only
+  std::vector<cudaEvent_t> layer_events_;  // [num_layers], created on first use
   uint64_t graph_generation_ = 1;
   bool initialized_ = false;
 };

@@ -2,8 +2,9 @@
 // projection as one cuBLAS GEMM, the residual stream stays on the GPU in bf16 (vLLM's
 // fused_add_rms_norm layout), attention runs once per layer for the whole batch (PagedDecode when
 // every slice has one token, else PagedPrefill). Host side: the step's inputs go up in one copy from
-// pinned memory, kArgmax picks (argmax, log-sum-exp, top-k) are computed on the GPU and only ids
-// and a few floats come back; decode steps are padded to a batch bucket and replayed from CUDA
+// pinned memory, kPick picks (argmax, log-sum-exp, top-k; sampled ones with penalties, temperature,
+// min-p, top-k, top-p: sampling_filter.h) are computed on the GPU and only ids and a few floats
+// come back; decode steps are padded to a batch bucket and replayed from CUDA
 // graphs (cuda_decode_graphs.h).
 #ifdef TANDEM_HAVE_CUDA
 
@@ -21,9 +22,9 @@
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
-#include "kernels/cuda/reshape_and_cache.h"
 #include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/sampling_filter.h"
 #include "kernels/cuda/silu_mul.h"
 #include "model/cuda_decode_graphs.h"
 #include "model/cuda_runner_impl.h"
@@ -55,9 +56,10 @@ struct MetaLayout {
   }
 };
 
-// Device results of the greedy picks: ids int32, max logits, log-sum-exps, each [cap] (cap >=
-// kMaxDecodeGraphBatch so graph steps always find them at the same place).
-size_t PicksBytes(int cap) { return 3 * Align16(sizeof(float) * cap); }
+// Device results of the picks: ids int32, max logits (after a sampled pick: the chosen token's raw
+// logit), log-sum-exps, SampleRows' status int32, each [cap] (cap >= kMaxDecodeGraphBatch so graph
+// steps always find them at the same place).
+size_t PicksBytes(int cap) { return 4 * Align16(sizeof(float) * cap); }
 
 }  // namespace
 
@@ -75,8 +77,10 @@ struct CudaModelRunner::StepPlan {
   int sample_begin = 0, sample_rows = 0;     // rows ArgmaxLogSumExp covers
   int picks_cap = kMaxDecodeGraphBatch;      // rows the picks buffer holds
   std::vector<std::pair<int, int>> out_runs;  // (row, count) of logits returned, in order
-  std::vector<int> arg_rows;  // logits row of each kArgmax slice, in batch order
+  std::vector<int> arg_rows;  // logits row of each kPick slice, in batch order
   std::vector<int> arg_k;     // its num_logprobs
+  std::vector<const PickSpec*> arg_pick;  // its PickSpec (null: greedy)
+  bool sampled = false;       // SampleOnDevice ran: the status column is valid
 };
 
 namespace {
@@ -173,6 +177,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
       if (k == Logits::kArgmax) {
         arg_tok_rows.push_back(t + n - 1);
         p.arg_k.push_back(s.num_logprobs);
+        p.arg_pick.push_back(s.pick);
       }
       t += n;
     }
@@ -279,19 +284,30 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     probe.num_splits = p.num_splits;
     size_t ws = cuda::PagedDecodeWorkspaceBytes(probe);
     if (p.padded) ws = std::max(ws, size_t{8} << 20);  // covers every bucket of Qwen3-8B-like models
+    const size_t had = workspace_.bytes();
     TANDEM_RETURN_IF_ERROR(ReserveTracked(workspace_, ws));
+    if (workspace_.bytes() != had) {  // fresh memory: zero PagedDecode's merge counters once
+      TANDEM_RETURN_IF_ERROR(
+          cuda::PagedDecodeInitWorkspace(workspace_.as<void>(), workspace_.bytes(), stream_));
+    }
   }
 
   // ---- the step: graph replay or eager ----
   const char* meta = dmeta.as<const char>();
-  if (p.padded) {
+  // A step that reports its layers' KV (layer-wise transfer) runs eagerly: the report is a host
+  // call and an event recorded on the stream at that point, which a graph replay would not make.
+  layer_hook_ = batch.on_layer_kv_written ? &batch.on_layer_kv_written : nullptr;
+  Status run;
+  if (p.padded && layer_hook_ == nullptr) {
     const std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
                                               (p.sample_rows > 0 ? 1 : 0));
-    TANDEM_RETURN_IF_ERROR(graphs_.Run(key, graph_generation_, stream_,
-                                       [&] { return RunModel(p, meta); }));
+    run = graphs_.Run(key, graph_generation_, stream_, [&] { return RunModel(p, meta); });
   } else {
-    TANDEM_RETURN_IF_ERROR(RunModel(p, meta));
+    run = RunModel(p, meta);
   }
+  layer_hook_ = nullptr;
+  TANDEM_RETURN_IF_ERROR(run);
+  TANDEM_RETURN_IF_ERROR(SampleOnDevice(p));
 
   // ---- results: top-k for the rows asking for log-probabilities, one copy back ----
   int topk = 0, topk_lo = 0, topk_hi = 0;
@@ -338,20 +354,24 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   const auto* pick_ids = reinterpret_cast<const int32_t*>(hp);
   const auto* pick_max = reinterpret_cast<const float*>(hp + Align16(sizeof(float) * p.picks_cap));
   const auto* pick_lse = reinterpret_cast<const float*>(hp + 2 * Align16(sizeof(float) * p.picks_cap));
+  const auto* pick_status =
+      reinterpret_cast<const int32_t*>(hp + 3 * Align16(sizeof(float) * p.picks_cap));
   const auto* tk_ids = reinterpret_cast<const int32_t*>(hp + picks_bytes);
   const auto* tk_vals = reinterpret_cast<const float*>(tk_ids + static_cast<size_t>(topk_rows) * topk);
   for (size_t i = 0; i < p.arg_rows.size(); ++i) {
     const int row = p.arg_rows[i];
     const int k = p.arg_k[i];
-    if (k > topk) {  // beyond TopK's limit: this row's pick on the host
+    const int r = row - p.sample_begin;
+    // Beyond TopK's limit, or a sampled row with more candidates than SampleRows sorts: this
+    // row's pick on the host (the logits there are the raw ones again).
+    if (k > topk || (p.sampled && pick_status[r] != cuda::kSamplePicked)) {
       std::vector<float> logits_row(vocab);
       TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(logits_row.data(),
                                              logits_.as<float>() + static_cast<size_t>(row) * vocab,
                                              sizeof(float) * vocab, cudaMemcpyDeviceToHost));
-      out->samples.push_back(PickArgmax(logits_row, k));
+      out->samples.push_back(PickToken(logits_row, k, p.arg_pick[i]));
       continue;
     }
-    const int r = row - p.sample_begin;
     ArgmaxSample s;
     s.token_id = pick_ids[r];
     if (k >= 0) {
@@ -361,6 +381,68 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     }
     out->samples.push_back(std::move(s));
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::SampleOnDevice(StepPlan& p) {
+  bool any = false;
+  size_t num_entries = 0;
+  for (const PickSpec* s : p.arg_pick) {
+    if (s == nullptr) continue;
+    any = true;
+    if (s->has_penalties()) num_entries += s->penalties.size();
+  }
+  if (!any || p.sample_rows == 0) return Status::Ok();
+  const int vocab = config_.vocab_size;
+  const int R = p.sample_rows;
+  // One pinned staging area, one upload: specs [R] (padding and greedy rows: greedy), entries.
+  const size_t spec_bytes = Align16(sizeof(cuda::SampleRowSpec) * R);
+  const size_t entry_bytes = Align16(sizeof(cuda::PenaltyRowEntry) * std::max<size_t>(num_entries, 1));
+  const size_t saved_bytes = Align16(sizeof(float) * std::max<size_t>(num_entries, 1));
+  TANDEM_RETURN_IF_ERROR(host_sample_.Reserve(spec_bytes + entry_bytes));
+  TANDEM_RETURN_IF_ERROR(sample_.Reserve(spec_bytes + entry_bytes + saved_bytes));
+  auto* specs = host_sample_.as<cuda::SampleRowSpec>();
+  auto* entries = reinterpret_cast<cuda::PenaltyRowEntry*>(host_sample_.as<char>() + spec_bytes);
+  std::fill_n(specs, R, cuda::SampleRowSpec{});
+  size_t e = 0;
+  for (size_t i = 0; i < p.arg_rows.size(); ++i) {
+    const PickSpec* s = p.arg_pick[i];
+    if (s == nullptr) continue;
+    const int r = p.arg_rows[i] - p.sample_begin;
+    cuda::SampleRowSpec& d = specs[r];
+    d.u = s->u;
+    d.temperature = s->sample.temperature;
+    d.top_p = s->sample.top_p;
+    d.top_k = s->sample.top_k;
+    d.min_p = s->sample.min_p;
+    if (!s->has_penalties()) continue;
+    d.repetition_penalty = s->repetition_penalty;
+    d.frequency_penalty = s->frequency_penalty;
+    d.presence_penalty = s->presence_penalty;
+    for (const cpu::PenaltyEntry& pe : s->penalties) {
+      entries[e++] = cuda::PenaltyRowEntry{r, pe.token_id, pe.output_count};
+    }
+  }
+  char* dbase = sample_.as<char>();
+  const auto* d_specs = reinterpret_cast<const cuda::SampleRowSpec*>(dbase);
+  const auto* d_entries = reinterpret_cast<const cuda::PenaltyRowEntry*>(dbase + spec_bytes);
+  auto* d_saved = reinterpret_cast<float*>(dbase + spec_bytes + entry_bytes);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dbase, host_sample_.as<char>(),
+                                              spec_bytes + entry_bytes, cudaMemcpyHostToDevice,
+                                              stream_));
+  float* rows = logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab;
+  char* picks = picks_.as<char>();
+  const size_t col = Align16(sizeof(float) * p.picks_cap);
+  auto* ids = reinterpret_cast<int32_t*>(picks);
+  auto* chosen = reinterpret_cast<float*>(picks + col);  // was the max: logprob = chosen - lse
+  auto* status = reinterpret_cast<int32_t*>(picks + 3 * col);
+  const int n_e = static_cast<int>(num_entries);
+  TANDEM_RETURN_IF_ERROR(
+      cuda::ApplyPenaltiesSaving(rows, vocab, d_specs, d_entries, n_e, d_saved, stream_));
+  TANDEM_RETURN_IF_ERROR(cuda::SampleRows(rows, vocab, R, vocab, d_specs, ids, status, stream_));
+  TANDEM_RETURN_IF_ERROR(cuda::RestorePenalties(rows, vocab, d_entries, n_e, d_saved, stream_));
+  TANDEM_RETURN_IF_ERROR(cuda::ChosenLogits(rows, vocab, R, ids, chosen, stream_));
+  p.sampled = true;
   return Status::Ok();
 }
 
@@ -416,6 +498,23 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.eps = eps;
     return fused ? cuda::FusedAddRmsNorm(a, stream_) : cuda::RmsNorm(a, stream_);
   };
+  // What PagedDecodeArgs and PagedPrefillArgs share (same field names): q in the fused qkv rows,
+  // the output rows, layer l's pool, the block tables, the shapes.
+  auto attention_args = [&](auto& a, int l) {
+    a.q = qkv;
+    a.q_stride = qkv_dim;
+    a.out = attn;
+    a.out_stride = q_dim;
+    a.kv_pool = kv_[l].as<bf16>();
+    a.block_tables = d_tables;
+    a.block_table_stride = p.stride;
+    a.num_seqs = p.num_seqs;
+    a.block_size = block_size_;
+    a.num_heads = nh;
+    a.num_kv_heads = nkv;
+    a.head_dim = hd;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  };
   const DeviceArray kNone;
 
   TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, w_.embed.as<bf16>(), vocab, hidden, x, stream_));
@@ -425,73 +524,44 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
                                   : norm(h, w.input_norm, h, true));
     TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
-    cuda::QkNormRopeArgs r;
-    r.q = qkv;
-    r.q_stride = qkv_dim;
-    r.k = qkv + q_dim;
-    r.k_stride = qkv_dim;
-    r.q_norm = w.q_norm.bytes() > 0 ? w.q_norm.as<bf16>() : nullptr;
-    r.k_norm = w.k_norm.bytes() > 0 ? w.k_norm.as<bf16>() : nullptr;
-    r.positions = d_pos;
-    r.inv_freq = w_.inv_freq.as<float>();
-    r.num_tokens = T;
-    r.num_heads = nh;
-    r.num_kv_heads = nkv;
-    r.head_dim = hd;
-    r.eps = eps;
-    TANDEM_RETURN_IF_ERROR(cuda::QkNormRope(r, stream_));
-    cuda::ReshapeAndCacheArgs kvw;
-    kvw.k = qkv + q_dim;
-    kvw.k_stride = qkv_dim;
-    kvw.v = qkv + q_dim + nkv * hd;
-    kvw.v_stride = qkv_dim;
-    kvw.slot_mapping = d_slots;
-    kvw.kv_pool = kv_[l].as<bf16>();
-    kvw.num_tokens = T;
-    kvw.block_size = block_size_;
-    kvw.num_kv_heads = nkv;
-    kvw.head_dim = hd;
-    TANDEM_RETURN_IF_ERROR(cuda::ReshapeAndCache(kvw, stream_));
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
+    cuda::QkNormRopeCacheArgs r;
+    r.rope.q = qkv;
+    r.rope.q_stride = qkv_dim;
+    r.rope.k = qkv + q_dim;
+    r.rope.k_stride = qkv_dim;
+    r.rope.q_norm = w.q_norm.bytes() > 0 ? w.q_norm.as<bf16>() : nullptr;
+    r.rope.k_norm = w.k_norm.bytes() > 0 ? w.k_norm.as<bf16>() : nullptr;
+    r.rope.positions = d_pos;
+    r.rope.inv_freq = w_.inv_freq.as<float>();
+    r.rope.num_tokens = T;
+    r.rope.num_heads = nh;
+    r.rope.num_kv_heads = nkv;
+    r.rope.head_dim = hd;
+    r.rope.eps = eps;
+    r.v = qkv + q_dim + nkv * hd;
+    r.v_stride = qkv_dim;
+    r.slot_mapping = d_slots;
+    r.kv_pool = kv_[l].as<bf16>();
+    r.block_size = block_size_;
+    TANDEM_RETURN_IF_ERROR(cuda::QkNormRopeCache(r, stream_));
+    if (layer_hook_ != nullptr) TANDEM_RETURN_IF_ERROR(ReportLayerKV(l));
     if (p.decode) {
       cuda::PagedDecodeArgs a;
-      a.q = qkv;
-      a.q_stride = qkv_dim;
-      a.out = attn;
-      a.out_stride = q_dim;
-      a.kv_pool = kv_[l].as<bf16>();
+      attention_args(a, l);
       a.context_lens = d_ctx;
-      a.block_tables = d_tables;
-      a.block_table_stride = p.stride;
-      a.num_seqs = p.num_seqs;
       a.max_context_len = p.max_context_len;
-      a.block_size = block_size_;
-      a.num_heads = nh;
-      a.num_kv_heads = nkv;
-      a.head_dim = hd;
-      a.scale = scale;
       a.num_splits = p.num_splits;
       a.workspace = workspace_.as<void>();
       a.workspace_bytes = workspace_.bytes();
+      a.workspace_initialized = true;  // PagedDecodeInitWorkspace ran when it was allocated
       TANDEM_RETURN_IF_ERROR(cuda::PagedDecode(a, stream_));
     } else {
       cuda::PagedPrefillArgs a;
-      a.q = qkv;
-      a.q_stride = qkv_dim;
-      a.out = attn;
-      a.out_stride = q_dim;
-      a.kv_pool = kv_[l].as<bf16>();
+      attention_args(a, l);
       a.query_start_loc = d_qsl;
       a.start_pos = d_start;
-      a.block_tables = d_tables;
-      a.block_table_stride = p.stride;
-      a.num_seqs = p.num_seqs;
       a.max_query_len = p.max_query_len;
-      a.block_size = block_size_;
-      a.num_heads = nh;
-      a.num_kv_heads = nkv;
-      a.head_dim = hd;
-      a.scale = scale;
       TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
     }
     TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
@@ -528,6 +598,25 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
         vocab, reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + col),
         reinterpret_cast<float*>(base + 2 * col), stream_));
   }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::ReportLayerKV(int layer) {
+  if (layer_events_.size() != static_cast<size_t>(config_.num_hidden_layers)) {
+    layer_events_.assign(config_.num_hidden_layers, nullptr);
+  }
+  cudaEvent_t& ev = layer_events_[layer];
+  if (ev == nullptr) TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev, stream_));
+  const cudaEvent_t event = ev;
+  const int device = device_id_;
+  // Queried from the transfer thread: make this runner's device current there first (a query
+  // from a thread on another device would create a context on it). An error other than "not
+  // ready" also ends the wait; the transfer then reads what is there and the step reports it.
+  (*layer_hook_)(LayerKVReady{layer, [event, device] {
+                                cudaSetDevice(device);
+                                return cudaEventQuery(event) != cudaErrorNotReady;
+                              }, {}});
   return Status::Ok();
 }
 

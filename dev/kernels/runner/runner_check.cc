@@ -10,7 +10,11 @@
 // TANDEM_CUDA_GRAPHS=pad (the same padded step run eagerly: must equal the graph bit for bit) and
 // TANDEM_CUDA_GRAPHS=0 (unpadded eager: relative error <= 1e-2 against the graph). Execute's GPU
 // picks (kArgmax with 5, 0 and no log-probabilities) must equal PickArgmax on the same runner's
-// logits of the same step (token ids; log-probabilities within 1e-3). Exit 0 when everything holds
+// logits of the same step (token ids; log-probabilities within 1e-3). Sampled picks (kPick with a
+// PickSpec: temperature, top-k, top-p, min-p, penalties, a seeded u per row, as the engine sends
+// them) must equal PickToken (the host sampler) on the same logits with the same u, except where
+// u * total lies within rounding of a cumulative boundary (counted; at most 1 per 100 picks); how
+// often they equal the CPU runner's picks is printed. Exit 0 when everything holds
 // (argmax differences excused when the CPU's top two are within the error), 1 otherwise, 2 on an
 // error, 77 with no CUDA device.
 // Usage: cuda_runner_check [MODEL_DIR] [--steps N]
@@ -100,6 +104,62 @@ void ComparePicks(const char* step, const std::vector<ArgmaxSample>& got,
               ok ? "ok" : "FAIL", step, rows.size(), bad, worst_lp);
 }
 
+// Sampled picks of one step: got (Execute with specs) against PickToken on the GPU runner's own
+// logits (must agree) and on the CPU runner's (printed).
+long sampled_picks = 0, sampled_boundary = 0;
+void CompareSampledPicks(const char* step, const std::vector<ArgmaxSample>& got,
+                         const std::vector<float>& gpu_logits, const std::vector<float>& cpu_logits,
+                         const std::vector<int>& rows, const std::vector<PickSpec>& specs,
+                         const std::vector<int>& num_logprobs, int vocab) {
+  int bad = 0, boundary = 0, same_as_cpu = 0;
+  double worst_lp = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::span<const float> g_row(gpu_logits.data() + static_cast<size_t>(rows[i]) * vocab, vocab);
+    const std::span<const float> c_row(cpu_logits.data() + static_cast<size_t>(rows[i]) * vocab, vocab);
+    const ArgmaxSample want = PickToken(g_row, num_logprobs[i], &specs[i]);
+    same_as_cpu += PickToken(c_row, -1, &specs[i]).token_id == got[i].token_id;
+    ++sampled_picks;
+    if (got[i].token_id != want.token_id) {
+      // A rounding boundary: a nudge of u by 1e-9 gives the GPU's token on the host.
+      PickSpec lo = specs[i], hi = specs[i];
+      lo.u = std::max(0.0, lo.u - 1e-9);
+      hi.u = std::min(std::nextafter(1.0, 0.0), hi.u + 1e-9);
+      if (PickToken(g_row, -1, &lo).token_id == got[i].token_id ||
+          PickToken(g_row, -1, &hi).token_id == got[i].token_id) {
+        ++boundary;
+        ++sampled_boundary;
+      } else {
+        ++bad;
+      }
+      continue;
+    }
+    if (num_logprobs[i] >= 0) {
+      worst_lp = std::max(worst_lp, static_cast<double>(std::fabs(got[i].logprob - want.logprob)));
+    }
+  }
+  const bool ok = bad == 0 && worst_lp <= 1e-3 && sampled_boundary * 100 <= std::max(100L, sampled_picks);
+  if (!ok) ++failures;
+  std::printf("%-4s %-34s sampled %2zu  differ %d  boundary %d  = cpu runner's pick %d/%zu  "
+              "logprob diff %.1e\n", ok ? "ok" : "FAIL", step, rows.size(), bad, boundary,
+              same_as_cpu, rows.size(), worst_lp);
+}
+
+// The PickSpec of row i of a step (cycling through temperature / top-k / top-p / min-p / penalty
+// mixes) with a u from rng.
+PickSpec SampledSpec(int i, std::mt19937_64& rng, std::span<const cpu::PenaltyEntry> penalties) {
+  PickSpec p;
+  p.u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0);
+  switch (i % 5) {
+    case 0: p.sample = {0.7f, 0.9f, 0, 0.0f}; break;
+    case 1: p.sample = {1.0f, 1.0f, 20, 0.0f}; p.repetition_penalty = 1.3f; break;
+    case 2: p.sample = {1.3f, 0.95f, 0, 0.05f}; p.frequency_penalty = 0.4f; p.presence_penalty = 0.2f; break;
+    case 3: p.sample = {0.0f, 1.0f, 0, 0.0f}; p.repetition_penalty = 1.5f; break;  // greedy, penalized
+    default: p.sample = {1.0f, 1.0f, 0, 0.0f}; break;                              // plain draw
+  }
+  if (p.has_penalties()) p.penalties = penalties;
+  return p;
+}
+
 // Graph-on logits against another GPU runner's for the same step: max |diff| (0 = bit-exact) and
 // ||a - b|| / ||b||; `tol` bounds the relative error (0: bit-exact required).
 void CompareRunners(const char* what, const std::vector<float>& a, const std::vector<float>& b,
@@ -170,6 +230,7 @@ int Run(const std::string& model_dir, int steps) {
     while (s.table.size() * kBlockSize < len) s.table.push_back(take_block());
   };
   double gpu_ms[3] = {0, 0, 0};
+  int sampled_picks_seen = 0;
   auto forward = [&](const ForwardBatch& batch, const char* step) {
     std::vector<float> lc, lg[3];
     Status a = cpu.Forward(batch, &lc);
@@ -207,6 +268,28 @@ int Run(const std::string& model_dir, int steps) {
       std::exit(2);
     }
     ComparePicks(step, out.samples, lg[0], rows, k, c.vocab_size);
+    // Again with sampling specs (PickSpec), as the engine sends every row to a GPU runner.
+    static std::mt19937_64 u_rng(20261201);
+    std::vector<PickSpec> specs(picked.seqs.size());
+    std::vector<std::vector<cpu::PenaltyEntry>> entries(picked.seqs.size());
+    std::vector<PickSpec> row_specs;
+    for (size_t s = 0; s < picked.seqs.size(); ++s) {
+      SequenceSlice& sl = picked.seqs[s];
+      if (sl.logits != SequenceSlice::Logits::kPick) continue;
+      const std::vector<int32_t> output = {7, 7, 11, 13, 7};
+      entries[s] = cpu::MakePenaltyEntries(sl.token_ids, output, c.vocab_size);
+      specs[s] = SampledSpec(static_cast<int>(s) + sampled_picks_seen, u_rng, entries[s]);
+      sl.pick = &specs[s];
+      row_specs.push_back(specs[s]);
+    }
+    sampled_picks_seen += static_cast<int>(row_specs.size());
+    ForwardOutput sampled;
+    e = gpu.Execute(picked, &sampled);
+    if (!e.ok()) {
+      std::fprintf(stderr, "%s: Execute (sampled) %s\n", step, e.ToString().c_str());
+      std::exit(2);
+    }
+    CompareSampledPicks(step, sampled.samples, lg[0], lc, rows, row_specs, k, c.vocab_size);
     return lc;
   };
 
