@@ -27,6 +27,9 @@
 #include "common/metrics.h"
 #include "engine/async_engine.h"
 #include "frontend/http_server.h"
+#include "runtime/etcd_discovery.h"
+#include "runtime/event_plane.h"
+#include "runtime/event_ring.h"
 #include "runtime/file_discovery.h"
 #include "runtime/remote_prefill_client.h"
 #include "runtime/worker_server.h"
@@ -47,12 +50,15 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   std::string namespace_name = "tandem";
+  std::string discovery;    // --discovery: "" = the embedded file discovery, etcd://host:port
+  std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string instance_id;
   int metrics_port = -1;
   int max_local_prefill_tokens = 1000;
   double remote_prefill_timeout_s = 120;
   std::string kv_transfer_host = "127.0.0.1";
   std::string kv_transfer_backend;  // "" = the agent's choice
+  bool kv_transfer_layerwise = true;  // prefill: post each layer's KV as soon as it is computed
   double stats_interval_s = 5;
 };
 
@@ -135,7 +141,17 @@ int RunWorker(const WorkerOptions& opt) {
     kv_registrations = std::move(*regs);
   }
 
-  std::shared_ptr<runtime::Discovery> discovery = runtime::MakeFileDiscovery();
+  auto made_discovery = runtime::MakeDiscovery(opt.discovery);
+  if (!made_discovery.ok()) {
+    std::fprintf(stderr, "tandem worker: %s\n", made_discovery.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<runtime::Discovery> discovery = std::move(*made_discovery);
+  // The embedded event plane: this worker's events, served by its gRPC server.
+  std::shared_ptr<runtime::EventRing> event_ring;
+  if (opt.event_plane.empty() || opt.event_plane == "embedded") {
+    event_ring = std::make_shared<runtime::EventRing>();
+  }
   std::shared_ptr<worker::DecodeDisagg> disagg;
   AsyncEngineOptions engine_options;
   engine_options.served_model_name = served_name;
@@ -159,9 +175,14 @@ int RunWorker(const WorkerOptions& opt) {
   auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
   const ServedModelInfo info = engine->model_info();
   std::shared_ptr<worker::PrefillHandler> prefill_handler;
-  if (prefill) prefill_handler = std::make_shared<worker::PrefillHandler>(engine, agent.get());
+  if (prefill) {
+    worker::PrefillHandlerOptions handler_options;
+    handler_options.layerwise = opt.kv_transfer_layerwise;
+    prefill_handler = std::make_shared<worker::PrefillHandler>(engine, agent.get(), handler_options);
+  }
 
   runtime::WorkerServerOptions server_options{opt.host, opt.port, prefill_handler};
+  server_options.events = event_ring;
   runtime::WorkerServer server(engine, server_options);
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", st.ToString().c_str());
@@ -199,11 +220,21 @@ int RunWorker(const WorkerOptions& opt) {
     std::fprintf(stderr, "tandem worker: %s\n", lease.status().ToString().c_str());
     return 1;
   }
+  // The engine's KV events go out through this plane as this instance (event_plane.h).
+  runtime::EventPlaneOptions plane_options;
+  plane_options.url = opt.event_plane;
+  plane_options.worker_id = (*lease)->info().instance_id;
+  plane_options.ring = event_ring;
+  auto event_plane = runtime::MakeEventPlane(plane_options);
+  if (!event_plane.ok()) {
+    std::fprintf(stderr, "tandem worker: %s\n", event_plane.status().ToString().c_str());
+    return 1;
+  }
   log::info("worker ({}) serving '{}' on grpc://{} (port {}), instance {}, namespace '{}', "
-            "{} KV blocks of {} tokens, discovery {}{}",
+            "{} KV blocks of {} tokens, discovery {}, event plane {}{}",
             opt.mode, served_name, server.endpoint(), server.port(), (*lease)->info().instance_id,
             opt.namespace_name, stats.num_kv_blocks_total, opt.engine.block_size,
-            runtime::DefaultDiscoveryDir(),
+            runtime::DescribeDiscovery(opt.discovery), (*event_plane)->url(),
             metrics_server ? fmt::format(", metrics on http://{}:{}/metrics", opt.host,
                                          metrics_server->port())
                            : "");
@@ -237,6 +268,14 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--port", opt->port, "gRPC port (0: any free port, logged)")
       ->check(CLI::Range(0, 65535));
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace");
+  app.add_option("--discovery", opt->discovery,
+                 "Where workers register: 'file' (default: the embedded file discovery), "
+                 "file:///dir or etcd://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateDiscoveryUrl(v).message(); });
+  app.add_option("--event-plane", opt->event_plane,
+                 "Where this worker's KV events go: 'embedded' (default: served by its gRPC "
+                 "server) or nats://host:port")
+      ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
   app.add_option("--instance-id", opt->instance_id,
                  "Discovery instance id (default: generated, unique)");
   app.add_option("--metrics-port", opt->metrics_port,
@@ -251,6 +290,9 @@ Runner RegisterWorker(CLI::App& app) {
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-transfer-host", opt->kv_transfer_host,
                  "Address the transfer agent's tcp backend listens on and advertises");
+  app.add_option("--kv-transfer-layerwise", opt->kv_transfer_layerwise,
+                 "Prefill: send each layer's KV blocks as soon as that layer is computed (true), or "
+                 "all of them after the prefill (false)");
   app.add_option("--kv-transfer-backend", opt->kv_transfer_backend,
                  "Force one transfer backend (local, tcp; cuda_ipc, ucx, libfabric when built); default: the "
                  "agent's choice (cuda_ipc for a GPU pool to workers on this node)");
