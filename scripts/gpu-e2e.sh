@@ -13,8 +13,10 @@
 #                                         (greedy) and prints a table: prompts whose text equals HF's,
 #                                         the first differing token position otherwise, KV transfers.
 #   scripts/gpu-e2e.sh ttft2gpu           on the two-GPU device (kind nvidia-h200-x2): TTFT of 2k-token
-#                                         prompts, agg on cuda:0 vs deploy/disagg-1p1d-2gpu.yaml, random
-#                                         Qwen3-8B weights, greedy outputs compared (issue 7's goal).
+#                                         prompts, agg on cuda:0 vs deploy/disagg-1p1d-2gpu.yaml (layer-
+#                                         wise and whole KV writes), random Qwen3-8B weights, greedy
+#                                         outputs compared (issue 7's goal). ttft1gpu: the same with
+#                                         deploy/disagg-1p1d-gpu.yaml (both workers on cuda:0).
 # Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory). Logs go to $OUT. Never touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -106,11 +108,14 @@ wait_health() {  # PORT SECONDS
   echo "no /health on :$1 after $2 s"; return 1
 }
 
-# Issue 7 on the two-GPU machine: TTFT of 2k-token prompts, aggregated on cuda:0 vs disaggregated
-# (deploy/disagg-1p1d-2gpu.yaml: prefill cuda:0, decode cuda:1, KV GPU to GPU), random Qwen3-8B
-# weights (scripts/gpu/peer_check.py --make-only) served with the real Qwen3 tokenizer of the
-# bundled model; greedy outputs compared request by request (scripts/gpu/ttft_compare.py).
-ttft2gpu() {
+# Issue 7: TTFT of 2k-token prompts, aggregated on cuda:0 vs disaggregated under GRAPH (default
+# deploy/disagg-1p1d-2gpu.yaml: prefill cuda:0, decode cuda:1; ttft1gpu: deploy/disagg-1p1d-gpu.yaml,
+# both on cuda:0), KV moved GPU to GPU (cuda_ipc), random Qwen3-8B weights
+# (scripts/gpu/peer_check.py --make-only) served with the real Qwen3 tokenizer of the bundled
+# model; greedy outputs compared request by request (scripts/gpu/ttft_compare.py). A third run
+# repeats the disaggregated one with --kv-transfer-layerwise false (one write after the prefill).
+ttft() {
+  local graph=$1 tag=$2
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e
   local ckdir=/dev/shm/tandem-ttft
   mkdir -p "$out" "$work" "$ckdir"
@@ -137,20 +142,30 @@ ttft2gpu() {
     "$work/tandem" bench --url http://127.0.0.1:18000 "${bench[@]}" --output-json "$out/ttft-agg.json" || rc=1
   else rc=1; tail -20 "$out/ttft-agg.log"; fi
   kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  echo "== disagg: tandem serve deploy/disagg-1p1d-2gpu.yaml (prefill cuda:0, decode cuda:1)"
-  TANDEM_DISCOVERY_DIR="$work/discovery-ttft-2gpu" "$work/tandem" serve deploy/disagg-1p1d-2gpu.yaml \
-    --model "$ckpt" --port 18001 --namespace e2e-2gpu --log-dir "$out/run-2gpu" > "$out/ttft-2gpu.log" 2>&1 &
-  pid=$!
-  if wait_health 18001 180; then
-    sleep 3  # decode's discovery watch sees the prefill worker
-    "$work/tandem" bench --url http://127.0.0.1:18001 "${bench[@]}" --output-json "$out/ttft-2gpu.json" || rc=1
-  else rc=1; tail -20 "$out/ttft-2gpu.log"; fi
-  kill -TERM "$pid" 2>/dev/null; sleep 3; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
-  grep -rh "KV transfer backend\|KV Transfer metrics" "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | tail -4
-  echo "remote prefills: $(grep -rh 'remote prefill:' "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | wc -l)," \
-    "failed: $(grep -rh 'remote prefill failed' "$out/ttft-2gpu.log" "$out/run-2gpu" 2>/dev/null | wc -l)"
-  echo "== summary (TTFT, agg on one GPU vs disagg on two)"
-  python3 scripts/gpu/ttft_compare.py "$out/ttft-agg.json" "$out/ttft-2gpu.json" --json "$out/ttft-compare.json" || rc=1
+  # The graph again with the prefill worker sending everything after the prefill.
+  sed 's/^  - mode: prefill$/  - mode: prefill\n    args: [--kv-transfer-layerwise, "false"]/' "$graph" > "$work/whole.yaml"
+  local run port=18001
+  for run in "$tag" "$tag-whole"; do
+    local g=$graph
+    [ "$run" = "$tag-whole" ] && g=$work/whole.yaml
+    echo "== disagg ($run): tandem serve $g"
+    TANDEM_DISCOVERY_DIR="$work/discovery-ttft-$run" "$work/tandem" serve "$g" \
+      --model "$ckpt" --port $port --namespace "e2e-$run" --log-dir "$out/run-$run" > "$out/ttft-$run.log" 2>&1 &
+    pid=$!
+    if wait_health $port 180; then
+      sleep 3  # decode's discovery watch sees the prefill worker
+      "$work/tandem" bench --url http://127.0.0.1:$port "${bench[@]}" --output-json "$out/ttft-$run.json" || rc=1
+    else rc=1; tail -20 "$out/ttft-$run.log"; fi
+    kill -TERM "$pid" 2>/dev/null; sleep 3; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    grep -rh "KV transfer backend\|KV Transfer metrics" "$out/ttft-$run.log" "$out/run-$run" 2>/dev/null | tail -3
+    echo "remote prefills: $(grep -rh 'remote prefill:' "$out/ttft-$run.log" "$out/run-$run" 2>/dev/null | wc -l)," \
+      "failed: $(grep -rh 'remote prefill failed' "$out/ttft-$run.log" "$out/run-$run" 2>/dev/null | wc -l)"
+    port=$((port + 1))
+  done
+  for run in "$tag" "$tag-whole"; do
+    echo "== summary: TTFT, agg on cuda:0 vs disagg $run"
+    python3 scripts/gpu/ttft_compare.py "$out/ttft-agg.json" "$out/ttft-$run.json" --json "$out/ttft-compare-$run.json" || rc=1
+  done
   [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
   return $rc
 }
@@ -158,6 +173,7 @@ ttft2gpu() {
 case "${1:-device}" in
   pack) shift; pack "$@" ;;
   device) device ;;
-  ttft2gpu) ttft2gpu ;;
-  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft2gpu]"; exit 2 ;;
+  ttft2gpu) ttft deploy/disagg-1p1d-2gpu.yaml 2gpu ;;
+  ttft1gpu) ttft deploy/disagg-1p1d-gpu.yaml 1gpu ;;
+  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft1gpu|ttft2gpu]"; exit 2 ;;
 esac
