@@ -305,6 +305,7 @@ class CudaIpcBackend final : public Backend {
     const int k = req.total_bytes >= params_.stream_split_bytes ? params_.num_streams : 1;
     const uint64_t per = (req.total_bytes + k - 1) / k;
     std::map<std::pair<int32_t, int>, IpcQueue*> used;
+    std::map<IpcQueue*, std::vector<IpcQueue::CopyOp>> batches;  // submitted per queue, at once
     uint64_t filled = 0;
     int index = 0;
     for (const Segment& s : req.segments) {
@@ -341,11 +342,18 @@ class CudaIpcBackend final : public Backend {
         }
         used[{s.local_device, index}] = *q;
         const uint64_t local = s.local_addr + off, rem = remote + off;
-        f->status = req.op == Op::kWrite ? (*q)->Copy(rem, local, take) : (*q)->Copy(local, rem, take);
+        batches[*q].push_back(req.op == Op::kWrite ? IpcQueue::CopyOp{rem, local, take}
+                                                   : IpcQueue::CopyOp{local, rem, take});
         filled += take;
         off += take;
       }
       if (!f->status.ok()) break;
+    }
+    if (f->status.ok()) {
+      for (auto& [q, ops] : batches) {
+        f->status = q->CopyBatch(ops);
+        if (!f->status.ok()) break;
+      }
     }
     // An event on every queue that got a copy, even after an error: nothing may outlive the pins.
     for (auto& [key, q] : used) {

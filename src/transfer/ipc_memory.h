@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/status.h"
 
@@ -45,6 +46,17 @@ class IpcQueue {
   // Returns before the copy ran; both ranges must stay valid until an event after it is done.
   // Errors: Internal with the device's message (the copy was not enqueued).
   virtual Status Copy(uint64_t dst, uint64_t src, uint64_t len) = 0;
+  // The same for many ranges at once (a block table scattered over the pool: hundreds of 64 KiB
+  // pieces), in one submission where the device allows it (CUDA: cudaMemcpyBatchAsync), so the
+  // cost per piece is not a driver call each. The copies may run in any order among themselves.
+  // Default: Copy in a loop.
+  struct CopyOp {
+    uint64_t dst = 0, src = 0, len = 0;
+  };
+  virtual Status CopyBatch(const std::vector<CopyOp>& ops) {
+    for (const CopyOp& op : ops) TANDEM_RETURN_IF_ERROR(Copy(op.dst, op.src, op.len));
+    return Status::Ok();
+  }
   virtual Result<std::unique_ptr<IpcEvent>> Record() = 0;
 };
 

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include "transfer/cuda/cuda_copier.h"
 #include "transfer/cuda_ipc_backend.h"
@@ -66,6 +67,28 @@ class CudaQueue final : public IpcQueue {
                                     cudaMemcpyDefault, stream_);
     return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyAsync (cuda_ipc)");
   }
+  Status CopyBatch(const std::vector<CopyOp>& ops) override {
+    if (ops.size() < 2) return IpcQueue::CopyBatch(ops);
+    cudaSetDevice(device_);
+    dsts_.clear();
+    srcs_.clear();
+    sizes_.clear();
+    for (const CopyOp& op : ops) {
+      dsts_.push_back(reinterpret_cast<void*>(op.dst));
+      srcs_.push_back(reinterpret_cast<const void*>(op.src));
+      sizes_.push_back(op.len);
+    }
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;  // after what the stream did before
+    size_t attr_index = 0;
+    cudaError_t e = cudaMemcpyBatchAsync(dsts_.data(), srcs_.data(), sizes_.data(), ops.size(), &attr,
+                                         &attr_index, 1, stream_);
+    if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
+      (void)cudaGetLastError();  // e.g. an older driver: one call per piece
+      return IpcQueue::CopyBatch(ops);
+    }
+    return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyBatchAsync (cuda_ipc)");
+  }
   Result<std::unique_ptr<IpcEvent>> Record() override {
     cudaSetDevice(device_);
     cudaEvent_t ev = nullptr;
@@ -82,6 +105,9 @@ class CudaQueue final : public IpcQueue {
  private:
   const int32_t device_;
   cudaStream_t stream_;
+  std::vector<void*> dsts_;  // CopyBatch's arrays, reused
+  std::vector<const void*> srcs_;
+  std::vector<size_t> sizes_;
 };
 
 class CudaIpcApi final : public IpcMemoryApi {
