@@ -179,6 +179,9 @@ class EngineImpl final : public Engine {
     } publish_kv_events{this};
     std::vector<RequestOutput> outputs = std::move(pending_);
     pending_.clear();
+    // What arrived between steps (a remote prefill's first token, aborts) goes out now rather than
+    // after the next forward pass: a disaggregated request's TTFT must not include a decode step.
+    if (!outputs.empty()) return outputs;
 
     SchedulerOutput sched = scheduler_.Schedule();
     for (Request* r : sched.remote_prefills) {

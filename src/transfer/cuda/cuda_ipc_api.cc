@@ -68,7 +68,10 @@ class CudaQueue final : public IpcQueue {
     return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyAsync (cuda_ipc)");
   }
   Status CopyBatch(const std::vector<CopyOp>& ops) override {
-    if (ops.size() < 2) return IpcQueue::CopyBatch(ops);
+    // A few large pieces go faster as plain copies (H200, 36 x 7.4 MB: 0.39 ms vs 0.50 ms
+    // batched); many small ones need the batch, which costs one driver call (a 2k-token prompt's
+    // scattered block table, 4608 x 64 KiB: 0.6-0.75 ms in the server on the H200).
+    if (ops.size() < 64) return IpcQueue::CopyBatch(ops);
     cudaSetDevice(device_);
     dsts_.clear();
     srcs_.clear();
