@@ -77,6 +77,16 @@ struct RemoteEngineClient::Impl {
   Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
                 OutputCallback on_output);
 
+  // Workers whose last call ended after they left discovery: a reactor must not drop the last
+  // reference to its channel inside gRPC's callback (destroying a channel from its own callback
+  // thread over-releases its completion queue: "assertion failed: prior > 0", seen when a killed
+  // worker left discovery before its streams failed). Released by the next Refresh.
+  std::vector<std::shared_ptr<Worker>> retired;  // guarded by mu
+  void Retire(std::shared_ptr<Worker> w) {
+    std::lock_guard<std::mutex> lock(mu);
+    retired.push_back(std::move(w));
+  }
+
   void CallDone(const std::string& id, const CallEntry* entry, bool reactor_done) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = calls.find(id);
@@ -135,6 +145,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     auto owner = owner_;  // keeps Impl alive past `delete this`
     const std::string id = request_id_;
     const CallEntry* entry = entry_.get();
+    owner->Retire(std::move(worker_));
     delete this;
     owner->CallDone(id, entry, /*reactor_done=*/true);
   }
@@ -173,6 +184,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
 
 void RemoteEngineClient::Impl::Refresh() {
   std::lock_guard<std::mutex> serial(refresh_serial);
+  std::vector<std::shared_ptr<Worker>> released;  // dropped here, outside any gRPC callback
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    released.swap(retired);
+  }
   Result<std::vector<InstanceInfo>> listed = std::vector<InstanceInfo>{};
   for (const std::string& component : options.components) {
     auto part = discovery->List(options.namespace_name, component);
