@@ -74,7 +74,10 @@ TEST_F(ClusterTest, WorkerAndFrontendOnEtcdAndNatsServeAndAKilledWorkerLeavesEtc
                                 {}, (dir_ / "worker.log").string());
   ASSERT_TRUE(Eventually([&] { return NumWorkers(**discovery) == 1 || !worker_->Running(); }, 120s));
   ASSERT_EQ(NumWorkers(**discovery), 1u);
-  EXPECT_NE(ReadText(dir_ / "worker.log").find("event plane " + nats.url()), std::string::npos);
+  // The start-up line follows the registration: wait for it rather than read the log once.
+  EXPECT_TRUE(Eventually([&] {
+    return ReadText(dir_ / "worker.log").find("event plane " + nats.url()) != std::string::npos;
+  }, 10s)) << ReadText(dir_ / "worker.log");
 
   const int port = testing::FreePort();
   const std::string base = "http://127.0.0.1:" + std::to_string(port);
