@@ -3,11 +3,31 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <random>
 #include <thread>
 
 #include "common/logging.h"
+#include <fmt/format.h>
 
 namespace tandem::runtime {
+
+bool ValidDiscoveryName(const std::string& s) {
+  if (s.empty() || s == "." || s == "..") return false;
+  for (char c : s) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::string NewInstanceId() {
+  static std::atomic<uint64_t> counter{0};
+  std::random_device rd;
+  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ counter.fetch_add(1));
+  return fmt::format("{:012x}", gen() & 0xffffffffffffull);
+}
+
 
 nlohmann::json ToJson(const InstanceInfo& info) {
   return {{"namespace", info.namespace_name}, {"component", info.component},

@@ -38,6 +38,12 @@ struct InstanceInfo {
   std::string key() const { return namespace_name + "/" + component + "/" + instance_id; }
 };
 
+// A namespace / component / instance id: [A-Za-z0-9._-]+, not "." or "..". Shared by every
+// Discovery implementation (file and etcd).
+bool ValidDiscoveryName(const std::string& s);
+// A fresh random 12-hex-digit id (instance ids, temporary file names).
+std::string NewInstanceId();
+
 nlohmann::json ToJson(const InstanceInfo& info);
 Result<InstanceInfo> InstanceFromJson(const nlohmann::json& j);
 

@@ -16,23 +16,6 @@
 namespace tandem::runtime {
 namespace {
 
-bool ValidName(const std::string& s) {
-  if (s.empty() || s == "." || s == "..") return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::string RandomId() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ counter.fetch_add(1));
-  return fmt::format("{:012x}", gen() & 0xffffffffffffull);
-}
-
 class EtcdLease final : public Lease {
  public:
   EtcdLease(std::shared_ptr<const EtcdClient> client, InstanceInfo info, std::string key,
@@ -110,9 +93,9 @@ class EtcdDiscovery final : public Discovery {
   Status Ping() { return client_->RangePrefix(options_.key_prefix + "/").status(); }
 
   Result<std::unique_ptr<Lease>> Register(InstanceInfo info) override {
-    if (info.instance_id.empty()) info.instance_id = RandomId();
+    if (info.instance_id.empty()) info.instance_id = NewInstanceId();
     for (const std::string* s : {&info.namespace_name, &info.component, &info.instance_id}) {
-      if (!ValidName(*s)) {
+      if (!ValidDiscoveryName(*s)) {
         return Err(StatusCode::kInvalidArgument,
                    "discovery: '{}' is not a valid name (letters, digits, '.', '_', '-')", *s);
       }
@@ -132,7 +115,7 @@ class EtcdDiscovery final : public Discovery {
 
   Result<std::vector<InstanceInfo>> List(const std::string& namespace_name,
                                          const std::string& component) override {
-    if (!ValidName(namespace_name) || !ValidName(component)) {
+    if (!ValidDiscoveryName(namespace_name) || !ValidDiscoveryName(component)) {
       return Err(StatusCode::kInvalidArgument, "discovery: bad namespace or component '{}/{}'",
                  namespace_name, component);
     }

@@ -37,23 +37,6 @@ std::string HostName() {
   return buf;
 }
 
-bool ValidName(const std::string& s) {
-  if (s.empty() || s == "." || s == "..") return false;
-  for (char c : s) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-                    c == '.' || c == '_' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
-}
-
-std::string RandomId() {
-  static std::atomic<uint64_t> counter{0};
-  std::random_device rd;
-  std::mt19937_64 gen((static_cast<uint64_t>(rd()) << 32) ^ rd() ^ counter.fetch_add(1));
-  return fmt::format("{:012x}", gen() & 0xffffffffffffull);
-}
-
 // A process of this host that no longer runs: no such pid, or a zombie waiting to be reaped.
 bool ProcessGone(int64_t pid) {
   if (pid <= 0) return false;
@@ -70,7 +53,7 @@ Status WriteAtomically(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path(), ec);
   if (ec) return Err(StatusCode::kFailedPrecondition, "cannot create {}: {}",
                      path.parent_path().string(), ec.message());
-  const fs::path tmp = path.string() + fmt::format(".tmp.{}.{}", getpid(), RandomId());
+  const fs::path tmp = path.string() + fmt::format(".tmp.{}.{}", getpid(), NewInstanceId());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     out << text;
@@ -171,9 +154,9 @@ class FileDiscovery final : public Discovery {
   }
 
   Result<std::unique_ptr<Lease>> Register(InstanceInfo info) override {
-    if (info.instance_id.empty()) info.instance_id = RandomId();
+    if (info.instance_id.empty()) info.instance_id = NewInstanceId();
     for (const std::string* s : {&info.namespace_name, &info.component, &info.instance_id}) {
-      if (!ValidName(*s)) {
+      if (!ValidDiscoveryName(*s)) {
         return Err(StatusCode::kInvalidArgument,
                    "discovery: '{}' is not a valid name (letters, digits, '.', '_', '-')", *s);
       }
@@ -192,7 +175,7 @@ class FileDiscovery final : public Discovery {
   Result<std::vector<InstanceInfo>> List(const std::string& namespace_name,
                                          const std::string& component) override {
     std::vector<InstanceInfo> out;
-    if (!ValidName(namespace_name) || !ValidName(component)) {
+    if (!ValidDiscoveryName(namespace_name) || !ValidDiscoveryName(component)) {
       return Err(StatusCode::kInvalidArgument, "discovery: bad namespace or component '{}/{}'",
                  namespace_name, component);
     }
