@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev curl
   libucx-dev libfabric-dev
   etcd-server nats-server libnats-dev
-  python3 python3-jinja2 nodejs npm
+  python3 python3-jinja2 python3-yaml nodejs npm
 )
 
 missing=()
