@@ -3,7 +3,7 @@
 # On the device after `scripts/gpu-check.sh pack` here (run tool, carry [".device-carry"]):
 #   bash scripts/gpu/b1_profile.sh
 # Runs cuda_engine_bench at batch 1 as is and with each of the decode-path switches off
-# (TANDEM_GEMV=0: cuBLAS for the projections; TANDEM_DECODE_SPLITS=legacy; TANDEM_CUDA_GRAPHS=0),
+# (TANDEM_GEMV=0: cuBLAS for the projections; TANDEM_DECODE_SPLITS=fill; TANDEM_CUDA_GRAPHS=0),
 # then, when nsys is there, the kernel time summary of one run. Never touches clocks or modes.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,7 +20,7 @@ work=/dev/shm/tandem-b1
 ckpt=$work/qwen3-8b
 [ -e "$ckpt/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep --workdir "$work" > /dev/null 2>&1
 args=("$ckpt" --batches 1 --prefill 512 --steps 64)
-for v in "TANDEM_NOTHING=1" "TANDEM_GEMV=0" "TANDEM_DECODE_SPLITS=legacy" "TANDEM_CUDA_GRAPHS=0"; do
+for v in "TANDEM_NOTHING=1" "TANDEM_GEMV=0" "TANDEM_DECODE_SPLITS=fill" "TANDEM_CUDA_GRAPHS=0"; do
   echo "== $v"
   env "$v" "$BIN/cuda_engine_bench" "${args[@]}" 2>&1 | grep -iE "decode|B=1" | head -4
 done

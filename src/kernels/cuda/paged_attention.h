@@ -67,8 +67,11 @@ constexpr int kPagedDecodeMaxSplits = 256;
 constexpr int kPagedDecodeCounters = 4096;
 
 // How the automatic num_splits is chosen and how split results are merged.
-//   kAuto: the environment variable TANDEM_DECODE_SPLITS: "legacy" -> kLegacy, a number N in
-//          [1, 256] -> N splits with kFill's merge, unset / "fill" -> kFill.
+//   kAuto: the environment variable TANDEM_DECODE_SPLITS: unset / "legacy" -> kLegacy, "fill" ->
+//          kFill, a number N in [1, 256] -> N splits with kFill's merge. Legacy is the default:
+//          in a whole batch-1 Qwen3-8B decode step on the H200 it took 5.22 ms against 5.32 ms
+//          with kFill (scripts/gpu/b1_profile.sh, dev/kernels/results/2026-12-01c-*), although
+//          kFill's kernel alone is faster at 8 x 1k.
 //   kFill: fill the SMs at small batch (PagedDecodeChooseSplits), merge in the last CTA.
 //   kLegacy: the first rewrite's choice (about two waves, chunks >= 64) and the reduce kernel.
 enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };

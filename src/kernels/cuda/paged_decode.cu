@@ -53,16 +53,16 @@ int NumSms() {
 
 // TANDEM_DECODE_SPLITS, read once: the policy and a fixed split count (0: none).
 struct EnvChoice {
-  DecodeSplitPolicy policy = DecodeSplitPolicy::kFill;
+  DecodeSplitPolicy policy = DecodeSplitPolicy::kLegacy;
   int splits = 0;
 };
 const EnvChoice& Env() {
   static const EnvChoice env = [] {
     EnvChoice e;
     const char* v = std::getenv("TANDEM_DECODE_SPLITS");
-    if (v == nullptr || *v == '\0' || std::strcmp(v, "fill") == 0) return e;
-    if (std::strcmp(v, "legacy") == 0) {
-      e.policy = DecodeSplitPolicy::kLegacy;
+    if (v == nullptr || *v == '\0' || std::strcmp(v, "legacy") == 0) return e;
+    if (std::strcmp(v, "fill") == 0) {
+      e.policy = DecodeSplitPolicy::kFill;
       return e;
     }
     char* end = nullptr;
@@ -71,7 +71,7 @@ const EnvChoice& Env() {
       e.splits = static_cast<int>(n);
     } else {
       std::fprintf(stderr, "TANDEM_DECODE_SPLITS=%s not understood (legacy, fill or 1..%d): "
-                   "using fill\n", v, kPagedDecodeMaxSplits);
+                   "using legacy\n", v, kPagedDecodeMaxSplits);
     }
     return e;
   }();
