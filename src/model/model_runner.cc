@@ -8,6 +8,44 @@
 
 namespace tandem {
 
+Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& config, int block_size,
+                            int num_blocks) {
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const SequenceSlice& seq = batch.seqs[s];
+    const int64_t n = static_cast<int64_t>(seq.token_ids.size());
+    if (n == 0) return Err(StatusCode::kInvalidArgument, "seq {}: no tokens in the slice", s);
+    if (seq.start_pos < 0) {
+      return Err(StatusCode::kInvalidArgument, "seq {}: negative start_pos {}", s, seq.start_pos);
+    }
+    const int64_t end = static_cast<int64_t>(seq.start_pos) + n;
+    if (end > config.max_position_embeddings) {
+      return Err(StatusCode::kInvalidArgument,
+                 "seq {}: positions up to {} exceed max_position_embeddings {}", s, end - 1,
+                 config.max_position_embeddings);
+    }
+    for (int32_t id : seq.token_ids) {
+      if (id < 0 || id >= config.vocab_size) {
+        return Err(StatusCode::kInvalidArgument, "seq {}: token id {} outside the vocab [0, {})",
+                   s, id, config.vocab_size);
+      }
+    }
+    const int64_t blocks_needed = (end + block_size - 1) / block_size;
+    if (static_cast<int64_t>(seq.block_table.size()) < blocks_needed) {
+      return Err(StatusCode::kInvalidArgument,
+                 "seq {}: block table has {} blocks, positions [0, {}) need {} of {} tokens", s,
+                 seq.block_table.size(), end, blocks_needed, block_size);
+    }
+    for (int64_t b = 0; b < blocks_needed; ++b) {
+      const int32_t id = seq.block_table[b];
+      if (id < 0 || id >= num_blocks) {
+        return Err(StatusCode::kInvalidArgument, "seq {}: block id {} outside the pool [0, {})", s,
+                   id, num_blocks);
+      }
+    }
+  }
+  return Status::Ok();
+}
+
 ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs) {
   return PickToken(logits, num_logprobs, nullptr);
 }

@@ -134,6 +134,13 @@ class ModelRunner {
   virtual Result<DeviceMemoryInfo> GetDeviceMemoryInfo();
 };
 
+// Checks a batch against a KV pool of `num_blocks` blocks of `block_size` tokens (both runners call
+// it first). InvalidArgument, naming the slice: no tokens, a negative start_pos, positions beyond
+// config.max_position_embeddings, a token id outside [0, vocab_size), a block table shorter than
+// the slice's positions need, or a block id outside [0, num_blocks).
+Status ValidateForwardBatch(const ForwardBatch& batch, const ModelConfig& config, int block_size,
+                            int num_blocks);
+
 // The host pick of ArgmaxSample from one row of logits: [vocab_size].
 ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs);
 // The same with a PickSpec (null: PickArgmax): penalties on a copy of the row, then
