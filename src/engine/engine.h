@@ -97,6 +97,10 @@ struct RequestOutput {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;            // when finish_reason == kError
+  // kError only: the worker serving the request died or went away mid-request (stream broken,
+  // UNAVAILABLE, left discovery), not a refusal of its engine nor a deadline: the request may be
+  // retried elsewhere (runtime/migrating_engine_client.h). Set by RemoteEngineClient.
+  bool worker_lost = false;
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;    // prompt tokens served from the prefix cache
   int num_output_tokens = 0;    // total so far

@@ -138,6 +138,9 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
       } else {
         out.finish_reason = FinishReason::kError;
         out.error = ErrorMessage(status);
+        // The worker died or went away (not its engine's refusal, not the deadline): retriable.
+        out.worker_lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                          status.error_code() == grpc::StatusCode::CANCELLED;
         log::warn("[{}] {}", request_id_, out.error);
       }
       on_output_(std::move(out));

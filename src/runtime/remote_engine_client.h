@@ -8,7 +8,8 @@
 //            as the final output: kError with the worker's message.
 //   outputs  delivered on gRPC's threads, in order, ending with exactly one finished output:
 //            the worker's; kAbort after Cancel; kError with a message naming the worker when the
-//            worker dies or goes away mid-stream (UNAVAILABLE) or the deadline passes. Never a hang:
+//            worker dies or goes away mid-stream (UNAVAILABLE; then RequestOutput::worker_lost is
+//            set: retriable, see migrating_engine_client.h) or the deadline passes. Never a hang:
 //            a dead connection fails at once, a silent one by keep-alive (~15 s) or the deadline.
 //   Cancel   cancels the call (ClientContext::TryCancel); the worker cancels the engine request,
 //            so its KV blocks return to the pool.
