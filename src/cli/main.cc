@@ -32,6 +32,10 @@ int main(int argc, char** argv) {
     runners[sub] = tandem::cli::RegisterFrontend(*sub);
   }
   {
+    CLI::App* sub = app.add_subcommand("k8s", "Kubernetes manifests of a deployment graph");
+    runners[sub] = tandem::cli::RegisterK8s(*sub);
+  }
+  {
     CLI::App* sub = app.add_subcommand("bench", "Benchmark an OpenAI-compatible server");
     runners[sub] = tandem::cli::RegisterBench(*sub);
   }

@@ -195,7 +195,9 @@ class Parser {
          Fields(root, "the graph",
                 {"name", "namespace", "discovery", "event_plane", "model", "served_model_name",
                  "env", "frontend", "workers", "restart", "startup_timeout_s",
-                 "shutdown_grace_s"})) {
+                 "shutdown_grace_s", "kubernetes"})) {
+      // Read by `tandem k8s render` (k8s/settings.h), not by serve: only its shape is checked here.
+      if (key == "kubernetes" && !v.IsMap()) Fail(v, "'kubernetes' must be a mapping");
       if (key == "name") {
         g.name = String(v, key);
         if (!IsName(g.name)) Fail(v, "'name' must match [A-Za-z0-9._-]+");
