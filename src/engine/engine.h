@@ -57,6 +57,11 @@ struct RequestOptions {
   // RemotePrefillTask instead of computing it; the request then waits for CompleteRemotePrefill or
   // FailRemotePrefill (which falls back to local prefill).
   bool allow_remote_prefill = false;
+  // Decode worker: the prefill worker the frontend's router chose for this request (a discovery
+  // instance id; empty: none). Only passed on, in RemotePrefillTask::prefill_worker_id; it does not
+  // change what the engine does (a prompt at or under max_local_prefill_tokens is still prefilled
+  // here, against this engine's own prefix cache).
+  std::string prefill_worker_id;
   // Prefill worker: when the request finishes, keep its KV blocks (RequestOutput::held_block_ids)
   // until ReleaseHeldBlocks, so they can be transferred.
   bool hold_blocks = false;
@@ -77,6 +82,7 @@ struct RemotePrefillTask {
   int num_cached_tokens = 0;    // leading prompt tokens whose KV this engine already has
                                 // (a multiple of block_size): blocks from
                                 // num_cached_tokens / block_size on must be written
+  std::string prefill_worker_id;  // RequestOptions::prefill_worker_id (a hint; empty: none)
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

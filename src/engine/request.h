@@ -30,6 +30,7 @@ struct Request {
   std::mt19937_64 generator;           // per-request sampling generator
   bool allow_remote_prefill = false;   // RequestOptions (engine.h)
   bool hold_blocks = false;
+  std::string prefill_worker_id;       // RequestOptions::prefill_worker_id
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

@@ -44,6 +44,7 @@ void ToProto(const GenerateRequest& in, v1::GenerateRequest* out) {
   out->set_request_id(in.request_id);
   out->mutable_prompt_token_ids()->Assign(in.prompt_token_ids.begin(), in.prompt_token_ids.end());
   ToProto(in.params, out->mutable_params());
+  out->set_prefill_worker_id(in.options.prefill_worker_id);
 }
 
 GenerateRequest FromProto(const v1::GenerateRequest& in) {
@@ -51,6 +52,7 @@ GenerateRequest FromProto(const v1::GenerateRequest& in) {
   r.request_id = in.request_id();
   r.prompt_token_ids.assign(in.prompt_token_ids().begin(), in.prompt_token_ids().end());
   r.params = FromProto(in.params());
+  r.options.prefill_worker_id = in.prefill_worker_id();
   return r;
 }
 

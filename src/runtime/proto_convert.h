@@ -4,6 +4,8 @@
 //
 // Round trips are exact: every field of GenerateRequest / SamplingParams / RequestOutput /
 // TokenLogprob / EngineClientStats + ServedModelInfo has a proto field (an unset seed stays unset).
+// Of GenerateRequest::options (RequestOptions) only prefill_worker_id crosses the wire; the other
+// roles are the receiving worker's own (its mode sets them).
 #pragma once
 
 #include <grpcpp/support/status.h>

@@ -100,9 +100,17 @@ int RemotePrefillClient::num_workers() const {
   return static_cast<int>(impl_->workers.size());
 }
 
+bool RemotePrefillClient::HasWorker(const std::string& instance_id) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& w : impl_->workers) {
+    if (w->instance.instance_id == instance_id) return true;
+  }
+  return false;
+}
+
 void RemotePrefillClient::Prefill(const RemotePrefillRequest& request,
                                   std::chrono::milliseconds timeout, RemotePrefillDone done,
-                                  std::string* worker_id) {
+                                  std::string* worker_id, const std::string& prefill_worker_id) {
   auto call = std::make_shared<Call>();
   uint64_t call_id = 0;
   {
@@ -110,7 +118,21 @@ void RemotePrefillClient::Prefill(const RemotePrefillRequest& request,
     if (impl_->workers.empty()) {
       call.reset();
     } else {
-      call->worker = impl_->workers[impl_->next++ % impl_->workers.size()];
+      if (!prefill_worker_id.empty()) {
+        for (const auto& w : impl_->workers) {
+          if (w->instance.instance_id == prefill_worker_id) call->worker = w;
+        }
+        if (!call->worker) {
+          log::debug("[{}] prefill worker {} (the router's choice) is not live in {}/{}{}: "
+                     "choosing round-robin",
+                     request.request_id, prefill_worker_id, impl_->options.namespace_name,
+                     impl_->options.component,
+                     impl_->options.served_model_name.empty()
+                         ? std::string()
+                         : " serving '" + impl_->options.served_model_name + "'");
+        }
+      }
+      if (!call->worker) call->worker = impl_->workers[impl_->next++ % impl_->workers.size()];
       call_id = ++impl_->next_call_id;
       impl_->calls.emplace(call_id, call);
     }

@@ -1,10 +1,14 @@
 // RemotePrefillClient: a decode worker's client of the prefill workers (Worker.RemotePrefill,
 // tandem.proto) found in Discovery as <namespace>/prefill/* (serving the same model).
 //
-//   Prefill  picks a live prefill worker (round-robin) and starts one unary call with the given
-//            deadline; `done`
+//   Prefill  picks a prefill worker and starts one unary call with the given deadline; `done`
 //            runs exactly once on a gRPC thread, or at once on the caller's thread with
 //            FailedPrecondition ("no prefill worker ...") when discovery lists none.
+//            The worker: `prefill_worker_id` (the frontend router's choice, DESIGN.md section 1)
+//            when it is one of the live workers this client sees (listed in discovery under
+//            <namespace>/<component>, serving served_model_name); otherwise, and when it is empty,
+//            the next live worker in round-robin order (a passed-over hint is logged at debug
+//            level with the reason). A hint does not advance the round-robin position.
 //            Call errors keep their meaning: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED become
 //            FailedPrecondition with a message naming the worker and the gRPC code.
 //   ~        cancels calls in flight and waits (up to 5 s) for their `done`.
@@ -34,9 +38,13 @@ class RemotePrefillClient {
   RemotePrefillClient(const RemotePrefillClient&) = delete;
   RemotePrefillClient& operator=(const RemotePrefillClient&) = delete;
 
-  // `worker` (optional) receives the chosen worker's instance id.
+  // `worker` (optional) receives the chosen worker's instance id. `prefill_worker_id`: the
+  // preferred worker's instance id (empty: none).
   void Prefill(const RemotePrefillRequest& request, std::chrono::milliseconds timeout,
-               RemotePrefillDone done, std::string* worker = nullptr);
+               RemotePrefillDone done, std::string* worker = nullptr,
+               const std::string& prefill_worker_id = {});
+  // Whether `instance_id` is a live worker of this client now (what Prefill honours as a hint).
+  bool HasWorker(const std::string& instance_id) const;
   int num_workers() const;
 
   struct Impl;

@@ -32,6 +32,8 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   const uint64_t external_tokens = req.prompt_token_ids.size() - task.num_cached_tokens;
   const auto started = std::chrono::steady_clock::now();
   const std::string id = task.request_id;
+  // The chosen prefill worker: Prefill fills it before it starts the call, so before `done` runs.
+  auto worker = std::make_shared<std::string>();
   std::shared_ptr<runtime::RemotePrefillClient> client;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -46,8 +48,8 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   }
   client->Prefill(
       req, options_.timeout,
-      [this, done = std::move(done), external_tokens, started,
-       id](Result<runtime::RemotePrefillResult> result) {
+      [this, done = std::move(done), external_tokens, started, id,
+       worker](Result<runtime::RemotePrefillResult> result) {
         RemotePrefillOutcome outcome;
         if (!result.ok()) {
           outcome.status = result.status();
@@ -62,16 +64,17 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
           const double ms = std::chrono::duration<double, std::milli>(
                                 std::chrono::steady_clock::now() - started).count();
           log::info("[{}] remote prefill: {} blocks ({} bytes) written in {:.2f} ms, prefill "
-                    "worker had {} prompt tokens cached, call took {:.1f} ms",
+                    "worker had {} prompt tokens cached, call took {:.1f} ms (prefill worker {})",
                     id, result->num_blocks_written, result->bytes_written,
-                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms);
+                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms, *worker);
           std::lock_guard<std::mutex> lock(mu_);
           stats_.num_transfers += 1;
           stats_.bytes += result->bytes_written;
           stats_.seconds += result->transfer_seconds;
         }
         done(std::move(outcome));
-      });
+      },
+      worker.get(), task.prefill_worker_id);
 }
 
 void DecodeDisagg::Shutdown() {

@@ -9,6 +9,14 @@
 // geometry mismatch, transfer error, deadline) is an outcome with an error: the engine then
 // prefills locally (AsyncEngine logs why).
 //
+// Which prefill worker: the frontend router's choice (DESIGN.md section 1: "router chooses
+// (decode D, prefill P)") arrives as GenerateRequest.prefill_worker_id -> RequestOptions ->
+// RemotePrefillTask::prefill_worker_id and is honoured when that worker is live in discovery and
+// serves this model; else RemotePrefillClient picks round-robin (logged at debug level). Whether to
+// go remote at all stays this worker's decision: conditional disaggregation compares the prompt's
+// part missing from THIS worker's prefix cache with --max-local-prefill-tokens and prefills
+// locally at or under it, whatever the hint.
+//
 // The blocks may be GPU memory (KVCacheLayout::device_id >= 0, registered as cuda:N with the
 // agent's DeviceCopier: KVDeviceCopier, RegisterKVCache): the prefill worker learns that from the
 // agent metadata sent here, and the tcp backend acknowledges a write only after its last staged

@@ -32,11 +32,13 @@ TEST(ProtoConvert, GenerateRequestRoundTripsEveryField) {
   p.ignore_eos = true;
   p.logprobs = 5;
   p.skip_special_tokens = false;
+  r.options.prefill_worker_id = "prefill-7f3a";
   v1::GenerateRequest proto;
   ToProto(r, &proto);
   GenerateRequest back = FromProto(ThroughTheWire(proto));
   EXPECT_EQ(back.request_id, r.request_id);
   EXPECT_EQ(back.prompt_token_ids, r.prompt_token_ids);
+  EXPECT_EQ(back.options.prefill_worker_id, "prefill-7f3a");
   const SamplingParams& q = back.params;
   EXPECT_EQ(q.temperature, p.temperature);
   EXPECT_EQ(q.top_p, p.top_p);
@@ -52,6 +54,24 @@ TEST(ProtoConvert, GenerateRequestRoundTripsEveryField) {
   EXPECT_EQ(q.ignore_eos, p.ignore_eos);
   EXPECT_EQ(q.logprobs, p.logprobs);
   EXPECT_EQ(q.skip_special_tokens, p.skip_special_tokens);
+}
+
+TEST(ProtoConvert, PrefillWorkerHintIsEmptyUnlessSetAndOnlyIt) {
+  GenerateRequest r;
+  r.request_id = "x";
+  v1::GenerateRequest proto;
+  ToProto(r, &proto);
+  EXPECT_TRUE(proto.prefill_worker_id().empty());
+  EXPECT_TRUE(FromProto(ThroughTheWire(proto)).options.prefill_worker_id.empty());
+  // The other roles are the receiving worker's own: not carried.
+  r.options.allow_remote_prefill = true;
+  r.options.hold_blocks = true;
+  r.options.prefill_worker_id = "p1";
+  ToProto(r, &proto);
+  GenerateRequest back = FromProto(ThroughTheWire(proto));
+  EXPECT_EQ(back.options.prefill_worker_id, "p1");
+  EXPECT_FALSE(back.options.allow_remote_prefill);
+  EXPECT_FALSE(back.options.hold_blocks);
 }
 
 TEST(ProtoConvert, DefaultsAndAnUnsetSeedStayTheSame) {
