@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "fake_device.h"
+#include "pipe_msg.h"
 #include "transfer_test_util.h"
 
 namespace tandem::transfer {
@@ -16,40 +17,12 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 using testing::Checksum;
+using testing::ExpectQueuedWriteTimesOut;
 using testing::FillRandom;
 using testing::MakeAgent;
+using testing::ReadMsg;
 using testing::WaitEnd;
-
-bool WriteMsg(int fd, const std::string& s) {
-  uint32_t n = static_cast<uint32_t>(s.size());
-  std::string buf(reinterpret_cast<char*>(&n), 4);
-  buf += s;
-  size_t off = 0;
-  while (off < buf.size()) {
-    ssize_t w = ::write(fd, buf.data() + off, buf.size() - off);
-    if (w <= 0) return false;
-    off += static_cast<size_t>(w);
-  }
-  return true;
-}
-
-bool ReadAll(int fd, char* p, size_t n) {
-  while (n > 0) {
-    ssize_t r = ::read(fd, p, n);
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-std::optional<std::string> ReadMsg(int fd) {
-  uint32_t n = 0;
-  if (!ReadAll(fd, reinterpret_cast<char*>(&n), 4)) return std::nullopt;
-  std::string s(n, '\0');
-  if (!ReadAll(fd, s.data(), n)) return std::nullopt;
-  return s;
-}
+using testing::WriteMsg;
 
 // The child: an agent named `name` with one registered buffer of `size` bytes (pattern `seed`),
 // host memory or (`device`) fake device memory of device 3 staged by the tcp backend.
@@ -216,19 +189,10 @@ TEST(TransferProcessTest, PeerKilledOrStalledMidTransferEndsInAnError) {
   std::this_thread::sleep_for(300ms);
   ASSERT_EQ(h->Check(), TransferState::kInProgress);
   // A second transfer with a short timeout, queued behind the first.
-  PostOptions short_timeout;
-  short_timeout.timeout = 400ms;
-  auto t0 = Clock::now();
-  auto h2 = agent->Post(Op::kWrite, l, r, "decode-x", std::nullopt, short_timeout);
-  ASSERT_TRUE(h2.ok());
-  EXPECT_EQ(WaitEnd(*h2, 5s), TransferState::kError);
-  double waited = std::chrono::duration<double>(Clock::now() - t0).count();
-  EXPECT_GE(waited, 0.35);
-  EXPECT_LT(waited, 2.0);
-  EXPECT_NE(h2->status().message().find("timed out"), std::string::npos) << h2->status().ToString();
+  ExpectQueuedWriteTimesOut(*agent, l, r, "decode-x");
   // The timeout took the connection down: the first transfer (on it or striped over it) may have
   // failed too; kill the child for whichever is still in flight.
-  t0 = Clock::now();
+  auto t0 = Clock::now();
   first.Kill();
   EXPECT_EQ(WaitEnd(*h, 5s), TransferState::kError);
   EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 2.0);

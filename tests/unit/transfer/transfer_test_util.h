@@ -51,4 +51,20 @@ inline TransferState WaitEnd(const TransferHandle& h, std::chrono::milliseconds 
   return h.Check();
 }
 
+// A write to `peer` posted with a 400 ms timeout, queued behind a transfer the stopped (SIGSTOP)
+// peer never answers, must fail with "timed out" within 0.35 to 2 s of the Post.
+inline void ExpectQueuedWriteTimesOut(Agent& agent, const DescList& local, const DescList& remote,
+                                      const std::string& peer) {
+  PostOptions short_timeout;
+  short_timeout.timeout = std::chrono::milliseconds(400);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto h = agent.Post(Op::kWrite, local, remote, peer, std::nullopt, short_timeout);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_EQ(WaitEnd(*h, std::chrono::seconds(5)), TransferState::kError);
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.35);
+  EXPECT_LT(waited, 2.0);
+  EXPECT_NE(h->status().message().find("timed out"), std::string::npos) << h->status().ToString();
+}
+
 }  // namespace tandem::transfer::testing
