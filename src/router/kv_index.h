@@ -10,7 +10,8 @@
 // the node of the prompt's next hash. The tree is therefore stored flat: an open-addressing hash
 // table (linear probing, backward-shift deletion, no tombstones) from block hash to a worker bitset,
 // one cache line or less per node (8 bytes of key + 8 bytes per 64 workers). Walking the prompt is
-// one probe per block, with the next probes prefetched; no allocation per lookup. A block a worker
+// one probe per block, with the next probes prefetched; no allocation per lookup. The table is
+// allocated in 2 MiB pages where the kernel allows (huge_page_allocator.h): its probes are random. A block a worker
 // holds without its parent is indexed but unreachable for that worker's overlap, exactly as the
 // engine's own prefix lookup (KVCacheManager::FindCachedPrefix) stops at the first missing block.
 //
@@ -23,6 +24,8 @@
 #include <cstdint>
 #include <span>
 #include <vector>
+
+#include "router/huge_page_allocator.h"
 
 namespace tandem::router {
 
@@ -63,6 +66,9 @@ class KvIndex {
   size_t Probe(uint64_t key) const;
   uint64_t* Node(size_t slot) { return slots_.data() + slot * stride(); }
   const uint64_t* Node(size_t slot) const { return slots_.data() + slot * stride(); }
+  // FindMatches for one word of bitset (<= 64 workers): overlap.size() <= 64, active != 0.
+  void FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap,
+                    uint64_t active) const;
   void EraseSlot(size_t slot);
   void Rebuild(size_t capacity, int num_words);
 
@@ -70,7 +76,7 @@ class KvIndex {
   size_t mask_ = 0;
   int shift_ = 64;
   size_t num_nodes_ = 0;
-  std::vector<uint64_t> slots_;
+  std::vector<uint64_t, HugePageAllocator<uint64_t>> slots_;  // 2 MiB pages once large
   std::vector<size_t> worker_blocks_;  // per worker
   std::vector<uint64_t> present_;      // bitset: workers with at least one block
 };

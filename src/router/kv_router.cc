@@ -68,6 +68,8 @@ Status KvRouter::AddWorker(std::string_view worker_id) {
     workers_.emplace_back();
     index_.ReserveWorkers(static_cast<int>(workers_.size()));
     overlap_.resize(workers_.size());
+    slot_prefill_.resize(workers_.size());
+    slot_decode_.resize(workers_.size());
   }
   Worker& w = workers_[slot];
   const uint64_t generation = w.generation + 1;
@@ -76,6 +78,7 @@ Status KvRouter::AddWorker(std::string_view worker_id) {
   w.live = true;
   w.generation = generation;
   slot_of_.emplace(w.id, slot);
+  SyncLoad(slot);
   auto pos = std::lower_bound(live_.begin(), live_.end(), slot,
                               [&](int a, int b) { return workers_[a].id < workers_[b].id; });
   live_.insert(pos, slot);
@@ -97,6 +100,7 @@ void KvRouter::RemoveWorker(std::string_view worker_id) {
   const uint64_t generation = w.generation + 1;  // its routed requests no longer count
   w = Worker{};
   w.generation = generation;
+  SyncLoad(slot);
   free_slots_.push_back(slot);
 }
 
@@ -175,6 +179,7 @@ Result<ApplyEventsResult> KvRouter::ApplySnapshot(std::string_view worker_id,
   w.load = snapshot.load;
   ++w.load_epoch;
   w.predicted_decode = 0;
+  SyncLoad(slot);
   std::vector<KvEvent> buffered;
   buffered.swap(w.buffered);
   std::stable_sort(buffered.begin(), buffered.end(),
@@ -191,6 +196,7 @@ Status KvRouter::UpdateLoad(std::string_view worker_id, const KvLoad& load) {
   w->load = load;
   ++w->load_epoch;
   w->predicted_decode = 0;
+  SyncLoad(static_cast<int>(w - workers_.data()));
   return Status::Ok();
 }
 
@@ -207,18 +213,27 @@ int KvRouter::Choose() {
       break;
   }
   if (config_.temperature <= 0.0) {
-    int best = 0, num_ties = 1;
+    // The least cost, then the least decode blocks; among the k workers tied on both, the j-th
+    // (in live_ order) for one uniform j in [0, k): one random draw per decision, not one per tie.
+    const double* costs = costs_.data();
+    const int* decode = decode_.data();
+    double best_cost = costs[0];
+    int best_decode = decode[0], best = 0, num_ties = 1;
     for (int i = 1; i < n; ++i) {
-      if (costs_[i] < costs_[best] || (costs_[i] == costs_[best] && decode_[i] < decode_[best])) {
+      if (costs[i] < best_cost || (costs[i] == best_cost && decode[i] < best_decode)) {
+        best_cost = costs[i];
+        best_decode = decode[i];
         best = i;
         num_ties = 1;
-      } else if (costs_[i] == costs_[best] && decode_[i] == decode_[best]) {
-        // Reservoir sampling: each of the k tied workers ends up chosen with probability 1/k.
+      } else if (costs[i] == best_cost && decode[i] == best_decode) {
         ++num_ties;
-        if (std::uniform_int_distribution<int>(0, num_ties - 1)(rng_) == 0) best = i;
       }
     }
-    return best;
+    if (num_ties == 1) return best;
+    int j = std::uniform_int_distribution<int>(0, num_ties - 1)(rng_);
+    for (int i = best;; ++i) {  // best is the first of the tied workers
+      if (costs[i] == best_cost && decode[i] == best_decode && j-- == 0) return i;
+    }
   }
   const auto [lo, hi] = std::minmax_element(costs_.begin(), costs_.begin() + n);
   const double c_min = *lo, c_max = *hi;
@@ -247,11 +262,16 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
   const int num_blocks = static_cast<int>(block_hashes.size());
   index_.FindMatches(block_hashes, overlap_);
   const int n = static_cast<int>(live_.size());
+  const double overlap_weight = config_.overlap_weight;
+  const int* live = live_.data();
+  const int* overlap = overlap_.data();
+  const int* slot_prefill = slot_prefill_.data();
+  const int* slot_decode = slot_decode_.data();
   for (int i = 0; i < n; ++i) {
-    const Worker& w = workers_[live_[i]];
-    prefill_[i] = num_blocks - overlap_[live_[i]] + static_cast<int>(w.predicted_prefill);
-    decode_[i] = w.load.num_active_blocks + static_cast<int>(w.predicted_decode);
-    costs_[i] = config_.overlap_weight * prefill_[i] + decode_[i];
+    const int s = live[i];
+    prefill_[i] = num_blocks - overlap[s] + slot_prefill[s];
+    decode_[i] = slot_decode[s];
+    costs_[i] = overlap_weight * prefill_[i] + decode_[i];
   }
   // Choose() may overwrite costs_ with sampling weights: the pick's cost is recomputed below.
   const int pick = Choose();
@@ -272,6 +292,7 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
     r.decode_blocks = num_blocks;
     w.predicted_prefill += r.prefill_blocks;
     w.predicted_decode += r.decode_blocks;
+    SyncLoad(slot);
     routed_.emplace(std::string(request_id), r);
   }
   return Status::Ok();
@@ -295,6 +316,13 @@ void KvRouter::Forget(const RoutedRequest& r, bool decode_too) {
   if (w.generation != r.generation) return;  // the worker left meanwhile
   if (!r.prefill_done) w.predicted_prefill -= r.prefill_blocks;
   if (decode_too && r.load_epoch == w.load_epoch) w.predicted_decode -= r.decode_blocks;
+  SyncLoad(r.slot);
+}
+
+void KvRouter::SyncLoad(int slot) {
+  const Worker& w = workers_[slot];
+  slot_prefill_[slot] = static_cast<int>(w.predicted_prefill);
+  slot_decode_[slot] = w.load.num_active_blocks + static_cast<int>(w.predicted_decode);
 }
 
 void KvRouter::MarkPrefillDone(std::string_view request_id) {

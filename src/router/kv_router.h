@@ -163,6 +163,7 @@ class KvRouter {
   void ApplyOne(int slot, const KvEvent& event);
   int Choose();  // index into live_ of the chosen worker; fills costs_ first
   void Forget(const RoutedRequest& r, bool decode_too);
+  void SyncLoad(int slot);  // slot_prefill_ / slot_decode_ from workers_[slot]
 
   const KvRouterConfig config_;
   mutable std::mutex mu_;
@@ -176,6 +177,10 @@ class KvRouter {
   std::mt19937_64 rng_;
   // Scratch of one decision, sized with the workers (no allocation per decision).
   mutable std::vector<int> overlap_;     // by slot
+  // The load terms of each worker, by slot, kept next to each other for the cost loop (a Worker
+  // is several cache lines): its predicted prefill blocks, and its decode blocks (the last
+  // reported active blocks + those predicted since). SyncLoad after every change of either.
+  std::vector<int> slot_prefill_, slot_decode_;
   std::vector<double> costs_;            // by position in live_
   std::vector<int> prefill_, decode_;    // by position in live_
 };

@@ -111,6 +111,51 @@ TEST(KvIndexTest, OverlapIsTheLongestCachedPrefix) {
   EXPECT_EQ(index.num_blocks(), 4u);  // 11, 12 (1, 2, 3), 14, 15 (3)
 }
 
+// At most 64 workers: FindMatches' one-word walk, with prompts longer than its prefetch distance,
+// overlap spans narrower than the bitset, and a table of 2 MiB pages (huge_page_allocator.h).
+TEST(KvIndexTest, OneWordWalkMatchesBruteForceOnLongChains) {
+  std::mt19937_64 rng(11);
+  constexpr int kWorkers = 64;
+  KvIndex index(kWorkers, /*expected_blocks=*/150000);  // 2^18 slots of 16 bytes: 4 MiB
+  ASSERT_GE(index.memory_bytes(), size_t{4} << 20);
+  std::vector<std::set<uint64_t>> ref(kWorkers);
+  // 40 chains of 100 blocks; small values collide in home slots, as in the test above.
+  std::vector<std::vector<uint64_t>> chains(40);
+  for (size_t c = 0; c < chains.size(); ++c) {
+    for (int i = 0; i < 100; ++i) chains[c].push_back(c < 10 ? c * 100 + i + 1 : rng());
+  }
+  for (int step = 0; step < 10000; ++step) {
+    const int w = static_cast<int>(rng() % kWorkers);
+    const auto& chain = chains[rng() % chains.size()];
+    const int len = static_cast<int>(rng() % chain.size());
+    const int op = static_cast<int>(rng() % 1000);
+    if (op < 600) {
+      for (int i = 0; i < len; ++i) {
+        index.Store(w, chain[i]);
+        ref[w].insert(chain[i]);
+      }
+    } else if (op < 998) {
+      const uint64_t h = chain[rng() % chain.size()];
+      index.Remove(w, h);
+      ref[w].erase(h);
+    } else {
+      index.RemoveWorker(w);
+      ref[w].clear();
+    }
+    if (step % 500 == 0) {
+      for (size_t width : {size_t{64}, size_t{63}, size_t{5}}) {
+        std::vector<int> overlap(width);
+        for (const auto& q : chains) {
+          index.FindMatches(q, overlap);
+          for (size_t v = 0; v < width; ++v) {
+            ASSERT_EQ(overlap[v], BruteOverlap(ref[v], q)) << "worker " << v << " step " << step;
+          }
+        }
+      }
+    }
+  }
+}
+
 // The truth (what each engine holds) gets every event; the router gets them through a lossy
 // channel and resyncs from snapshots of the truth when it reports a gap.
 TEST(KvRouterEventsTest, RandomStreamsWithGapsMatchBruteForce) {

@@ -106,6 +106,28 @@ TEST(KvRouterTest, TemperatureZeroTiesGoToTheLeastLoadedThenRandom) {
   EXPECT_NEAR(counts["c"] / 4000.0, 0.5, 0.04);
 }
 
+// Many tied workers (the common case: most workers hold none of the prompt): uniform among them.
+TEST(KvRouterTest, TemperatureZeroManyTiesAreUniform) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 64; ++i) ids.push_back("w" + std::to_string(100 + i));
+  auto router = Make(RouterMode::kKv, 0.0, ids);
+  const std::vector<uint64_t> prompt = Chain(8);
+  // Every fourth worker busy (cost 8 + 3); the other 48 tie at cost 8, decode 0.
+  for (int i = 0; i < 64; i += 4) ASSERT_TRUE(router->UpdateLoad(ids[i], KvLoad{3, 100, 0, 1}).ok());
+  constexpr int kN = 48000;
+  auto counts = Count(*router, prompt, kN);
+  for (int i = 0; i < 64; ++i) {
+    if (i % 4 == 0) {
+      EXPECT_EQ(counts[ids[i]], 0) << ids[i];
+    } else {
+      EXPECT_NEAR(counts[ids[i]], kN / 48, 5 * std::sqrt(kN / 48.0)) << ids[i];
+    }
+  }
+  // A worker with the prompt cached breaks the tie: always it.
+  Store(*router, ids[63], prompt, 1);
+  EXPECT_EQ(Count(*router, prompt, 100)[ids[63]], 100);
+}
+
 TEST(KvRouterTest, TemperatureSamplesBySoftmaxOfNormalizedCost) {
   for (double t : {0.5, 1.0, 3.0}) {
     auto router = Make(RouterMode::kKv, t);
