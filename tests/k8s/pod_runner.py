@@ -1,38 +1,44 @@
 """A local pod runner: the containers of rendered Kubernetes manifests as processes on 127.0.0.1.
 
 Reads the Deployments, StatefulSets and Services that `tandem k8s render` writes and starts each
-Deployment pod's container (command + args + env) as a local process, with the real Debian etcd and
-nats-server in place of the etcd and NATS StatefulSets. It is a test harness, not a kubelet: it
-does only what is listed below, and fails loudly on what it does not understand.
+pod's one container (its command + args + env) as a local process: tandem containers run the local
+tandem binary; the etcd and NATS StatefulSets run Debian's etcd and nats-server with the rendered
+args. It is a test harness, not a kubelet: it does only what is listed below, and fails loudly on
+what it does not understand (several containers, init containers, unknown env sources).
 
 What the runner substitutes (and nothing else):
-  1. The executable: a container command whose first word is `tandem` or ends in `/tandem` runs
-     the local tandem binary (`binary`). Any other command is an error.
+  1. The executable: a command whose first word is `tandem` (or ends in `/tandem`) -> the local
+     tandem binary; a command `etcd` in an etcd image -> Debian's etcd; no command in a nats image
+     (whose entrypoint runs nats-server with the args) -> Debian's nats-server, plus
+     `--addr 127.0.0.1` (the image listens on every interface). Anything else is an error.
   2. Downward API env (`valueFrom.fieldRef`): status.podIP and status.hostIP -> 127.0.0.1,
-     metadata.name -> the pod's name (`<deployment>-<index>`, e.g. g-decode-1), metadata.namespace
-     -> `namespace`. Other fieldRefs, resourceFieldRef and configMapKeyRef are errors.
+     metadata.name -> the pod's name (`<workload>-<index>`, e.g. g-decode-1), metadata.namespace ->
+     `namespace`. Other fieldRefs, resourceFieldRef and configMapKeyRef are errors.
   3. Secrets: `envFrom.secretRef` and `env.valueFrom.secretKeyRef` take their values from the
      `secrets` dict the caller supplies ({secret name: {key: value}}); a missing secret is an error
      unless the reference says `optional: true`.
   4. `$(VAR)` in env values, command and args is expanded as the kubelet does (`$$` escapes it,
      unknown names stay as written).
   5. Service DNS names: `<svc>`, `<svc>.<ns>`, `<svc>.<ns>.svc` or `<svc>.<ns>.svc.cluster.local`
-     followed by `:<service port>`, in args and env values -> `127.0.0.1:<local port>`.
+     followed by `:<service port>`, anywhere in an arg or env value -> `127.0.0.1:<local port>`.
   6. Ports: every containerPort of a pod gets a free local port; an arg (or the value of a
      `--flag=N` arg) equal to a declared containerPort becomes that local port. A Service port maps
-     to the local port of its target in the first pod its selector matches (etcd/NATS: the local
-     server). Probes resolve their port (name or number) the same way.
-  7. Listen addresses: an arg `0.0.0.0` or `::` (or `--flag=0.0.0.0`) -> 127.0.0.1, so that
-     everything stays on loopback.
-  8. Paths: `path_map` ({container path prefix: local path}) rewrites args and env values that are
-     such a path or start with `prefix/` (e.g. the model directory inside the image).
-Everything else (resources, volumes, affinity, annotations, PDBs) is not run: it is read only by
-the schema validation and golden-file checks. The process environment is PATH, HOME, LANG and
-TMPDIR of the runner plus the container's env (an image's own ENV is not known here).
-Readiness: the container's startupProbe / readinessProbe (httpGet or tcpSocket) polled on
-127.0.0.1; without a probe, until its first containerPort accepts.
-Every process runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (no orphans even if the
-runner is killed) and is stopped by stop_all() (SIGTERM, then SIGKILL after a grace period).
+     to the local port of its targetPort in the first pod its selector matches. Probes resolve
+     their port (name or number) the same way.
+  7. Listen addresses: an arg `0.0.0.0` or `::` (or `--flag=0.0.0.0`) -> 127.0.0.1, and
+     `0.0.0.0:N` / `[::]:N` inside an arg -> `127.0.0.1:<local port of N>` (a port the container
+     does not declare, e.g. etcd's peer port, gets a free local port too).
+  8. Paths: the mountPath of an emptyDir volume (except /dev/shm, which stays the machine's) -> a
+     fresh folder in `workdir`, and `path_map` ({container path: local path}) -> local, in args
+     (whole, or the value of `--flag=PATH`) and env values that are such a path or lie under it.
+Everything else (image, resources, volumes of other kinds, affinity, tolerations, annotations,
+PodDisruptionBudgets) is not run: the schema validation and golden-file tests read it. The
+process environment is PATH, HOME, LANG and TMPDIR of the runner plus the container's env (an
+image's own ENV is not known here). Readiness: the container's readinessProbe (else its
+startupProbe; httpGet or tcpSocket) polled on 127.0.0.1; without a probe, until its first port
+accepts. Every process runs in its own process group with PR_SET_PDEATHSIG=SIGKILL (no orphans
+even if the runner is killed) and is stopped by stop_all() (SIGTERM, then SIGKILL after a grace
+period).
 """
 
 import ctypes
@@ -190,59 +196,14 @@ class LocalCluster:
             if sel and all(labels.get(k) == v for k, v in sel.items()):
                 yield svc
 
-    # --- etcd and NATS: the Debian servers in place of their StatefulSets ---------------------
+    # --- pods ----------------------------------------------------------------------------------
 
-    def start_servers(self, timeout=20.0):
+    def start_servers(self, timeout=30.0):
+        """Starts every StatefulSet's pod (etcd, NATS: Debian's binaries with the rendered args)
+        and waits until each is ready."""
         for sts in self.objects("StatefulSet"):
-            name = sts["metadata"]["name"]
-            container = sts["spec"]["template"]["spec"]["containers"][0]
-            kind = "etcd" if "etcd" in (container.get("image", "") + container["name"]) else \
-                "nats" if "nats" in (container.get("image", "") + container["name"]) else None
-            if kind is None:
-                raise ValueError(f"StatefulSet {name}: neither etcd nor NATS ({container.get('image')})")
-            client_port = {"etcd": 2379, "nats": 4222}[kind]
-            labels = sts["spec"]["template"]["metadata"].get("labels", {})
-            cports = {p.get("name"): p["containerPort"] for p in container.get("ports", [])}
-            local = free_port()
-            for svc in self._services_selecting(labels):
-                mapping = self.service_ports.setdefault(svc["metadata"]["name"], {})
-                for sp in svc["spec"]["ports"]:
-                    target = sp.get("targetPort", sp["port"])
-                    target = cports.get(target, target)
-                    # The client port is served; other ports (peer, monitoring) get a port nobody
-                    # listens on.
-                    mapping[sp["port"]] = local if int(target) == client_port else free_port()
-            if kind == "etcd":
-                binary = find_binary("etcd")
-                peer = free_port()
-                argv = [binary, "--name", "local", "--data-dir", os.path.join(self.workdir, name + ".data"),
-                        "--listen-client-urls", f"http://{LOOPBACK}:{local}",
-                        "--advertise-client-urls", f"http://{LOOPBACK}:{local}",
-                        "--listen-peer-urls", f"http://{LOOPBACK}:{peer}",
-                        "--initial-advertise-peer-urls", f"http://{LOOPBACK}:{peer}",
-                        "--initial-cluster", f"local=http://{LOOPBACK}:{peer}"]
-            else:
-                binary = find_binary("nats-server")
-                argv = [binary, "-a", LOOPBACK, "-p", str(local)]
-            if not binary:
-                raise FileNotFoundError(f"{kind}: not installed (scripts/setup.sh installs "
-                                        f"{'etcd-server' if kind == 'etcd' else 'nats-server'})")
-            proc = self._spawn(name + "-0", argv, dict(self._base_env()))
-            self._wait(lambda: port_accepts(local), timeout, f"{name}-0 ({kind}) on :{local}", proc)
-            if kind == "etcd":  # listening is not serving: wait for a leader
-                url = f"http://{LOOPBACK}:{local}/v3/kv/range"
-                def etcd_serves():
-                    try:
-                        req = urllib.request.Request(url, data=b'{"key":"eA=="}', method="POST")
-                        with urllib.request.urlopen(req, timeout=1) as r:
-                            return r.status == 200
-                    except OSError:
-                        return False
-                self._wait(etcd_serves, timeout, f"{name}-0 (etcd) serving", proc)
-            self.print(f"  {name}-0: {kind} ({binary}) on {LOOPBACK}:{local} in place of the "
-                       f"StatefulSet ({container.get('image')})")
-
-    # --- Deployment pods -------------------------------------------------------------------------
+            pod = self._start(sts, 0)
+            self.wait_ready(pod, timeout)
 
     def start_pod(self, deployment, index=None):
         """Starts replica `index` (default: the next one) of `deployment`; returns the Pod, not
@@ -250,13 +211,37 @@ class LocalCluster:
         dep = self.get("Deployment", deployment)
         if index is None:
             index = self.replicas.get(deployment, 0)
-        self.replicas[deployment] = max(self.replicas.get(deployment, 0), index + 1)
-        pod_name = f"{deployment}-{index}"
-        template = dep["spec"]["template"]
+        return self._start(dep, index)
+
+    def _executable(self, workload, c):
+        """The local program for a container: tandem, or Debian's etcd / nats-server."""
+        name = workload["metadata"]["name"]
+        command = [str(a) for a in c.get("command", [])]
+        image = c.get("image", "")
+        if command and (command[0] == "tandem" or command[0].endswith("/tandem")):
+            return self.binary, command[1:], []
+        if command and os.path.basename(command[0]) == "etcd" and "etcd" in image:
+            binary = find_binary("etcd")
+            extra = []
+        elif not command and "nats" in image:  # the nats image's entrypoint runs nats-server
+            binary = find_binary("nats-server")
+            extra = ["--addr", LOOPBACK]  # the image listens on every interface by default
+        else:
+            raise ValueError(f"{workload['kind']} {name}: container {c['name']} ({image}, command "
+                             f"{command}): not tandem, etcd or nats")
+        if not binary:
+            raise FileNotFoundError(f"{name}: {os.path.basename(command[0]) if command else 'nats-server'}"
+                                    " is not installed (scripts/setup.sh installs etcd-server and nats-server)")
+        return binary, command[1:], extra
+
+    def _start(self, workload, index):
+        kind, name = workload["kind"], workload["metadata"]["name"]
+        self.replicas[name] = max(self.replicas.get(name, 0), index + 1)
+        pod_name = f"{name}-{index}"
+        template = workload["spec"]["template"]
         containers = template["spec"]["containers"]
-        if len(containers) != 1:
-            raise ValueError(f"Deployment {deployment}: {len(containers)} containers (the runner "
-                             "runs one per pod)")
+        if len(containers) != 1 or template["spec"].get("initContainers"):
+            raise ValueError(f"{kind} {name}: the runner runs pods of exactly one container")
         c = containers[0]
         ports, names = {}, {}
         for p in c.get("ports", []):
@@ -272,35 +257,35 @@ class LocalCluster:
                 target = names.get(target, target)
                 if sp["port"] not in mapping and int(target) in ports:
                     mapping[sp["port"]] = ports[int(target)]
+        # emptyDir volumes: a fresh local folder each (/dev/shm stays the machine's).
+        dirs = {}
+        empty = {v["name"] for v in template["spec"].get("volumes", []) if "emptyDir" in v}
+        for m in c.get("volumeMounts", []):
+            if m["name"] in empty and m["mountPath"] != "/dev/shm":
+                dirs[m["mountPath"]] = os.path.join(self.workdir, pod_name + "." + m["name"])
+                os.makedirs(dirs[m["mountPath"]], exist_ok=True)
 
-        env = self._container_env(c, pod_name, ports)
-        command = [self._substitute(expand_vars(str(a), env), ports) for a in c.get("command", [])]
-        args = [self._substitute(expand_vars(str(a), env), ports) for a in c.get("args", [])]
-        if not command:
-            raise ValueError(f"Deployment {deployment}: no command (the image's entrypoint is not "
-                             "known here)")
-        if command[0] != "tandem" and not command[0].endswith("/tandem"):
-            raise ValueError(f"Deployment {deployment}: command {command[0]} is not tandem")
-        argv = [self.binary] + command[1:] + args
+        binary, command_rest, extra = self._executable(workload, c)
+        env = self._container_env(c, pod_name, ports, dirs)
+        sub = lambda a: self._substitute(expand_vars(str(a), env), ports, dirs)
+        argv = [binary] + [sub(a) for a in command_rest] + [sub(a) for a in c.get("args", [])] + extra
         proc_env = dict(self._base_env())
         proc_env.update(env)
         process = self._spawn(pod_name, argv, proc_env)
-        probe = None
+        pod = Pod(pod_name, ports, process, None)
+        pod.port_names = names
         for key in ("startupProbe", "readinessProbe"):
             pr = c.get(key)
             if pr and "httpGet" in pr:
-                probe = ("http", pr["httpGet"].get("path", "/"), pr["httpGet"]["port"])
+                pod.probe = ("http", pr["httpGet"].get("path", "/"), pod.local_port(pr["httpGet"]["port"]))
             elif pr and "tcpSocket" in pr:
-                probe = ("tcp", None, pr["tcpSocket"]["port"])
-        pod = Pod(pod_name, ports, process, None)
-        pod.port_names = names
-        if probe:
-            pod.probe = (probe[0], probe[1], pod.local_port(probe[2]))
-        elif ports:
+                pod.probe = ("tcp", None, pod.local_port(pr["tcpSocket"]["port"]))
+        if pod.probe is None and ports:
             pod.probe = ("tcp", None, next(iter(ports.values())))
         self.pods[pod_name] = pod
-        shown = " ".join(a if re.fullmatch(r"[\w@%+=:,./-]+", a) else repr(a) for a in ["tandem"] + argv[1:])
-        self.print(f"  {pod_name}: {shown}")
+        shown = " ".join(a if re.fullmatch(r"[\w@%+=:,./-]+", a) else repr(a)
+                         for a in [os.path.basename(argv[0])] + argv[1:])
+        self.print(f"  {pod_name} ({kind}, image {c.get('image')}): {shown}")
         return pod
 
     def wait_ready(self, pod, timeout=90.0):
@@ -343,7 +328,7 @@ class LocalCluster:
             time.sleep(0.1)
         raise TimeoutError(f"{what}: not within {timeout:.0f} s:\n{process.log()[-4000:]}")
 
-    def _container_env(self, c, pod_name, ports):
+    def _container_env(self, c, pod_name, ports, dirs):
         env = {}
         for ref in c.get("envFrom", []):
             if "secretRef" in ref:
@@ -360,7 +345,7 @@ class LocalCluster:
         for e in c.get("env", []):
             name = e["name"]
             if "value" in e:
-                env[name] = self._substitute(expand_vars(str(e["value"]), env), ports, arg=False)
+                env[name] = self._substitute(expand_vars(str(e["value"]), env), ports, dirs, arg=False)
             elif "valueFrom" in e:
                 vf = e["valueFrom"]
                 if "fieldRef" in vf:
@@ -384,7 +369,7 @@ class LocalCluster:
                 env[name] = ""
         return env
 
-    def _substitute(self, text, ports, arg=True):
+    def _substitute(self, text, ports, dirs, arg=True):
         # 5. service DNS names with a port
         def service(m):
             host, port = m.group(1), int(m.group(2))
@@ -397,10 +382,22 @@ class LocalCluster:
                 return m.group(0)
             return f"{LOOPBACK}:{self.service_ports[svc][port]}"
         text = re.sub(r"(?<![A-Za-z0-9.-])([a-z0-9][a-z0-9.-]*):(\d+)(?!\d)", service, text)
-        # 8. container paths
-        for prefix, local in self.path_map.items():
+        # 7. wildcard listen addresses with a port: the container port's local port (an undeclared
+        # port gets a free one too)
+        def wildcard(m):
+            port = int(m.group(2))
+            if port not in ports:
+                ports[port] = free_port()
+            return f"{LOOPBACK}:{ports[port]}"
+        text = re.sub(r"(?<![\w.:])(0\.0\.0\.0|\[::\]):(\d+)(?!\d)", wildcard, text)
+        # 8. container paths: emptyDir mounts, then path_map
+        for prefix, local in list(dirs.items()) + list(self.path_map.items()):
             if text == prefix or text.startswith(prefix.rstrip("/") + "/"):
-                text = local + text[len(prefix.rstrip("/")):] if text != prefix else local
+                text = local + text[len(prefix.rstrip("/")):]
+            elif arg and text.startswith("--") and "=" in text:
+                flag, _, value = text.partition("=")
+                if value == prefix or value.startswith(prefix.rstrip("/") + "/"):
+                    text = flag + "=" + local + value[len(prefix.rstrip("/")):]
         if not arg:
             return text
         # 6. container ports, 7. wildcard listen addresses (a whole arg or --flag=value)
@@ -410,4 +407,3 @@ class LocalCluster:
         elif value in ("0.0.0.0", "::", "[::]"):
             value = LOOPBACK
         return flag + eq + value
-

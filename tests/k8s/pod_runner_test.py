@@ -104,8 +104,6 @@ def wait_for(cond, timeout, step=0.25):
 
 
 def render():
-    if os.environ.get("TANDEM_K8S_MANIFEST"):  # DEV ONLY, removed once the renderer exists
-        return open(os.environ["TANDEM_K8S_MANIFEST"]).read()
     cmd = [BINARY, "k8s", "render", GRAPH, "--namespace", NAMESPACE, "--image", IMAGE]
     print("$ " + " ".join(["tandem"] + cmd[1:]))
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
@@ -218,6 +216,15 @@ def run(cluster):
     check(ttft is not None and text, f"long chat: {u.get('prompt_tokens')} prompt tokens (remote "
           f"prefill), TTFT {ttft * 1000 if ttft else -1:.1f} ms, total {total * 1000:.1f} ms, "
           f"{u.get('completion_tokens')} tokens")
+
+    # the same with curl, as docs/deploy-eks.md section 8 does (a stream starts with the first token)
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": 16,
+                       "messages": [{"role": "user", "content": "Hello! Say hi in five words."}]})
+    r = subprocess.run(["curl", "-sS", "-N", "-o", "/dev/null", "--max-time", "60",
+                        f"http://127.0.0.1:{port}/v1/chat/completions", "-H", "content-type: application/json",
+                        "-d", body, "-w", "%{http_code} TTFT %{time_starttransfer}s  total %{time_total}s"],
+                       capture_output=True, text=True, timeout=70)
+    check(r.returncode == 0 and r.stdout.startswith("200 "), f"curl short chat: {r.stdout} {r.stderr}".strip())
 
     # the transfer backend in the worker logs, KV Transfer metrics in the decode log
     for pod in workers:
