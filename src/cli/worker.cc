@@ -38,6 +38,7 @@
 #include "transfer/cuda/cuda_ipc_api.h"
 #endif
 #include "worker/decode_disagg.h"
+#include "worker/kv_event_publisher.h"
 #include "worker/prefill_handler.h"
 #include "worker/worker_metrics.h"
 
@@ -156,6 +157,12 @@ int RunWorker(const WorkerOptions& opt) {
   AsyncEngineOptions engine_options;
   engine_options.served_model_name = served_name;
   engine_options.max_waiting_requests = opt.engine.max_waiting_requests;
+  // Every mode publishes its KV events and load (worker/kv_event_publisher.h); declared before the
+  // server, which serves its snapshots, so that it outlives it.
+  worker::KvEventPublisherOptions publisher_options;
+  publisher_options.subject = runtime::KvEventsSubject(opt.namespace_name);
+  auto kv_publisher = std::make_shared<worker::KvEventPublisher>(publisher_options);
+  engine_options.kv_event_sink = kv_publisher->sink();
   if (decode) {
     runtime::RemotePrefillClientOptions client_options;
     client_options.namespace_name = opt.namespace_name;
@@ -173,6 +180,7 @@ int RunWorker(const WorkerOptions& opt) {
     };
   }
   auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
+  kv_publisher->AttachEngine(engine);
   const ServedModelInfo info = engine->model_info();
   std::shared_ptr<worker::PrefillHandler> prefill_handler;
   if (prefill) {
@@ -183,6 +191,7 @@ int RunWorker(const WorkerOptions& opt) {
 
   runtime::WorkerServerOptions server_options{opt.host, opt.port, prefill_handler};
   server_options.events = event_ring;
+  server_options.snapshot = kv_publisher->snapshot_provider();
   runtime::WorkerServer server(engine, server_options);
   if (Status st = server.Start(); !st.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", st.ToString().c_str());
@@ -230,11 +239,14 @@ int RunWorker(const WorkerOptions& opt) {
     std::fprintf(stderr, "tandem worker: %s\n", event_plane.status().ToString().c_str());
     return 1;
   }
+  const std::string plane_url = (*event_plane)->url();
+  kv_publisher->Start(std::shared_ptr<runtime::EventPlane>(std::move(*event_plane)),
+                      (*lease)->info().instance_id);
   log::info("worker ({}) serving '{}' on grpc://{} (port {}), instance {}, namespace '{}', "
             "{} KV blocks of {} tokens, discovery {}, event plane {}{}",
             opt.mode, served_name, server.endpoint(), server.port(), (*lease)->info().instance_id,
             opt.namespace_name, stats.num_kv_blocks_total, opt.engine.block_size,
-            runtime::DescribeDiscovery(opt.discovery), (*event_plane)->url(),
+            runtime::DescribeDiscovery(opt.discovery), plane_url,
             metrics_server ? fmt::format(", metrics on http://{}:{}/metrics", opt.host,
                                          metrics_server->port())
                            : "");
@@ -246,6 +258,7 @@ int RunWorker(const WorkerOptions& opt) {
   log::info("received signal {}, shutting down", signals.Wait());
   lease->reset();   // leave discovery first: no new requests
   server.Stop();    // running calls get a grace period, then are cancelled
+  kv_publisher->Stop();
   stats_logger.reset();
   if (metrics_server) metrics_server->Stop();
   if (disagg) disagg->Shutdown();        // remote prefills in flight end (local fallback)

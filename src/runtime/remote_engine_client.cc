@@ -1,5 +1,6 @@
 #include "runtime/remote_engine_client.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
@@ -76,6 +77,8 @@ struct RemoteEngineClient::Impl {
   void Refresh();
   Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
                 OutputCallback on_output);
+  // options.selector's worker among the healthy ones; null: none (round-robin).
+  std::shared_ptr<Worker> Select(const GenerateRequest& request);
 
   // Workers whose last call ended after they left discovery: a reactor must not drop the last
   // reference to its channel inside gRPC's callback (destroying a channel from its own callback
@@ -104,7 +107,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
                OutputCallback on_output)
       : owner_(std::move(owner)), worker_(std::move(worker)), entry_(std::move(entry)),
         request_id_(request.request_id), on_output_(std::move(on_output)),
-        timeout_(owner_->options.request_timeout) {
+        timeout_(owner_->options.request_timeout), selector_(owner_->options.selector) {
     ToProto(request, &request_);
     entry_->context->set_deadline(std::chrono::system_clock::now() + timeout_);
   }
@@ -119,8 +122,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     if (!ok) return;  // OnDone follows with the status
     RequestOutput out = FromProto(response_);
     out.request_id = request_id_;
+    if (selector_ && !first_output_seen_) selector_->OnFirstOutput(request_id_);
+    first_output_seen_ = true;
     if (out.finished) {
       final_delivered_ = true;
+      if (selector_) selector_->OnFinished(request_id_);
       owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
     }
     on_output_(std::move(out));
@@ -129,6 +135,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
 
   void OnDone(const grpc::Status& status) override {
     if (!final_delivered_) {
+      if (selector_) selector_->OnFinished(request_id_);
       owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
       RequestOutput out;
       out.request_id = request_id_;
@@ -180,6 +187,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
   std::chrono::milliseconds timeout_;
   v1::GenerateRequest request_;
   v1::GenerateOutput response_;
+  std::shared_ptr<WorkerSelector> selector_;
+  bool first_output_seen_ = false;
   bool final_delivered_ = false;
 };
 
@@ -230,6 +239,14 @@ void RemoteEngineClient::Impl::Refresh() {
     for (const auto& f : fresh) kept = kept || f == c;
     if (!kept) log::info("worker {} left", c->Name());
   }
+  if (options.selector) {
+    std::vector<InstanceInfo> instances;
+    for (const auto& f : fresh) instances.push_back(f->instance);
+    std::sort(instances.begin(), instances.end(), [](const auto& a, const auto& b) {
+      return a.instance_id < b.instance_id;
+    });
+    options.selector->SetWorkers(instances);
+  }
   // Health of each (outside the lock; a dead worker answers UNAVAILABLE at once).
   struct Poll {
     bool ok;
@@ -269,6 +286,7 @@ Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, Gener
                                         OutputCallback on_output) {
   std::shared_ptr<Worker> worker;
   auto entry = std::make_shared<CallEntry>();
+  if (options.selector) worker = Select(request);  // null: round-robin below
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < workers.size() && !worker; ++i) {
@@ -287,6 +305,7 @@ Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, Gener
                      : fmt::format(" serving model '{}'", options.served_model_name));
     }
     if (!calls.emplace(request.request_id, entry).second) {
+      // (A selector's prediction under this id belongs to the call in flight: not freed here.)
       return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request.request_id);
     }
     ++num_active;
@@ -294,6 +313,28 @@ Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, Gener
   auto* call = new GenerateCall(self, std::move(worker), entry, request, std::move(on_output));
   call->Start();  // deletes itself in OnDone
   return Status::Ok();
+}
+
+std::shared_ptr<Worker> RemoteEngineClient::Impl::Select(const GenerateRequest& request) {
+  std::vector<std::shared_ptr<Worker>> live;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (calls.count(request.request_id)) return nullptr;  // Submit refuses the duplicate
+    for (const auto& w : workers) {
+      if (w->healthy) live.push_back(w);
+    }
+  }
+  if (live.empty()) return nullptr;
+  std::vector<std::string> ids;
+  for (const auto& w : live) ids.push_back(w->instance.instance_id);
+  Result<std::string> chosen = options.selector->Select(request, ids);
+  if (chosen.ok()) {
+    for (auto& w : live) {
+      if (w->instance.instance_id == *chosen) return std::move(w);
+    }
+  }
+  options.selector->OnFinished(request.request_id);  // round-robin instead
+  return nullptr;
 }
 
 RemoteEngineClient::RemoteEngineClient(std::shared_ptr<Discovery> discovery,

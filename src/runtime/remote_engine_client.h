@@ -1,6 +1,7 @@
 // RemoteEngineClient: the frontend's EngineClient over the request plane. Each request goes to one
-// live worker of the components found in Discovery (round-robin for now; issue 8 brings the KV
-// router), as one Worker.Generate stream (tandem.proto) with a deadline.
+// live worker of the components found in Discovery (round-robin, or the choice of
+// RemoteEngineClientOptions::selector: the KV router, runtime/kv_routing.h), as one Worker.Generate
+// stream (tandem.proto) with a deadline.
 //
 //   Submit   picks a worker and opens the stream; returns at once. FailedPrecondition ("no worker
 //            available ...", HTTP 503) when discovery lists none; InvalidArgument for a request id
@@ -30,6 +31,24 @@
 
 namespace tandem::runtime {
 
+// Chooses the worker of each request (e.g. the KV router). Called without the client's lock; must
+// be thread-safe.
+class WorkerSelector {
+ public:
+  virtual ~WorkerSelector() = default;
+  // The refresh thread, after each discovery read: every worker discovery lists now for this
+  // client (components and model filtered; healthy or not), sorted by instance id.
+  virtual void SetWorkers(const std::vector<InstanceInfo>& workers) = 0;
+  // Submit: the instance id of one of `live` (the healthy workers' ids, sorted) for `request`.
+  // An error, or an id not in `live`, falls back to round-robin (and OnFinished is called).
+  virtual Result<std::string> Select(const GenerateRequest& request,
+                                     const std::vector<std::string>& live) = 0;
+  // The request's first output arrived (its prompt is computed). On gRPC's threads.
+  virtual void OnFirstOutput(const std::string& request_id) = 0;
+  // The request ended (its final output, any way; also a Submit that failed after Select).
+  virtual void OnFinished(const std::string& request_id) = 0;
+};
+
 struct RemoteEngineClientOptions {
   std::string namespace_name = "tandem";
   // Components whose workers serve requests (agg and decode workers both take Generate).
@@ -41,6 +60,8 @@ struct RemoteEngineClientOptions {
   ServedModelInfo fallback_model_info;              // model_info() before any worker was seen
   // Called on the refresh thread whenever the number of live workers changes (and once at start).
   std::function<void(int num_workers)> on_workers_changed;
+  // Unset: round-robin over the healthy workers.
+  std::shared_ptr<WorkerSelector> selector;
 };
 
 // One worker as this client sees it.
