@@ -112,6 +112,19 @@ def render():
     return r.stdout
 
 
+def last_transfer_line(pod):
+    lines = re.findall(r"KV Transfer metrics: .*", pod.log())
+    return lines[-1] if lines else "no `KV Transfer metrics` line"
+
+
+def transfer_line(pod):
+    """Waits (at most 15 s: the line comes every --stats-interval-s, 5 s) for a `KV Transfer
+    metrics` line counting at least one successful transfer into this decode worker."""
+    def seen():
+        return any(int(n) > 0 for n in re.findall(r"KV Transfer metrics: Num successful transfers=(\d+)", pod.log()))
+    return wait_for(seen, min(15, max(left(), 1)))
+
+
 def find_deployment(cluster, role):
     """The Deployment of a role (frontend, prefill, decode): <graph>-<role>."""
     names = [d["metadata"]["name"] for d in cluster.objects("Deployment")]
@@ -213,8 +226,8 @@ def run(cluster):
           f"{ttft * 1000 if ttft else -1:.1f} ms, total {total * 1000:.1f} ms, "
           f"{u.get('completion_tokens')} tokens: {text[:60]!r}")
     ttft, total, text, u = chat(port, long_prompt("one"), 16)
-    check(ttft is not None and text, f"long chat: {u.get('prompt_tokens')} prompt tokens (remote "
-          f"prefill), TTFT {ttft * 1000 if ttft else -1:.1f} ms, total {total * 1000:.1f} ms, "
+    check(ttft is not None and text, f"long chat: {u.get('prompt_tokens')} prompt tokens, TTFT "
+          f"{ttft * 1000 if ttft else -1:.1f} ms, total {total * 1000:.1f} ms, "
           f"{u.get('completion_tokens')} tokens")
 
     # the same with curl, as docs/deploy-eks.md section 8 does (a stream starts with the first token)
@@ -231,9 +244,7 @@ def run(cluster):
         m = re.search(r"KV transfer backend: .*", pod.log())
         check(m is not None, f"{pod.name} log: {m.group(0) if m else 'no `KV transfer backend:` line'}")
     d0 = workers[1]
-    found = wait_for(lambda: "KV Transfer metrics" in d0.log(), min(15, left()))
-    line = re.findall(r"KV Transfer metrics: .*", d0.log())
-    check(found, f"{d0.name} log: {line[-1] if line else 'no `KV Transfer metrics` line'}")
+    check(transfer_line(d0), f"{d0.name} log: {last_transfer_line(d0)}")
 
     # scale the decode Deployment 1 -> 2: one more pod from the same rendered spec
     print(f"scaling {decode} from 1 to 2 replicas (kubectl scale deployment/{decode} --replicas=2):")
@@ -254,9 +265,7 @@ def run(cluster):
     transfers = metric(new_metrics(), "tandem_kv_transfers_total") or 0
     check(transfers > 0, f"{d1.name} /metrics after {sent} long requests: "
           f"tandem_kv_transfers_total {transfers:.0f}, tandem_prefix_cache_queries_total {served:.0f}")
-    found = wait_for(lambda: "KV Transfer metrics" in d1.log(), min(15, left()))
-    line = re.findall(r"KV Transfer metrics: .*", d1.log())
-    check(found, f"{d1.name} log: {line[-1] if line else 'no `KV Transfer metrics` line'}")
+    check(transfer_line(d1), f"{d1.name} log: {last_transfer_line(d1)}")
     check(all(p.process.alive() for p in cluster.pods.values()), "every pod still running")
 
 
