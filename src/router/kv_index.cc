@@ -34,38 +34,41 @@ uint64_t KvIndex::Key(uint64_t block_hash) {
 }
 
 size_t KvIndex::Probe(uint64_t key) const {
-  const size_t st = stride();
   size_t i = Home(key);
   for (;;) {
-    const uint64_t k = slots_[i * st];
+    const uint64_t k = table_[2 * i];
     if (k == key || k == 0) return i;
     i = (i + 1) & mask_;
   }
 }
 
 void KvIndex::Rebuild(size_t capacity, int num_words) {
-  std::vector<uint64_t, HugePageAllocator<uint64_t>> old;
-  old.swap(slots_);
+  Buffer old;
+  old.swap(nodes_);
   const size_t old_stride = stride();
   const int old_words = num_words_;
 
   num_words_ = num_words;
   mask_ = capacity - 1;
   shift_ = 64 - std::countr_zero(capacity);
-  slots_.assign(capacity * stride(), 0);
+  table_.assign(2 * capacity, 0);
+  nodes_.reserve(std::max(old.size() / old_stride, size_t{16}) * stride());
   num_nodes_ = 0;
+  num_holes_ = 0;
   worker_blocks_.resize(static_cast<size_t>(max_workers()), 0);
   present_.resize(static_cast<size_t>(num_words_), 0);
 
   for (size_t off = 0; off < old.size(); off += old_stride) {
     const uint64_t key = old[off];
-    if (key == 0) continue;
+    if (key == 0) continue;  // a hole
     bool any = false;
     for (int k = 0; k < old_words; ++k) any |= old[off + 1 + k] != 0;
     if (!any) continue;  // emptied by RemoveWorker
-    uint64_t* node = Node(Probe(key));
-    node[0] = key;
-    for (int k = 0; k < old_words; ++k) node[1 + k] = old[off + 1 + k];
+    const size_t slot = Probe(key);
+    table_[2 * slot] = key;
+    table_[2 * slot + 1] = num_nodes_;
+    nodes_.push_back(key);
+    for (int k = 0; k < num_words_; ++k) nodes_.push_back(k < old_words ? old[off + 1 + k] : 0);
     ++num_nodes_;
   }
 }
@@ -83,11 +86,15 @@ void KvIndex::Store(int worker, uint64_t block_hash) {
     Rebuild(capacity() * 2, num_words_);
   }
   const uint64_t key = Key(block_hash);
-  uint64_t* node = Node(Probe(key));
-  if (node[0] == 0) {
-    node[0] = key;
+  const size_t slot = Probe(key);
+  if (table_[2 * slot] == 0) {  // a new node, after the last one
+    table_[2 * slot] = key;
+    table_[2 * slot + 1] = num_nodes_ + num_holes_;
+    nodes_.push_back(key);
+    nodes_.resize(nodes_.size() + static_cast<size_t>(num_words_), 0);
     ++num_nodes_;
   }
+  uint64_t* node = Node(table_[2 * slot + 1]);
   const uint64_t bit = uint64_t{1} << (worker % 64);
   uint64_t& word = node[1 + worker / 64];
   if (word & bit) return;
@@ -99,8 +106,8 @@ void KvIndex::Store(int worker, uint64_t block_hash) {
 void KvIndex::Remove(int worker, uint64_t block_hash) {
   if (worker < 0 || worker >= max_workers()) return;
   const size_t slot = Probe(Key(block_hash));
-  uint64_t* node = Node(slot);
-  if (node[0] == 0) return;
+  if (table_[2 * slot] == 0) return;
+  uint64_t* node = Node(table_[2 * slot + 1]);
   const uint64_t bit = uint64_t{1} << (worker % 64);
   uint64_t& word = node[1 + worker / 64];
   if (!(word & bit)) return;
@@ -109,34 +116,61 @@ void KvIndex::Remove(int worker, uint64_t block_hash) {
   for (int k = 0; k < num_words_; ++k) {
     if (node[1 + k] != 0) return;
   }
+  node[0] = 0;  // a hole
+  --num_nodes_;
+  ++num_holes_;
   EraseSlot(slot);
+  if (num_holes_ > 1024 && num_holes_ > num_nodes_) Compact();
+}
+
+void KvIndex::Compact() {
+  // In place and in order; the table keeps its slots, only their node indices change (one
+  // sequential pass over each array instead of rehashing every key).
+  const size_t st = stride();
+  const size_t total = num_nodes_ + num_holes_;
+  assert(total < (size_t{1} << 32));
+  std::vector<uint32_t> remap(total);
+  size_t out = 0;
+  for (size_t index = 0; index < total; ++index) {
+    const uint64_t* node = Node(index);
+    if (node[0] == 0) continue;
+    remap[index] = static_cast<uint32_t>(out);
+    if (out != index) std::copy(node, node + st, Node(out));
+    ++out;
+  }
+  assert(out == num_nodes_);
+  nodes_.resize(out * st);
+  for (size_t slot = 0; slot <= mask_; ++slot) {
+    if (table_[2 * slot] != 0) table_[2 * slot + 1] = remap[table_[2 * slot + 1]];
+  }
+  num_holes_ = 0;
 }
 
 void KvIndex::EraseSlot(size_t slot) {
   // Backward-shift deletion: pull later entries of the probe run into the hole when their home
   // slot does not lie cyclically in (hole, entry].
-  const size_t st = stride();
   size_t hole = slot;
   size_t j = slot;
   for (;;) {
     j = (j + 1) & mask_;
-    const uint64_t* nj = Node(j);
-    if (nj[0] == 0) break;
-    const size_t home = Home(nj[0]);
+    const uint64_t key = table_[2 * j];
+    if (key == 0) break;
+    const size_t home = Home(key);
     const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
     if (stays) continue;
-    std::copy(nj, nj + st, Node(hole));
+    table_[2 * hole] = key;
+    table_[2 * hole + 1] = table_[2 * j + 1];
     hole = j;
   }
-  std::fill(Node(hole), Node(hole) + st, 0);
-  --num_nodes_;
+  table_[2 * hole] = 0;
+  table_[2 * hole + 1] = 0;
 }
 
 void KvIndex::RemoveWorker(int worker) {
   if (worker < 0 || worker >= max_workers() || worker_blocks_[worker] == 0) return;
   const size_t st = stride();
   const uint64_t keep = ~(uint64_t{1} << (worker % 64));
-  for (size_t off = 1 + worker / 64; off < slots_.size(); off += st) slots_[off] &= keep;
+  for (size_t off = 1 + worker / 64; off < nodes_.size(); off += st) nodes_[off] &= keep;
   worker_blocks_[worker] = 0;
   present_[worker / 64] &= keep;
   Rebuild(capacity(), num_words_);  // drops the nodes no worker holds any more
@@ -159,17 +193,32 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
   if (!any) return;
   if (nw == 1) return FindMatches1(block_hashes, overlap, active[0]);
 
+  const uint64_t* const table = table_.data();
+  const uint64_t* const nodes = nodes_.data();
+  const size_t st = stride();
+  const size_t num_entries = num_nodes_ + num_holes_;
   const size_t n = block_hashes.size();
   for (size_t d = 0; d < std::min(n, kPrefetchDistance); ++d) {
-    __builtin_prefetch(Node(Home(Key(block_hashes[d]))));
+    __builtin_prefetch(table + 2 * Home(Key(block_hashes[d])));
   }
   size_t depth = 0;
+  size_t index = ~size_t{0};  // the previous block's node
   for (; depth < n; ++depth) {
-    if (depth + kPrefetchDistance < n) {
-      __builtin_prefetch(Node(Home(Key(block_hashes[depth + kPrefetchDistance]))));
+    if (depth + kPrefetchDistance < n) {  // as in FindMatches1
+      const uint64_t ahead = Key(block_hashes[depth + kPrefetchDistance]);
+      const size_t at = index + 1 + kPrefetchDistance;
+      if (at >= num_entries || nodes[at * st] != ahead) __builtin_prefetch(table + 2 * Home(ahead));
     }
-    const uint64_t* node = Node(Probe(Key(block_hashes[depth])));
-    if (node[0] == 0) break;
+    const uint64_t key = Key(block_hashes[depth]);
+    ++index;  // the next node of the same stored chain, if it holds this hash
+    if (index >= num_entries || nodes[index * st] != key) {
+      size_t i = Home(key);
+      uint64_t k;
+      while ((k = table[2 * i]) != key && k != 0) i = (i + 1) & mask_;
+      if (k == 0) break;
+      index = table[2 * i + 1];
+    }
+    const uint64_t* node = nodes + index * st;
     uint64_t still = 0;
     for (int k = 0; k < nw; ++k) {
       uint64_t dropped = active[k] & ~node[1 + k];
@@ -191,24 +240,37 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
 
 void KvIndex::FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap,
                            uint64_t active) const {
-  // The same walk as FindMatches with the bitset in a register and the stride fixed at 2.
-  const uint64_t* const slots = slots_.data();
+  // The same walk as FindMatches with the bitset in a register and the node stride fixed at 2.
+  const uint64_t* const table = table_.data();
+  const uint64_t* const nodes = nodes_.data();
+  const size_t num_entries = num_nodes_ + num_holes_;
   const size_t n = block_hashes.size();
   const uint64_t* hashes = block_hashes.data();
   for (size_t d = 0; d < std::min(n, kPrefetchDistance); ++d) {
-    __builtin_prefetch(slots + 2 * Home(Key(hashes[d])));
+    __builtin_prefetch(table + 2 * Home(Key(hashes[d])));
   }
   size_t depth = 0;
+  size_t index = ~size_t{0};
   for (; depth < n; ++depth) {
     if (depth + kPrefetchDistance < n) {
-      __builtin_prefetch(slots + 2 * Home(Key(hashes[depth + kPrefetchDistance])));
+      // The table is only needed where a chain jumps: not for a block that sits where the current
+      // run of nodes would put it (a guess: a miss here costs one wasted prefetch).
+      const uint64_t ahead = Key(hashes[depth + kPrefetchDistance]);
+      const size_t at = index + 1 + kPrefetchDistance;
+      if (at >= num_entries || nodes[2 * at] != ahead) {
+        __builtin_prefetch(table + 2 * Home(ahead));
+      }
     }
     const uint64_t key = Key(hashes[depth]);
-    size_t i = Home(key);
-    uint64_t k;
-    while ((k = slots[2 * i]) != key && k != 0) i = (i + 1) & mask_;
-    if (k == 0) break;
-    const uint64_t bits = slots[2 * i + 1];
+    ++index;
+    if (index >= num_entries || nodes[2 * index] != key) {
+      size_t i = Home(key);
+      uint64_t k;
+      while ((k = table[2 * i]) != key && k != 0) i = (i + 1) & mask_;
+      if (k == 0) break;
+      index = table[2 * i + 1];
+    }
+    const uint64_t bits = nodes[2 * index + 1];
     uint64_t dropped = active & ~bits;
     while (dropped) {  // workers whose prefix ends here matched `depth` blocks
       overlap[std::countr_zero(dropped)] = static_cast<int>(depth);
@@ -222,10 +284,10 @@ void KvIndex::FindMatches1(std::span<const uint64_t> block_hashes, std::span<int
 
 bool KvIndex::Contains(int worker, uint64_t block_hash) const {
   if (worker < 0 || worker >= max_workers()) return false;
-  const uint64_t* node = Node(Probe(Key(block_hash)));
-  return node[0] != 0 && (node[1 + worker / 64] >> (worker % 64) & 1);
+  const size_t slot = Probe(Key(block_hash));
+  if (table_[2 * slot] == 0) return false;
+  return Node(table_[2 * slot + 1])[1 + worker / 64] >> (worker % 64) & 1;
 }
-
 size_t KvIndex::num_blocks(int worker) const {
   if (worker < 0 || worker >= max_workers()) return 0;
   return worker_blocks_[worker];

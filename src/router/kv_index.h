@@ -7,16 +7,23 @@
 //
 // tandem's block hashes are chained (block_hash.h: a block's hash covers its parent's hash), so a
 // node is identified by its hash alone and the child of a node for the prompt's next block is simply
-// the node of the prompt's next hash. The tree is therefore stored flat: an open-addressing hash
-// table (linear probing, backward-shift deletion, no tombstones) from block hash to a worker bitset,
-// one cache line or less per node (8 bytes of key + 8 bytes per 64 workers). Walking the prompt is
-// one probe per block, with the next probes prefetched; no allocation per lookup. The table is
-// allocated in 2 MiB pages where the kernel allows (huge_page_allocator.h): its probes are random. A block a worker
-// holds without its parent is indexed but unreachable for that worker's overlap, exactly as the
-// engine's own prefix lookup (KVCacheManager::FindCachedPrefix) stops at the first missing block.
+// the node of the prompt's next hash. The tree is therefore stored flat, in two arrays:
+//   nodes: [hash, worker bitset (one uint64 per 64 workers)] in the order they were first stored,
+//          so that the blocks of one stored event (a chain) lie next to each other;
+//   table: open addressing (linear probing, backward-shift deletion, no tombstones) from block hash
+//          to its node's index.
+// Walking a prompt first tries the node after the previous one (the next block of the same stored
+// chain: sequential memory, no hash probe) and probes the table only where that node holds another
+// hash (a chain stored by another event); the table probes of the next blocks are prefetched. A
+// removed node leaves a hole (hash 0) until the holes outnumber the live nodes, then the nodes are
+// compacted in order. No allocation per lookup. Both arrays use 2 MiB pages where the kernel
+// allows (huge_page_allocator.h). A block a worker holds without its parent is indexed but
+// unreachable for that worker's overlap, exactly as the engine's own prefix lookup
+// (KVCacheManager::FindCachedPrefix) stops at the first missing block.
 //
 // Workers are small integers in [0, max_workers) (KvRouter maps ids to them). Costs: Store/Remove
-// O(1) expected; RemoveWorker O(table size) (a rebuild: rare, e.g. ~10 ms at 1M blocks);
+// O(1) expected (amortized: growth and compaction rebuild); RemoveWorker O(table size) (a rebuild:
+// rare, e.g. ~10 ms at 1M blocks);
 // FindMatches O(prompt blocks matched x max_workers / 64). Not thread-safe (KvRouter locks).
 #pragma once
 
@@ -55,28 +62,37 @@ class KvIndex {
   size_t num_blocks() const { return num_nodes_; }  // distinct hashes cached by some worker
   size_t num_blocks(int worker) const;               // hashes cached by `worker`
   size_t capacity() const { return mask_ + 1; }      // table slots
-  size_t memory_bytes() const { return slots_.size() * sizeof(uint64_t); }
+  size_t memory_bytes() const {  // of the table and of the nodes in use (holes included)
+    return (table_.size() + nodes_.size()) * sizeof(uint64_t);
+  }
 
  private:
-  // A slot is num_words_ + 1 uint64: the key (0 = empty) then the worker bitset.
+  // A table slot is 2 uint64: the key (0 = empty) and its node's index. A node is num_words_ + 1
+  // uint64: the key (0 = a hole) then the worker bitset.
   size_t stride() const { return static_cast<size_t>(num_words_) + 1; }
   static uint64_t Key(uint64_t block_hash);  // never 0
   size_t Home(uint64_t key) const { return (key * 0x9E3779B97F4A7C15ull) >> shift_; }
-  // The slot holding `key`, or the empty slot where it would go.
+  // The table slot holding `key`, or the empty slot where it would go.
   size_t Probe(uint64_t key) const;
-  uint64_t* Node(size_t slot) { return slots_.data() + slot * stride(); }
-  const uint64_t* Node(size_t slot) const { return slots_.data() + slot * stride(); }
+  uint64_t* Node(size_t index) { return nodes_.data() + index * stride(); }
+  const uint64_t* Node(size_t index) const { return nodes_.data() + index * stride(); }
   // FindMatches for one word of bitset (<= 64 workers): overlap.size() <= 64, active != 0.
   void FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap,
                     uint64_t active) const;
   void EraseSlot(size_t slot);
+  void Compact();  // drops the holes, keeping the nodes' order
+  // Table of `capacity` slots and bitsets of `num_words`; drops nodes no worker holds and the
+  // holes, keeping the nodes' order.
   void Rebuild(size_t capacity, int num_words);
 
+  using Buffer = std::vector<uint64_t, HugePageAllocator<uint64_t>>;
   int num_words_ = 1;
   size_t mask_ = 0;
   int shift_ = 64;
-  size_t num_nodes_ = 0;
-  std::vector<uint64_t, HugePageAllocator<uint64_t>> slots_;  // 2 MiB pages once large
+  size_t num_nodes_ = 0;  // live nodes
+  size_t num_holes_ = 0;  // removed nodes not compacted yet
+  Buffer table_;          // 2 * capacity()
+  Buffer nodes_;          // stride() * (num_nodes_ + num_holes_)
   std::vector<size_t> worker_blocks_;  // per worker
   std::vector<uint64_t> present_;      // bitset: workers with at least one block
 };

@@ -156,6 +156,43 @@ TEST(KvIndexTest, OneWordWalkMatchesBruteForceOnLongChains) {
   }
 }
 
+// Nodes lie in the order they were first stored; the walk tries the next node before the table.
+// Holes, re-stored blocks (a new node at the end) and compaction must not change any overlap.
+TEST(KvIndexTest, NodeOrderHolesAndCompaction) {
+  KvIndex index(64);
+  std::vector<uint64_t> x;
+  for (uint64_t i = 0; i < 3000; ++i) x.push_back(1000000 + i);
+  for (uint64_t h : x) index.Store(0, h);
+  std::vector<int> overlap(3);
+  // Re-stored after removal: y1's node moves to the end, after y2's.
+  const std::vector<uint64_t> y = {7, 8, 9};
+  for (uint64_t h : y) index.Store(1, h);
+  index.Remove(1, y[1]);
+  index.FindMatches(y, overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{0, 1, 0}));
+  index.Store(1, y[1]);
+  index.Store(2, y[0]);
+  index.FindMatches(y, overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{0, 3, 1}));
+  const size_t before = index.memory_bytes();
+  // 2500 holes in x (more than the live nodes left): compacted, in order.
+  for (size_t i = 100; i < 2600; ++i) index.Remove(0, x[i]);
+  EXPECT_LT(index.memory_bytes(), before);
+  EXPECT_EQ(index.num_blocks(), 500u + 3u);
+  EXPECT_EQ(index.num_blocks(0), 500u);
+  index.FindMatches(x, overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{100, 0, 0}));
+  index.FindMatches(std::span(x).subspan(2600), overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{400, 0, 0}));
+  index.FindMatches(y, overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{0, 3, 1}));
+  for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(index.Contains(0, x[i]), i < 100 || i >= 2600);
+  // Stored again: new nodes after the compacted ones; the whole chain matches again.
+  for (size_t i = 100; i < 2600; ++i) index.Store(0, x[i]);
+  index.FindMatches(x, overlap);
+  EXPECT_EQ(overlap, (std::vector<int>{3000, 0, 0}));
+}
+
 // The truth (what each engine holds) gets every event; the router gets them through a lossy
 // channel and resyncs from snapshots of the truth when it reports a gap.
 TEST(KvRouterEventsTest, RandomStreamsWithGapsMatchBruteForce) {
