@@ -8,9 +8,10 @@ what it does not understand (several containers, init containers, unknown env so
 
 What the runner substitutes (and nothing else):
   1. The executable: a command whose first word is `tandem` (or ends in `/tandem`) -> the local
-     tandem binary; a command `etcd` in an etcd image -> Debian's etcd; no command in a nats image
-     (whose entrypoint runs nats-server with the args) -> Debian's nats-server, plus
-     `--addr 127.0.0.1` (the image listens on every interface). Anything else is an error.
+     tandem binary; a command `etcd` in an etcd image -> Debian's etcd; a command `nats-server`
+     (or none: the image's entrypoint runs nats-server with the args) in a nats image -> Debian's
+     nats-server, plus `--addr 127.0.0.1` unless the args give an address (nats-server listens on
+     every interface by default). Anything else is an error.
   2. Downward API env (`valueFrom.fieldRef`): status.podIP and status.hostIP -> 127.0.0.1,
      metadata.name -> the pod's name (`<workload>-<index>`, e.g. g-decode-1), metadata.namespace ->
      `namespace`. Other fieldRefs, resourceFieldRef and configMapKeyRef are errors.
@@ -220,12 +221,17 @@ class LocalCluster:
         image = c.get("image", "")
         if command and (command[0] == "tandem" or command[0].endswith("/tandem")):
             return self.binary, command[1:], []
-        if command and os.path.basename(command[0]) == "etcd" and "etcd" in image:
+        program = os.path.basename(command[0]) if command else ""
+        if program == "etcd" and "etcd" in image:
             binary = find_binary("etcd")
             extra = []
-        elif not command and "nats" in image:  # the nats image's entrypoint runs nats-server
+        elif program in ("nats-server", "") and "nats" in image:
+            # (no command: the nats image's entrypoint runs nats-server with the args)
             binary = find_binary("nats-server")
-            extra = ["--addr", LOOPBACK]  # the image listens on every interface by default
+            args = [str(a) for a in c.get("args", [])]
+            listens = any(a in ("-a", "--addr", "--net") or a.startswith(("-a=", "--addr=", "--net="))
+                          for a in args)
+            extra = [] if listens else ["--addr", LOOPBACK]  # else every interface
         else:
             raise ValueError(f"{workload['kind']} {name}: container {c['name']} ({image}, command "
                              f"{command}): not tandem, etcd or nats")
