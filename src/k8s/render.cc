@@ -442,7 +442,7 @@ Result<std::string> RenderManifests(const runtime::Graph& graph, const K8sSettin
     }
   }
   if (own_nats) {
-    for (auto& d : Server(c, "nats", settings.nats_image, {},
+    for (auto& d : Server(c, "nats", settings.nats_image, {"nats-server"},
                           {fmt::format("--port={}", kNatsPort),
                            fmt::format("--http_port={}", kNatsMonitorPort)},
                           json::array({json{{"name", "client"}, {"containerPort", kNatsPort}},
