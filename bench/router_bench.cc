@@ -305,8 +305,10 @@ std::pair<double, double> MeasureLatency(KvRouter& router,
   return {ns[kN / 2], ns[kN * 99 / 100]};
 }
 
-// Events applied per second: stored{16} and removed{the same} alternately on a worker of its own.
-double MeasureEvents(KvRouter& router, double seconds) {
+// Events applied per second: stored{16} and removed{the same} alternately on a worker of its own;
+// *per_cpu_second as in MeasureDecisions.
+double MeasureEvents(KvRouter& router, double seconds, double* per_cpu_second) {
+  const double cpu0 = ThreadCpuSeconds();
   std::mt19937_64 rng(99);
   constexpr int kChains = 1024;
   std::vector<KvEvent> stored(kChains), removed(kChains);
@@ -330,6 +332,7 @@ double MeasureEvents(KvRouter& router, double seconds) {
     }
     n += 2 * kChains;
   } while ((elapsed = Seconds(t0)) < seconds);
+  *per_cpu_second = static_cast<double>(n) / (ThreadCpuSeconds() - cpu0);
   router.RemoveWorker(worker);
   return static_cast<double>(n) / elapsed;
 }
@@ -379,9 +382,14 @@ void Summary(int reps, double seconds) {
   }
   std::printf("router_bench summary: cpus=%s loadavg(start)=%s reps=%d\n", AllowedCpus().c_str(),
               LoadAverage().c_str(), reps);
-  std::vector<double> events;
-  for (int r = 0; r < reps; ++r) events.push_back(MeasureEvents(router, seconds));
+  std::vector<double> events, cpu_events;
+  for (int r = 0; r < reps; ++r) {
+    double per_cpu = 0;
+    events.push_back(MeasureEvents(router, seconds, &per_cpu));
+    cpu_events.push_back(per_cpu);
+  }
   std::sort(events.begin(), events.end());
+  std::sort(cpu_events.begin(), cpu_events.end());
   for (const Config& c : configs) {
     std::vector<double> rate, cpu_rate, p50, p99;
     double overlap = 0, per_cpu = 0;
@@ -398,11 +406,12 @@ void Summary(int reps, double seconds) {
     std::sort(p99.begin(), p99.end());
     std::printf("ROUTER workers=%d indexed_blocks=%zu prompt_blocks=%-18s mean_overlap=%5.1f "
                 "decisions/s=%.0f [%.0f..%.0f] per_cpu_s=%.0f [%.0f..%.0f] p50_ns=%.0f [..%.0f] p99_ns=%.0f [..%.0f] "
-                "events/s=%.0f [%.0f..%.0f] (16 blocks/event)\n",
+                "events/s=%.0f [%.0f..%.0f] per_cpu_s=%.0f [%.0f..%.0f] (16 blocks/event)\n",
                 router.num_workers(), router.num_indexed_blocks(), c.name.c_str(), overlap,
                 rate.back(), rate.front(), rate.back(), cpu_rate.back(), cpu_rate.front(),
                 cpu_rate.back(), p50.front(), p50.back(), p99.front(),
-                p99.back(), events.back(), events.front(), events.back());
+                p99.back(), events.back(), events.front(), events.back(), cpu_events.back(),
+                cpu_events.front(), cpu_events.back());
     std::fflush(stdout);
   }
   std::printf("router_bench summary: loadavg(end)=%s; [a..b] = range over reps; decisions/s and "
