@@ -26,6 +26,7 @@
 #include "runtime/etcd_discovery.h"
 #include "runtime/event_plane.h"
 #include "runtime/file_discovery.h"
+#include "runtime/migrating_engine_client.h"
 #include "runtime/remote_engine_client.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -41,6 +42,7 @@ struct FrontendOptions {
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string component = "auto";
   double request_timeout_s = 3600;
+  int migration_limit = 0;  // --migration-limit (runtime/migrating_engine_client.h)
   HttpOptions http;
 };
 
@@ -118,11 +120,21 @@ int RunFrontend(const FrontendOptions& opt) {
     return 1;
   }
   auto client = std::make_shared<runtime::RemoteEngineClient>(discovery, client_options);
+  // Request migration: a request whose worker is lost mid-stream continues on another one.
+  runtime::MigratingEngineClientOptions migration_options;
+  migration_options.migration_limit = opt.migration_limit;
+  migration_options.registry = &metrics::Registry::Default();
+  std::weak_ptr<runtime::RemoteEngineClient> refresh_client = client;
+  migration_options.before_retry = [refresh_client] {
+    // The dead worker is marked unhealthy (its Health fails at once) before a new one is picked.
+    if (auto c = refresh_client.lock()) c->Refresh();
+  };
+  auto served_client = std::make_shared<runtime::MigratingEngineClient>(client, migration_options);
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
   metrics::Registry& registry = metrics::Registry::Default();
-  auto service = std::make_shared<OpenAIService>(client, tokenizer, text->renderer, service_options,
+  auto service = std::make_shared<OpenAIService>(served_client, tokenizer, text->renderer, service_options,
                                                  &registry);
   std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;
   registry.AddCollector([weak_client, &registry] {
@@ -184,6 +196,10 @@ Runner RegisterFrontend(CLI::App& app) {
   app.add_option("--component", opt->component,
                  "Worker component to send requests to (auto: agg and decode workers)")
       ->check(CLI::IsMember({"auto", "agg", "decode"}));
+  app.add_option("--migration-limit", opt->migration_limit,
+                 "Times a request whose worker dies mid-stream is resubmitted to another worker, "
+                 "continuing from the tokens already streamed (default 0: the request fails)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--request-timeout-s", opt->request_timeout_s,
                  "Deadline of each request at the workers, in seconds")
       ->check(CLI::Range(0.001, 1e9));

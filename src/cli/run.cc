@@ -48,6 +48,7 @@ struct RunOptions {
   std::string discovery;              // "" = the embedded file discovery; etcd://host:port
   std::string event_plane;            // "" = embedded; nats://host:port
   std::string log_dir;
+  int migration_limit = 0;            // disagg: the frontend's --migration-limit
 };
 
 // Routes registered before the server starts, bound to the OpenAI service once the model loaded.
@@ -107,6 +108,7 @@ int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
   graph.served_model_name = opt.engine.served_model_name;
   graph.frontend.host = opt.http.host;
   graph.frontend.port = opt.http.port;
+  graph.frontend.migration_limit = opt.migration_limit;
   graph.frontend.args = {"--http-threads", std::to_string(opt.http.http_threads),
                          "--max-body-bytes", std::to_string(opt.http.max_body_bytes)};
   // The key travels in the environment, not on a command line that ps shows.
@@ -219,6 +221,10 @@ Runner RegisterRun(CLI::App& app) {
   app.add_option("--event-plane", opt->event_plane,
                  "disagg: where KV events go: 'embedded' (default) or nats://host:port")
       ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
+  app.add_option("--migration-limit", opt->migration_limit,
+                 "disagg: times the frontend resubmits a request whose worker died mid-stream "
+                 "(default 0: the request fails; agg mode has one in-process worker)")
+      ->check(CLI::Range(0, 1000));
   app.add_option("--log-dir", opt->log_dir,
                  "disagg: also write each process's output to DIR/<process>.log");
   const CLI::App* self = &app;

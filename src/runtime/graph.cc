@@ -106,10 +106,11 @@ class Parser {
   GraphFrontend Frontend(const YAML::Node& n) {
     GraphFrontend f;
     for (const auto& [key, v] :
-         Fields(n, "frontend", {"host", "port", "request_timeout_s", "args", "env"})) {
+         Fields(n, "frontend", {"host", "port", "request_timeout_s", "migration_limit", "args", "env"})) {
       if (key == "host") f.host = String(v, key);
       if (key == "port") f.port = Int(v, key, 0, 65535);
       if (key == "request_timeout_s") f.request_timeout_s = Number(v, key, 0.001);
+      if (key == "migration_limit") f.migration_limit = Int(v, key, 0, 1000);
       if (key == "args") f.args = StringList(v, key);
       if (key == "env") f.env = StringMap(v, key);
     }
@@ -387,6 +388,9 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   model_flags(f.args);
   if (g.frontend.request_timeout_s > 0) {
     f.args.insert(f.args.end(), {"--request-timeout-s", fmt::format("{}", g.frontend.request_timeout_s)});
+  }
+  if (g.frontend.migration_limit > 0) {
+    f.args.insert(f.args.end(), {"--migration-limit", std::to_string(g.frontend.migration_limit)});
   }
   f.args.insert(f.args.end(), g.frontend.args.begin(), g.frontend.args.end());
   f.env = g.env;

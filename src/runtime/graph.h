@@ -16,6 +16,7 @@
 //     host: 127.0.0.1                # listen address (default 127.0.0.1)
 //     port: 8000                     # 0: a free port picked at start (default 8000)
 //     request_timeout_s: 3600        # optional
+//     migration_limit: 1             # optional: --migration-limit (default 0: no migration)
 //     args: [--http-threads, "4"]    # optional extra flags, passed as they are
 //     env: {...}                     # optional
 //   workers:                         # required, at least one group
@@ -60,6 +61,7 @@ struct GraphFrontend {
   std::string host = "127.0.0.1";
   int port = 8000;                 // 0: pick a free port when the graph starts
   double request_timeout_s = 0;    // 0: the frontend's default
+  int migration_limit = 0;         // --migration-limit; 0: not passed (no migration)
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
 };

@@ -140,6 +140,23 @@ TEST(GraphTest, DefaultsForAMinimalGraph) {
   for (const auto& a : cs[1].args) EXPECT_NE(a, "--request-timeout-s");
 }
 
+TEST(GraphTest, MigrationLimitGoesToTheFrontend) {
+  auto g = ParseGraph("frontend: {port: 8000, migration_limit: 2}\nworkers: [{mode: agg}]\n", "/x",
+                      "/x/g.yaml");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  EXPECT_EQ(g->frontend.migration_limit, 2);
+  const auto cs = ExpandGraph(*g);
+  ASSERT_EQ(cs.size(), 2u);
+  EXPECT_TRUE(Has(cs[1].args, "--migration-limit", "2"));
+  for (const auto& a : cs[0].args) EXPECT_NE(a, "--migration-limit");
+  auto none = ParseGraph("frontend: {port: 8000}\nworkers: [{mode: agg}]\n", "/x", "/x/g.yaml");
+  ASSERT_TRUE(none.ok());
+  for (const auto& a : ExpandGraph(*none)[1].args) EXPECT_NE(a, "--migration-limit");
+  EXPECT_FALSE(
+      ParseGraph("frontend: {port: 8000, migration_limit: -1}\nworkers: [{mode: agg}]\n", "/x",
+                 "/x/g.yaml").ok());
+}
+
 TEST(GraphTest, AbsoluteModelPathStaysAsItIs) {
   auto g = Parse("model: /opt/models/qwen\nfrontend: {port: 1}\nworkers: [{mode: agg}]\n");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
