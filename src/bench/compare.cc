@@ -23,6 +23,7 @@ constexpr Metric kMetrics[] = {
     {"request throughput (req/s)", "request_throughput", nullptr, true},
     {"output throughput (tok/s)", "output_throughput", nullptr, true},
     {"goodput (req/s)", "goodput", nullptr, true},
+    {"prefix cache hit rate", "prefix_cache_hit_rate", nullptr, true},
     {"TTFT mean (ms)", "ttft_ms", "mean", false},
     {"TTFT p50 (ms)", "ttft_ms", "p50", false},
     {"TTFT p99 (ms)", "ttft_ms", "p99", false},

@@ -110,6 +110,11 @@ bool StreamReader::OnEvent(const SseEvent& event, Clock::time_point now) {
       record_.prompt_tokens = u["prompt_tokens"].get<int>();
     if (u.contains("completion_tokens") && u["completion_tokens"].is_number_integer())
       record_.completion_tokens = u["completion_tokens"].get<int>();
+    if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object()) {
+      const json& d = u["prompt_tokens_details"];
+      if (d.contains("cached_tokens") && d["cached_tokens"].is_number_integer())
+        record_.cached_tokens = d["cached_tokens"].get<int>();
+    }
   }
   return true;
 }

@@ -29,6 +29,7 @@ struct RequestRecord {
   int expected_output_tokens = 0;     // max_tokens (exact with ignore_eos)
   int prompt_tokens = -1;             // the server's usage; -1 when it sent none
   int completion_tokens = -1;
+  int cached_tokens = -1;             // usage.prompt_tokens_details.cached_tokens; -1 when absent
   std::string output_text;            // the concatenated content (multi-turn history)
   ErrorKind error = ErrorKind::kNone;
   int http_status = 0;

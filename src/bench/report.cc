@@ -38,14 +38,16 @@ std::string FileLabel(const std::string& label) {
 
 std::string FormatTable(const std::vector<RunSummary>& summaries) {
   const std::vector<std::string> head = {
-      "run", "requests", "errors", "req/s", "out tok/s", "goodput req/s", "TTFT p50 ms",
-      "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "TPOT p50 ms", "E2E p50 ms", "E2E p99 ms"};
+      "run", "requests", "errors", "req/s", "out tok/s", "goodput req/s", "prefix hit %",
+      "TTFT mean ms", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "ITL p99 ms", "TPOT p50 ms", "E2E p50 ms", "E2E p99 ms"};
   std::vector<std::vector<std::string>> rows;
   for (const RunSummary& s : summaries) {
     rows.push_back({s.label, std::to_string(s.num_requests), std::to_string(s.num_errors),
                     fmt::format("{:.2f}", s.request_throughput),
                     fmt::format("{:.1f}", s.output_throughput), fmt::format("{:.2f}", s.goodput),
-                    Ms(s.ttft_ms.p50), Ms(s.ttft_ms.p99), Ms(s.itl_ms.p50), Ms(s.itl_ms.p99),
+                    s.prefix_cache_hit_rate < 0 ? std::string("-")
+                                                : fmt::format("{:.1f}", 100 * s.prefix_cache_hit_rate),
+                    Ms(s.ttft_ms.mean), Ms(s.ttft_ms.p50), Ms(s.ttft_ms.p99), Ms(s.itl_ms.p50), Ms(s.itl_ms.p99),
                     Ms(s.tpot_ms.p50), Ms(s.e2e_ms.p50), Ms(s.e2e_ms.p99)});
   }
   std::vector<size_t> width(head.size());
@@ -88,6 +90,9 @@ json SummaryToJson(const RunSummary& s) {
               {"errors", s.errors},
               {"total_input_tokens", s.total_input_tokens},
               {"total_output_tokens", s.total_output_tokens},
+              {"cached_input_tokens", s.cached_input_tokens},
+              {"prefix_cache_hit_rate",
+               s.prefix_cache_hit_rate < 0 ? json(nullptr) : json(s.prefix_cache_hit_rate)},
               {"request_throughput", s.request_throughput},
               {"output_throughput", s.output_throughput},
               {"total_token_throughput", s.total_token_throughput},
@@ -119,6 +124,7 @@ json ReportToJson(const json& config, const std::vector<RunResult>& runs,
                           {"num_chunks", r.num_chunks()},
                           {"prompt_tokens", r.prompt_tokens},
                           {"completion_tokens", r.completion_tokens},
+                          {"cached_tokens", r.cached_tokens},
                           {"expected_input_tokens", r.expected_input_tokens},
                           {"expected_output_tokens", r.expected_output_tokens},
                           {"error", r.ok() ? json(nullptr) : json(r.ErrorKey())},
@@ -135,7 +141,8 @@ std::string FormatCsv(const std::vector<RunSummary>& summaries) {
   std::string out =
       "label,concurrency,request_rate,duration_s,num_requests,num_ok,num_errors,"
       "total_input_tokens,total_output_tokens,request_throughput,output_throughput,"
-      "total_token_throughput,goodput,chunk_usage_mismatch,output_len_mismatch";
+      "total_token_throughput,goodput,chunk_usage_mismatch,output_len_mismatch,"
+      "prefix_cache_hit_rate";
   for (const char* m : {"ttft_ms", "itl_ms", "tpot_ms", "e2e_ms"})
     for (const char* q : {"mean", "p50", "p90", "p99"}) out += fmt::format(",{}_{}", m, q);
   out += "\n";
@@ -145,6 +152,7 @@ std::string FormatCsv(const std::vector<RunSummary>& summaries) {
                        s.num_ok, s.num_errors, s.total_input_tokens, s.total_output_tokens,
                        s.request_throughput, s.output_throughput, s.total_token_throughput,
                        s.goodput, s.chunk_usage_mismatch, s.output_len_mismatch);
+    out += s.prefix_cache_hit_rate < 0 ? std::string(",") : fmt::format(",{:.6g}", s.prefix_cache_hit_rate);
     for (const Distribution* d : {&s.ttft_ms, &s.itl_ms, &s.tpot_ms, &s.e2e_ms})
       out += fmt::format(",{:.6g},{:.6g},{:.6g},{:.6g}", d->mean, d->p50, d->p90, d->p99);
     out += "\n";

@@ -122,6 +122,10 @@ RunSummary Summarize(const RunResult& run, const Slo& slo) {
     }
     ++s.num_ok;
     if (r.prompt_tokens >= 0) s.total_input_tokens += r.prompt_tokens;
+    if (r.prompt_tokens >= 0 && r.cached_tokens >= 0) {
+      s.cached_input_tokens += r.cached_tokens;
+      s.input_tokens_with_cache_info += r.prompt_tokens;
+    }
     const int out = r.completion_tokens >= 0 ? r.completion_tokens : r.num_chunks();
     s.total_output_tokens += out;
     if (r.completion_tokens < 0) ++s.usage_missing;
@@ -141,6 +145,10 @@ RunSummary Summarize(const RunResult& run, const Slo& slo) {
     s.total_token_throughput =
         static_cast<double>(s.total_input_tokens + s.total_output_tokens) / s.duration_s;
     s.goodput = s.num_slo_met / s.duration_s;
+  }
+  if (s.input_tokens_with_cache_info > 0) {
+    s.prefix_cache_hit_rate =
+        static_cast<double>(s.cached_input_tokens) / static_cast<double>(s.input_tokens_with_cache_info);
   }
   s.ttft_ms = Summarize(std::move(ttft));
   s.itl_ms = Summarize(std::move(itl));

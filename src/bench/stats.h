@@ -49,6 +49,11 @@ struct RunSummary {
   int num_requests = 0, num_ok = 0, num_errors = 0;
   std::map<std::string, int> errors;  // by ErrorKey()
   long total_input_tokens = 0, total_output_tokens = 0;  // usage of successful requests
+  // Prefix cache hit rate: usage.prompt_tokens_details.cached_tokens summed over the successful
+  // requests that report it, over their prompt_tokens (OpenAI's prompt-caching field; what vLLM
+  // and tandem report as "Prefix cache hit rate"). -1 when no request reported it.
+  long cached_input_tokens = 0, input_tokens_with_cache_info = 0;
+  double prefix_cache_hit_rate = -1;
   double request_throughput = 0, output_throughput = 0, total_token_throughput = 0;  // per second
   double goodput = 0;           // requests/s meeting the SLOs (= request_throughput without SLOs)
   int num_slo_met = 0;

@@ -89,6 +89,7 @@ struct Choice {
   Clock::time_point last_token;
   ChoiceResult result;
   size_t logprob_offset = 0;  // completions text_offset of the next token
+  int num_cached_tokens = 0;  // prompt tokens its engine found in the prefix cache
 };
 
 ApiError SubmitError(const Status& st) {
@@ -190,6 +191,7 @@ class Generation {
       c.finished = true;
       --num_unfinished_;
       c.result.finish_reason = out.finish_reason;
+      c.num_cached_tokens = out.num_cached_tokens;
       s_.metrics.prompt_tokens.Inc(out.num_prompt_tokens);
       s_.metrics.prefix_cache_queries.Inc(out.num_prompt_tokens);
       s_.metrics.prefix_cache_hits.Inc(out.num_cached_tokens);
@@ -202,9 +204,12 @@ class Generation {
   }
 
   ojson Usage() const {
-    int completion = 0;
-    for (const Choice& c : choices_) completion += c.result.num_output_tokens;
-    return UsageJson(num_prompt_tokens_, completion);
+    int completion = 0, cached = 0;
+    for (const Choice& c : choices_) {
+      completion += c.result.num_output_tokens;
+      cached = std::max(cached, c.num_cached_tokens);
+    }
+    return UsageJson(num_prompt_tokens_, completion, cached);
   }
 
   std::string Body() const {

@@ -125,10 +125,11 @@ ojson CompletionLogprobs::ToJson() const {
                {"text_offset", text_offset_}};
 }
 
-ojson UsageJson(int prompt_tokens, int completion_tokens) {
+ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens) {
   return ojson{{"prompt_tokens", prompt_tokens},
                {"completion_tokens", completion_tokens},
-               {"total_tokens", prompt_tokens + completion_tokens}};
+               {"total_tokens", prompt_tokens + completion_tokens},
+               {"prompt_tokens_details", ojson{{"cached_tokens", cached_tokens}}}};
 }
 
 ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChoiceResult>& choices,

@@ -2,7 +2,8 @@
 // the chat and the completions formats, usage. Shapes follow the OpenAI API reference:
 //   chat:        {"id":"chatcmpl-<hex>","object":"chat.completion","created","model",
 //                 "choices":[{"index","message":{"role":"assistant","content"},"logprobs",
-//                 "finish_reason"}],"usage":{"prompt_tokens","completion_tokens","total_tokens"}}
+//                 "finish_reason"}],"usage":{"prompt_tokens","completion_tokens","total_tokens",
+//                 "prompt_tokens_details":{"cached_tokens"}}}
 //   chat chunk:  {"id","object":"chat.completion.chunk","created","model",
 //                 "choices":[{"index","delta":{...},"logprobs","finish_reason"}]}
 //                 (+ "usage":null on every chunk when stream_options.include_usage)
@@ -62,7 +63,10 @@ class CompletionLogprobs {
         top_logprobs_ = ojson::array(), text_offset_ = ojson::array();
 };
 
-ojson UsageJson(int prompt_tokens, int completion_tokens);
+// {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}
+// as OpenAI's usage object; cached_tokens: prompt tokens served from the prefix cache (the most
+// of any choice: every choice reads the same prompt).
+ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens);
 
 // What one choice produced, in full (non-streamed responses).
 struct ChoiceResult {

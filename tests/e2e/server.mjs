@@ -11,6 +11,7 @@ import net from "node:net";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import { after } from "node:test";
+import assert from "node:assert/strict";
 
 import OpenAI from "../tools/node_modules/openai/index.mjs";
 import { Tokenizer } from "../tools/node_modules/@huggingface/tokenizers/dist/tokenizers.mjs";
@@ -120,6 +121,18 @@ function launch(port, args, env) {
     return stopped;
   };
   return { url, baseURL: `${url}/v1`, port, proc, log, ready, stop, exited: () => exited, exit };
+}
+
+// usage without prompt_tokens_details, after checking it: cached_tokens (OpenAI's prompt-cache
+// field) is an integer in [0, prompt_tokens]. For comparing the token counts of two requests, whose
+// cache hits differ with what ran before.
+export function tokenCounts(usage) {
+  assert.ok(usage, "usage present");
+  const cached = usage.prompt_tokens_details?.cached_tokens;
+  assert.ok(Number.isInteger(cached) && cached >= 0 && cached <= usage.prompt_tokens,
+    `prompt_tokens_details.cached_tokens: ${JSON.stringify(usage)}`);
+  const { prompt_tokens_details, ...counts } = usage;
+  return counts;
 }
 
 // The official client against a server; no retries (a retry would hide an error).

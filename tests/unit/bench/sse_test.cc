@@ -51,7 +51,7 @@ std::string ChatStream() {
          "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hel\"}}],\"usage\":null}\n\n"
          "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"lo\"}}],\"usage\":null}\n\n"
          "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"length\"}],\"usage\":null}\n\n"
-         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9}}\n\n"
+         "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":2,\"total_tokens\":9,\"prompt_tokens_details\":{\"cached_tokens\":4}}}\n\n"
          "data: [DONE]\n\n";
 }
 
@@ -71,6 +71,7 @@ TEST(StreamReader, ChatChunksTimesAndUsage) {
     EXPECT_EQ(r.output_text, "Hello");
     EXPECT_EQ(r.prompt_tokens, 7);
     EXPECT_EQ(r.completion_tokens, 2);
+    EXPECT_EQ(r.cached_tokens, 4);
     EXPECT_GT(r.ttft_s, 0);
     EXPECT_EQ(r.ttft_s, r.chunk_times_s[0]);
     EXPECT_LE(r.chunk_times_s[0], r.chunk_times_s[1]);

@@ -93,6 +93,10 @@ TEST(Stats, SummarizeRun) {
   mismatch.completion_tokens = 5;  // one chunk held two tokens
   mismatch.expected_output_tokens = 6;
   run.records.push_back(mismatch);
+  // Cache hits of the requests that report them: (4 + 0) of (10 + 10) prompt tokens; the other
+  // two report none and do not count.
+  run.records[0].cached_tokens = 4;
+  run.records[1].cached_tokens = 0;
   RequestRecord failed;
   failed.error = ErrorKind::kHttpStatus;
   failed.http_status = 503;
@@ -111,6 +115,8 @@ TEST(Stats, SummarizeRun) {
   EXPECT_DOUBLE_EQ(s.output_throughput, 9.0);
   EXPECT_EQ(s.chunk_usage_mismatch, 1);
   EXPECT_EQ(s.output_len_mismatch, 1);
+  EXPECT_EQ(s.cached_input_tokens, 4);
+  EXPECT_DOUBLE_EQ(s.prefix_cache_hit_rate, 4.0 / 20.0);
   EXPECT_EQ(s.ttft_ms.count, 4u);
   EXPECT_EQ(s.itl_ms.count, 4u + 4u + 2u + 3u);
   EXPECT_NEAR(s.ttft_ms.max, 300, 1e-9);

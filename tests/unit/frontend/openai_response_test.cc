@@ -62,7 +62,8 @@ TEST_F(OpenAITest, ChatNonStreamShape) {
   int completion = static_cast<int>(engine->script.tokens.size());
   EXPECT_EQ(j["usage"], (json{{"prompt_tokens", prompt},
                               {"completion_tokens", completion},
-                              {"total_tokens", prompt + completion}}));
+                              {"total_tokens", prompt + completion},
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   // Key order as OpenAI writes it.
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
@@ -127,8 +128,16 @@ TEST_F(OpenAITest, StreamIncludeUsage) {
   int prompt = static_cast<int>(engine->submitted()[0].prompt_token_ids.size());
   EXPECT_EQ(last["usage"], (json{{"prompt_tokens", prompt},
                                  {"completion_tokens", 4},
-                                 {"total_tokens", prompt + 4}}));
+                                 {"total_tokens", prompt + 4},
+                                 {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
+}
+
+TEST_F(OpenAITest, UsageCarriesCachedPromptTokens) {
+  engine->script.num_cached_tokens = 5;
+  auto w = Chat(json{{"messages", UserMessages("hi")}, {"max_tokens", 2}});
+  ASSERT_EQ(w->status, 200) << w->body;
+  EXPECT_EQ(w->Json()["usage"]["prompt_tokens_details"], (json{{"cached_tokens", 5}}));
 }
 
 TEST_F(OpenAITest, StreamOptionsIgnoredWithoutStream) {
