@@ -1,12 +1,15 @@
 // tandem frontend: the OpenAI-compatible HTTP server over the request plane. Tokenizer and chat
 // template from --model (only those files are read; no weights), requests to the workers found in
-// discovery (runtime/remote_engine_client.h, round-robin). /health answers 200 while at least one
-// worker is live, 503 otherwise; requests with no worker get 503.
+// discovery (runtime/remote_engine_client.h), each placed by the KV router (runtime/kv_routing.h:
+// --router-mode kv|round-robin|random, --router-temperature, --kv-overlap-score-weight; KV events
+// from --event-plane). /health answers 200 while at least one worker is live, 503 otherwise;
+// requests with no worker get 503.
 //
 // /metrics: the OpenAI metrics (frontend/openai_metrics.h) with tandem_kv_blocks_used/_total and
 // the request gauges summed over the workers (their Health RPC, polled every 0.5 s), plus per
 // worker: tandem_worker_kv_blocks_used{worker="<instance_id>"}, tandem_worker_kv_blocks_total,
-// tandem_worker_num_requests_running, and tandem_workers (live workers).
+// tandem_worker_num_requests_running, and tandem_workers (live workers); the router's
+// tandem_router_* series (kv_routing.h).
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -17,6 +20,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
+#include "cli/router_options.h"
 #include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
@@ -27,6 +31,7 @@
 #include "runtime/event_plane.h"
 #include "runtime/file_discovery.h"
 #include "runtime/migrating_engine_client.h"
+#include "runtime/kv_routing.h"
 #include "runtime/remote_engine_client.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -44,6 +49,7 @@ struct FrontendOptions {
   double request_timeout_s = 3600;
   int migration_limit = 0;  // --migration-limit (runtime/migrating_engine_client.h)
   HttpOptions http;
+  RouterOptions router;
 };
 
 // Readiness follows the number of live workers; the service may not exist yet when it changes.
@@ -119,6 +125,22 @@ int RunFrontend(const FrontendOptions& opt) {
     std::fprintf(stderr, "tandem frontend: %s\n", event_plane.status().ToString().c_str());
     return 1;
   }
+  metrics::Registry& registry = metrics::Registry::Default();
+  runtime::KvRoutingOptions routing_options;
+  routing_options.namespace_name = opt.namespace_name;
+  routing_options.metrics = &registry;
+  if (Status st = opt.router.ToConfig(&routing_options.router); !st.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", st.ToString().c_str());
+    return 2;
+  }
+  std::shared_ptr<runtime::EventPlane> plane(std::move(*event_plane));
+  auto routing = runtime::KvRouting::Create(plane, routing_options);
+  if (!routing.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", routing.status().ToString().c_str());
+    return 1;
+  }
+  client_options.selector = *routing;
+  log::info("router: {}", (*routing)->Describe());
   auto client = std::make_shared<runtime::RemoteEngineClient>(discovery, client_options);
   // Request migration: a request whose worker is lost mid-stream continues on another one.
   runtime::MigratingEngineClientOptions migration_options;
@@ -133,7 +155,6 @@ int RunFrontend(const FrontendOptions& opt) {
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
-  metrics::Registry& registry = metrics::Registry::Default();
   auto service = std::make_shared<OpenAIService>(served_client, tokenizer, text->renderer, service_options,
                                                  &registry);
   std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;
@@ -165,7 +186,7 @@ int RunFrontend(const FrontendOptions& opt) {
   }
   log::info("frontend serving '{}' on http://{}:{} (workers: {}/{} in {}, event plane {}{})", served_name,
             opt.http.host, server.port(), opt.namespace_name, opt.component == "auto" ? "agg|decode" : opt.component,
-            runtime::DescribeDiscovery(opt.discovery), (*event_plane)->url(), api_key.empty() ? "" : ", API key required");
+            runtime::DescribeDiscovery(opt.discovery), opt.event_plane.empty() ? "embedded" : opt.event_plane, api_key.empty() ? "" : ", API key required");
 
   log::info("received signal {}, shutting down", signals.Wait());
   readiness->Attach(nullptr);
@@ -193,6 +214,7 @@ Runner RegisterFrontend(CLI::App& app) {
   app.add_option("--event-plane", opt->event_plane,
                  "Where the workers' KV events are read: 'embedded' (default) or nats://host:port")
       ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
+  AddRouterOptions(app, &opt->router);
   app.add_option("--component", opt->component,
                  "Worker component to send requests to (auto: agg and decode workers)")
       ->check(CLI::IsMember({"auto", "agg", "decode"}));

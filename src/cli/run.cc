@@ -22,6 +22,7 @@
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
+#include "cli/router_options.h"
 #include "cli/serve.h"
 #include "cli/serve_options.h"
 #include "common/file_util.h"
@@ -49,6 +50,7 @@ struct RunOptions {
   std::string event_plane;            // "" = embedded; nats://host:port
   std::string log_dir;
   int migration_limit = 0;            // disagg: the frontend's --migration-limit
+  RouterOptions router;               // the frontend's KV router (disagg)
 };
 
 // Routes registered before the server starts, bound to the OpenAI service once the model loaded.
@@ -111,6 +113,7 @@ int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
   graph.frontend.migration_limit = opt.migration_limit;
   graph.frontend.args = {"--http-threads", std::to_string(opt.http.http_threads),
                          "--max-body-bytes", std::to_string(opt.http.max_body_bytes)};
+  for (std::string& a : opt.router.Args()) graph.frontend.args.push_back(std::move(a));
   // The key travels in the environment, not on a command line that ps shows.
   if (!opt.http.api_key.empty()) graph.frontend.env["TANDEM_API_KEY"] = opt.http.api_key;
   auto engine_flags = GivenEngineFlags(app);
@@ -221,6 +224,7 @@ Runner RegisterRun(CLI::App& app) {
   app.add_option("--event-plane", opt->event_plane,
                  "disagg: where KV events go: 'embedded' (default) or nats://host:port")
       ->check([](const std::string& v) { return runtime::ValidateEventPlaneUrl(v).message(); });
+  AddRouterOptions(app, &opt->router);  // disagg: the frontend's choice among decode workers
   app.add_option("--migration-limit", opt->migration_limit,
                  "disagg: times the frontend resubmits a request whose worker died mid-stream "
                  "(default 0: the request fails; agg mode has one in-process worker)")

@@ -7,6 +7,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_util.h"
+#include "router/kv_router.h"
 #include "runtime/etcd_discovery.h"
 #include "runtime/event_plane.h"
 
@@ -106,11 +107,20 @@ class Parser {
   GraphFrontend Frontend(const YAML::Node& n) {
     GraphFrontend f;
     for (const auto& [key, v] :
-         Fields(n, "frontend", {"host", "port", "request_timeout_s", "migration_limit", "args", "env"})) {
+         Fields(n, "frontend", {"host", "port", "request_timeout_s", "migration_limit", "router_mode",
+                                "router_temperature", "kv_overlap_score_weight", "args", "env"})) {
       if (key == "host") f.host = String(v, key);
       if (key == "port") f.port = Int(v, key, 0, 65535);
       if (key == "request_timeout_s") f.request_timeout_s = Number(v, key, 0.001);
       if (key == "migration_limit") f.migration_limit = Int(v, key, 0, 1000);
+      if (key == "router_mode") {
+        f.router_mode = String(v, key);
+        if (!router::ParseRouterMode(f.router_mode).ok()) {
+          Fail(v, "'router_mode' must be kv, round-robin or random");
+        }
+      }
+      if (key == "router_temperature") f.router_temperature = Number(v, key, 0);
+      if (key == "kv_overlap_score_weight") f.kv_overlap_score_weight = Number(v, key, 0);
       if (key == "args") f.args = StringList(v, key);
       if (key == "env") f.env = StringMap(v, key);
     }
@@ -391,6 +401,17 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   }
   if (g.frontend.migration_limit > 0) {
     f.args.insert(f.args.end(), {"--migration-limit", std::to_string(g.frontend.migration_limit)});
+  }
+  if (!g.frontend.router_mode.empty()) {
+    f.args.insert(f.args.end(), {"--router-mode", g.frontend.router_mode});
+  }
+  if (g.frontend.router_temperature >= 0) {
+    f.args.insert(f.args.end(),
+                  {"--router-temperature", fmt::format("{}", g.frontend.router_temperature)});
+  }
+  if (g.frontend.kv_overlap_score_weight >= 0) {
+    f.args.insert(f.args.end(), {"--kv-overlap-score-weight",
+                                 fmt::format("{}", g.frontend.kv_overlap_score_weight)});
   }
   f.args.insert(f.args.end(), g.frontend.args.begin(), g.frontend.args.end());
   f.env = g.env;

@@ -17,6 +17,9 @@
 //     port: 8000                     # 0: a free port picked at start (default 8000)
 //     request_timeout_s: 3600        # optional
 //     migration_limit: 1             # optional: --migration-limit (default 0: no migration)
+//     router_mode: kv                # optional: kv | round-robin | random (--router-mode)
+//     router_temperature: 0          # optional, >= 0 (--router-temperature)
+//     kv_overlap_score_weight: 1     # optional, >= 0 (--kv-overlap-score-weight)
 //     args: [--http-threads, "4"]    # optional extra flags, passed as they are
 //     env: {...}                     # optional
 //   workers:                         # required, at least one group
@@ -62,6 +65,9 @@ struct GraphFrontend {
   int port = 8000;                 // 0: pick a free port when the graph starts
   double request_timeout_s = 0;    // 0: the frontend's default
   int migration_limit = 0;         // --migration-limit; 0: not passed (no migration)
+  std::string router_mode;         // empty: the frontend's default (kv)
+  double router_temperature = -1;  // < 0: the frontend's default (0)
+  double kv_overlap_score_weight = -1;  // < 0: the frontend's default (1)
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
 };
