@@ -3,7 +3,9 @@
 // discovery (runtime/remote_engine_client.h), each placed by the KV router (runtime/kv_routing.h:
 // --router-mode kv|round-robin|random, --router-temperature, --kv-overlap-score-weight; KV events
 // from --event-plane). /health answers 200 while at least one worker is live, 503 otherwise;
-// requests with no worker get 503.
+// requests with no worker get 503. While prefill workers are live, each request also carries the
+// prefill worker the same router mode chose among them (runtime/prefill_router.h), for the decode
+// worker's remote prefill.
 //
 // /metrics: the OpenAI metrics (frontend/openai_metrics.h) with tandem_kv_blocks_used/_total and
 // the request gauges summed over the workers (their Health RPC, polled every 0.5 s), plus per
@@ -32,6 +34,7 @@
 #include "runtime/file_discovery.h"
 #include "runtime/migrating_engine_client.h"
 #include "runtime/kv_routing.h"
+#include "runtime/prefill_router.h"
 #include "runtime/remote_engine_client.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -152,10 +155,18 @@ int RunFrontend(const FrontendOptions& opt) {
     if (auto c = refresh_client.lock()) c->Refresh();
   };
   auto served_client = std::make_shared<runtime::MigratingEngineClient>(client, migration_options);
+  // The prefill worker of each request (runtime/prefill_router.h): the same router mode over the
+  // prefill pool, its choice sent to the decode worker as the request's prefill_worker_id.
+  auto prefill_routed = runtime::WithPrefillRouting(served_client, discovery, plane,
+                                                    routing_options, served_name);
+  if (!prefill_routed.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", prefill_routed.status().ToString().c_str());
+    return 1;
+  }
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
-  auto service = std::make_shared<OpenAIService>(served_client, tokenizer, text->renderer, service_options,
+  auto service = std::make_shared<OpenAIService>(*prefill_routed, tokenizer, text->renderer, service_options,
                                                  &registry);
   std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;
   registry.AddCollector([weak_client, &registry] {
