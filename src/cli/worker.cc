@@ -9,8 +9,9 @@
 //            which writes the KV into this worker's blocks through the transfer agent
 //            (worker/decode_disagg.h); anything failing on the way falls back to local prefill.
 //   prefill  serves Worker.RemotePrefill (worker/prefill_handler.h).
-// Prefill and decode workers register their KV pool with a transfer agent (src/transfer; tcp
-// backend on --kv-transfer-host). --metrics-port serves this worker's /metrics and /health.
+// Prefill and decode workers register their KV pool with a transfer agent (src/transfer; its tcp,
+// ucx and libfabric backends on --kv-transfer-host). --metrics-port serves this worker's /metrics
+// and /health.
 #include <cstdio>
 #include <memory>
 #include <random>
@@ -119,7 +120,10 @@ int RunWorker(const WorkerOptions& opt) {
   if (decode || prefill) {
     transfer::AgentOptions agent_options;
     agent_options.name = AgentName(opt.mode);
-    agent_options.backend_params["tcp"]["host"] = opt.kv_transfer_host;
+    // Every network backend listens on and advertises the same address.
+    for (const char* backend : {"tcp", "ucx", "libfabric"}) {
+      agent_options.backend_params[backend]["host"] = opt.kv_transfer_host;
+    }
     agent_options.backend_override = opt.kv_transfer_backend;
     agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
     agent_options.device_copier = worker::KVDeviceCopier(layout);  // a KV pool on the GPU: host staging
@@ -302,7 +306,8 @@ Runner RegisterWorker(CLI::App& app) {
                  "decode: deadline of one remote prefill (then: local prefill)")
       ->check(CLI::PositiveNumber);
   app.add_option("--kv-transfer-host", opt->kv_transfer_host,
-                 "Address the transfer agent's tcp backend listens on and advertises");
+                 "Address the transfer agent's network backends (tcp, ucx, libfabric) listen on "
+                 "and advertise");
   app.add_option("--kv-transfer-layerwise", opt->kv_transfer_layerwise,
                  "Prefill: send each layer's KV blocks as soon as that layer is computed (true), or "
                  "all of them after the prefill (false)");
