@@ -237,6 +237,9 @@ TEST_P(MigrationTest, WithoutMigrationTheKillEndsTheStreamWithAnErrorAndServingG
   EXPECT_EQ(errors, 1) << sse.substr(sse.size() > 2000 ? sse.size() - 2000 : 0);
   EXPECT_NE(sse.find(killed), std::string::npos) << "the error names the worker";
   EXPECT_EQ(FrontendMetric("tandem_request_migrations_total"), 0);
+  // Once the frontend saw the death (its Health poll, every 0.5 s; a request sent before that can
+  // still be routed to the dead worker and fail), the other worker serves.
+  ASSERT_TRUE(Eventually([&] { return LiveWorkers() == live_; }, 10s)) << Logs();
   for (int i = 0; i < 4; ++i) {
     HttpResult r = Post({{"prompt", "Hello " + std::to_string(i)}, {"max_tokens", 4}});
     EXPECT_EQ(r.status, 200) << r.body;
