@@ -261,9 +261,14 @@ Result<std::vector<json>> WorkerPool(const Ctx& c, const runtime::GraphWorkerGro
   for (const auto& a : w.args) {
     backend_in_args = backend_in_args || a.rfind("--kv-transfer-backend", 0) == 0;
   }
-  if (backend_in_args && c.s.efa > 0) {
+  // EFA selects the libfabric backend for workers whose KV pool is host memory. The libfabric
+  // backend does not move GPU memory yet (transfer/libfabric_backend.h), so cuda workers keep the
+  // agent's choice (cuda_ipc on a node, tcp with host staging between nodes) and only get the
+  // EFA devices and FI_PROVIDER.
+  const bool force_libfabric = c.s.efa > 0 && w.mode != "agg" && !cuda;
+  if (backend_in_args && force_libfabric) {
     return fail("--kv-transfer-backend in args conflicts with kubernetes.efa (which selects "
-                "libfabric)");
+                "libfabric for cpu workers)");
   }
   const int mport = c.s.metrics_port;
   std::vector<std::string> args = {"worker", "--mode", w.mode, "--namespace",
@@ -273,9 +278,7 @@ Result<std::vector<json>> WorkerPool(const Ctx& c, const runtime::GraphWorkerGro
   ModelFlags(c, args);
   args.insert(args.end(), {"--metrics-port", std::to_string(mport)});
   if (w.mode != "agg") args.insert(args.end(), {"--kv-transfer-host", "$(POD_IP)"});
-  if (c.s.efa > 0 && w.mode != "agg") {
-    args.insert(args.end(), {"--kv-transfer-backend", "libfabric"});
-  }
+  if (force_libfabric) args.insert(args.end(), {"--kv-transfer-backend", "libfabric"});
   for (auto& a : TailArgs(first.args)) args.push_back(std::move(a));
   const std::map<std::string, std::string>& env = first.env;
   json env_extra = json::array(

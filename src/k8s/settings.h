@@ -27,8 +27,10 @@
 //     frontend: {replicas: 1, service_type: ClusterIP, cpu: "1", memory: 2Gi}
 //     workers: {cpu: "2", memory: 8Gi, gpus: 1}  # requests of each worker pod; gpus: its
 //                                   # nvidia.com/gpu limit when the group's device is cuda
-//     efa: 0                        # N > 0: vpc.amazonaws.com/efa: N per worker pod, and the workers
-//                                   # use --kv-transfer-backend libfabric (FI_PROVIDER=efa)
+//     efa: 0                        # N > 0: vpc.amazonaws.com/efa: N per worker pod and
+//                                   # FI_PROVIDER=efa; cpu workers use --kv-transfer-backend
+//                                   # libfabric (it moves host memory only: cuda workers keep the
+//                                   # agent's choice, tcp with host staging between nodes)
 //     anti_affinity: preferred      # prefill vs decode pods on different nodes: preferred |
 //                                   # required | none
 //     same_zone: false              # true: prefill and decode pods in one zone (required affinity)

@@ -157,7 +157,8 @@ TEST(K8sRenderTest, EfaSameZoneModelCacheAndExternalServers) {
   EXPECT_EQ(out->find("StatefulSet"), std::string::npos);  // external etcd, no NATS
   const YAML::Node d = Find(docs, "Deployment", "eks-decode");
   const auto args = Args(d);
-  EXPECT_TRUE(Has(args, "--kv-transfer-backend", "libfabric"));
+  // cuda workers keep the agent's backend choice (libfabric moves host memory only).
+  EXPECT_TRUE(std::find(args.begin(), args.end(), "--kv-transfer-backend") == args.end());
   EXPECT_TRUE(Has(args, "--discovery", "etcd://etcd.infra:2379"));
   EXPECT_TRUE(Has(args, "--model", "/models/Qwen3-8B"));  // the graph's folder on the cache
   EXPECT_TRUE(Has(args, "--served-model-name", "qwen"));
@@ -235,8 +236,21 @@ TEST(K8sRenderTest, ClearErrors) {
   EXPECT_EQ(ErrorOf("name: a\nfrontend: {port: 8000}\nworkers:\n  - {mode: prefill, args: "
                     "[--kv-transfer-backend, tcp]}\n  - {mode: decode}\nkubernetes: {efa: 1}\n"),
             "graph.yaml:4: workers (prefill): --kv-transfer-backend in args conflicts with "
-            "kubernetes.efa (which selects libfabric)");
+            "kubernetes.efa (which selects libfabric for cpu workers)");
   EXPECT_FALSE(Render("name: a\n" + base, {"Bad_NS", "", ""}).ok());
+}
+
+TEST(K8sRenderTest, EfaSelectsLibfabricForCpuWorkers) {
+  auto out = Render("name: c\nfrontend: {port: 8000}\nworkers:\n  - {mode: prefill}\n"
+                    "  - {mode: decode}\nkubernetes: {efa: 1}\n");
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const auto docs = Docs(*out);
+  for (const char* name : {"c-prefill", "c-decode"}) {
+    const YAML::Node d = Find(docs, "Deployment", name);
+    EXPECT_TRUE(Has(Args(d), "--kv-transfer-backend", "libfabric")) << name;
+    const YAML::Node c = d["spec"]["template"]["spec"]["containers"][0];
+    EXPECT_EQ(c["resources"]["limits"]["vpc.amazonaws.com/efa"].as<std::string>(), "1") << name;
+  }
 }
 
 TEST(K8sRenderTest, ServeStillParsesGraphsWithTheSection) {
