@@ -2,9 +2,9 @@
 // agg workers (CPU, the bundled tiny model), found through the embedded file discovery or through
 // a real etcd with the event plane on a real nats-server (the test parameter; without etcd /
 // nats-server installed those cases skip, cluster_servers.h).
-//   - --migration-limit 1: SIGKILL of the worker serving a greedy stream mid-way; the stream
-//     completes, with the text of the same request served uninterrupted, and the frontend counts
-//     one migration.
+//   - --migration-limit 1: SIGKILL of the worker serving a 300-token greedy stream mid-way; the
+//     stream completes, with the text of the same request served uninterrupted, and the frontend
+//     counts one migration.
 //   - --migration-limit 0: the same kill ends the stream with an error event; the next request
 //     is served by the other worker.
 //   - join/leave: after a SIGKILL the next requests all succeed (they avoid the dead worker); a
@@ -55,7 +55,8 @@ class MigrationTest : public ::testing::TestWithParam<Backend> {
   void SetUp() override {
     std::string name = ::testing::UnitTest::GetInstance()->current_test_info()->name();
     for (char& c : name) c = c == '/' ? '-' : c;
-    dir_ = fs::temp_directory_path() / ("tandem-migration-it-" + std::to_string(getpid()) + "-" + name);
+    dir_ = fs::temp_directory_path() /
+           ("tandem-migration-it-" + std::to_string(getpid()) + "-" + name);
     fs::remove_all(dir_);
     fs::create_directories(dir_ / "discovery");
     if (GetParam() == Backend::kEtcdNats) {
@@ -146,7 +147,7 @@ class MigrationTest : public ::testing::TestWithParam<Backend> {
   }
 
   static nlohmann::json LongGreedy() {
-    return {{"prompt", "The jury said that the city"}, {"max_tokens", 600},
+    return {{"prompt", "The jury said that the city"}, {"max_tokens", 300},
             {"ignore_eos", true}, {"temperature", 0}};
   }
   void StartStream(const std::string& name, nlohmann::json body) {
@@ -202,7 +203,7 @@ TEST_P(MigrationTest, AStreamWhoseWorkerIsKilledContinuesOnAnotherWorker) {
   ASSERT_EQ(ref.status, 200) << ref.body;
   const auto ref_json = nlohmann::json::parse(ref.body);
   const std::string want = ref_json["choices"][0]["text"];
-  ASSERT_EQ(ref_json["usage"]["completion_tokens"], 600);
+  ASSERT_EQ(ref_json["usage"]["completion_tokens"], 300);
 
   const std::string killed = StreamAndKillItsWorker();
   ASSERT_FALSE(killed.empty()) << Logs();
