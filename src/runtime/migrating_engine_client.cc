@@ -176,15 +176,23 @@ struct MigratingEngineClient::Impl {
       state->on_output(std::move(retry.lost));
       return;
     }
-    Status st = inner->Submit(std::move(request), Callback(self, state));
+    Status st;
+    {
+      // Counted before the new attempt's outputs reach the caller (OnOutput takes state->mu; the
+      // inner client never calls back on the submitting thread, engine_client.h).
+      std::lock_guard<std::mutex> lock(state->mu);
+      st = inner->Submit(std::move(request), Callback(self, state));
+      if (st.ok()) {
+        migrations.fetch_add(1);
+        if (counter) counter->Inc();
+      }
+    }
     if (!st.ok()) {
       log::warn("request {}: migration failed: {}", state->id, st.ToString());
       retry.lost.error += "; migration to another worker failed: " + st.message();
       Finish(state, std::move(retry.lost));
       return;
     }
-    migrations.fetch_add(1);
-    if (counter) counter->Inc();
     bool cancel = false;
     {
       std::lock_guard<std::mutex> lock(state->mu);
