@@ -306,6 +306,7 @@ class CudaIpcBackend final : public Backend {
     const uint64_t per = (req.total_bytes + k - 1) / k;
     std::map<std::pair<int32_t, int>, IpcQueue*> used;
     std::map<IpcQueue*, std::vector<IpcQueue::CopyOp>> batches;  // submitted per queue, at once
+    std::map<IpcQueue*, bool> between_devices;                    // a queue copies to another GPU
     uint64_t filled = 0;
     int index = 0;
     for (const Segment& s : req.segments) {
@@ -341,6 +342,7 @@ class CudaIpcBackend final : public Backend {
           break;
         }
         used[{s.local_device, index}] = *q;
+        between_devices[*q] = between_devices[*q] || region->device != s.local_device;
         const uint64_t local = s.local_addr + off, rem = remote + off;
         batches[*q].push_back(req.op == Op::kWrite ? IpcQueue::CopyOp{rem, local, take}
                                                    : IpcQueue::CopyOp{local, rem, take});
@@ -351,7 +353,7 @@ class CudaIpcBackend final : public Backend {
     }
     if (f->status.ok()) {
       for (auto& [q, ops] : batches) {
-        f->status = q->CopyBatch(ops);
+        f->status = q->CopyBatch(ops, between_devices[q]);
         if (!f->status.ok()) break;
       }
     }

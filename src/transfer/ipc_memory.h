@@ -49,11 +49,13 @@ class IpcQueue {
   // The same for many ranges at once (a block table scattered over the pool: hundreds of 64 KiB
   // pieces), in one submission where the device allows it (CUDA: cudaMemcpyBatchAsync), so the
   // cost per piece is not a driver call each. The copies may run in any order among themselves.
+  // `between_devices`: the other side of the copies is another device's memory (a peer GPU).
   // Default: Copy in a loop.
   struct CopyOp {
     uint64_t dst = 0, src = 0, len = 0;
   };
-  virtual Status CopyBatch(const std::vector<CopyOp>& ops) {
+  virtual Status CopyBatch(const std::vector<CopyOp>& ops, bool between_devices = false) {
+    (void)between_devices;
     for (const CopyOp& op : ops) TANDEM_RETURN_IF_ERROR(Copy(op.dst, op.src, op.len));
     return Status::Ok();
   }
