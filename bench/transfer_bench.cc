@@ -6,7 +6,8 @@
 // target acknowledged). Each side's pool is 36 layer regions of 113 blocks, registered per layer as
 // the worker does.
 //
-//   build/bench/transfer_bench [--min-seconds S] [--only NAME[,NAME..]]
+//   build/bench/transfer_bench [--min-seconds S] [--only NAME[,NAME..]] [--param BACKEND.KEY=VALUE]..
+//   (--param: a backend parameter of the initiating agent, e.g. cuda_ipc.num_streams=1)
 //
 // Host memory: local (one process: memcpy), and tcp, ucx, libfabric (where built) with the target
 // in a second process (this binary re-executed as `--child`), plus a plain loopback socket copy of
@@ -28,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <functional>
 #include <optional>
@@ -60,6 +62,7 @@ constexpr uint64_t kPoolBytes = kLayers * kLayerBytes;
 constexpr int kTokens[] = {1, 16, 128, 1800};
 
 double g_min_seconds = 0.5;
+std::map<std::string, std::map<std::string, std::string>> g_params;  // --param, by backend
 
 // ---------------------------------------------------------------- memory
 
@@ -120,6 +123,9 @@ Result<std::unique_ptr<Agent>> MakeAgent(const std::string& name, const std::str
   o.name = name;
   o.backends = {backend};
   o.on_notification = [](const Notification&) {};
+  for (const auto& [b, kv] : g_params) {
+    for (const auto& [k, v] : kv) o.backend_params[b][k] = v;
+  }
 #ifdef TANDEM_HAVE_CUDA_COPIER
   if (backend == "cuda_ipc") RegisterCudaIpcBackend();
   if (kind == MemoryKind::kDevice && backend == "tcp") o.device_copier = MakeCudaCopier();
@@ -464,8 +470,17 @@ int main(int argc, char** argv) {
       g_min_seconds = std::atof(argv[++i]);
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
+    } else if (std::strcmp(argv[i], "--param") == 0 && i + 1 < argc) {
+      const std::string p = argv[++i];
+      const size_t dot = p.find('.'), eq = p.find('=');
+      if (dot == std::string::npos || eq == std::string::npos || eq < dot) {
+        std::fprintf(stderr, "--param wants BACKEND.KEY=VALUE, got '%s'\n", p.c_str());
+        return 2;
+      }
+      g_params[p.substr(0, dot)][p.substr(dot + 1, eq - dot - 1)] = p.substr(eq + 1);
     } else {
-      std::fprintf(stderr, "usage: transfer_bench [--min-seconds S] [--only local,tcp,ucx,libfabric,cuda_ipc,plain]\n");
+      std::fprintf(stderr, "usage: transfer_bench [--min-seconds S] [--only local,tcp,ucx,libfabric,cuda_ipc,plain] "
+                   "[--param BACKEND.KEY=VALUE]...\n");
       return 2;
     }
   }
