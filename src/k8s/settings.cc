@@ -5,51 +5,16 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "runtime/yaml_fields.h"
+
 namespace tandem::k8s {
 namespace {
 
-struct SettingsError {
-  Status status;
-};
-
-class Reader {
+// The kubernetes: section's reads: the graph's checks (runtime/yaml_fields.h) and its own.
+class Reader : public runtime::YamlFields {
  public:
-  explicit Reader(std::string source) : source_(std::move(source)) {}
+  using YamlFields::YamlFields;
 
-  [[noreturn]] void Fail(const YAML::Node& at, const std::string& what) const {
-    const YAML::Mark mark = at.Mark();
-    if (mark.line >= 0) {
-      throw SettingsError{Err(StatusCode::kInvalidArgument, "{}:{}: {}", source_, mark.line + 1,
-                              what)};
-    }
-    throw SettingsError{Err(StatusCode::kInvalidArgument, "{}: {}", source_, what)};
-  }
-
-  // The keys of a map, checked against `allowed` and for duplicates, in file order.
-  std::vector<std::pair<std::string, YAML::Node>> Fields(const YAML::Node& map,
-                                                         const std::string& what,
-                                                         const std::set<std::string>& allowed) {
-    if (!map.IsMap()) Fail(map, what + " must be a mapping");
-    std::vector<std::pair<std::string, YAML::Node>> out;
-    std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it->first.IsScalar()) Fail(it->first, what + ": keys must be plain names");
-      const std::string key = it->first.as<std::string>();
-      if (!allowed.count(key)) {
-        std::string known;
-        for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
-        Fail(it->first, "unknown key '" + key + "' in " + what + " (known: " + known + ")");
-      }
-      if (!seen.insert(key).second) Fail(it->first, "duplicate key '" + key + "' in " + what);
-      out.emplace_back(key, it->second);
-    }
-    return out;
-  }
-
-  std::string String(const YAML::Node& n, const std::string& key) {
-    if (!n.IsScalar()) Fail(n, "'" + key + "' must be a string");
-    return n.as<std::string>();
-  }
   std::string Quantity(const YAML::Node& n, const std::string& key) {
     std::string q = String(n, key);
     if (!IsQuantity(q)) Fail(n, "'" + key + "' must be a Kubernetes quantity like 16Gi, 500m or 2 (got '" + q + "')");
@@ -60,30 +25,6 @@ class Reader {
     if (!IsDnsLabel(s)) {
       Fail(n, "'" + key + "' must be a DNS-1123 label (lowercase letters, digits, '-') (got '" +
                   s + "')");
-    }
-    return s;
-  }
-  int Int(const YAML::Node& n, const std::string& key, long long min, long long max) {
-    long long v = 0;
-    if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v)) {
-      Fail(n, "'" + key + "' must be an integer");
-    }
-    if (v < min || v > max) {
-      Fail(n, fmt::format("'{}' must be in [{}, {}] (got {})", key, min, max, v));
-    }
-    return static_cast<int>(v);
-  }
-  bool Bool(const YAML::Node& n, const std::string& key) {
-    bool v = false;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v)) Fail(n, "'" + key + "' must be true or false");
-    return v;
-  }
-  std::string OneOf(const YAML::Node& n, const std::string& key, const std::set<std::string>& ok) {
-    std::string s = String(n, key);
-    if (!ok.count(s)) {
-      std::string known;
-      for (const auto& k : ok) known += (known.empty() ? "" : ", ") + k;
-      Fail(n, "'" + key + "' must be one of " + known + " (got '" + s + "')");
     }
     return s;
   }
@@ -213,8 +154,6 @@ class Reader {
     }
   }
 
- private:
-  std::string source_;
 };
 
 }  // namespace
@@ -248,7 +187,7 @@ Result<K8sSettings> ParseK8sSettings(const std::string& yaml_text, const std::st
     s.etcd_url = external(root["discovery"], "etcd");
     s.nats_url = external(root["event_plane"], "nats");
     if (YAML::Node k = root["kubernetes"]; k && !k.IsNull()) Reader(source).Read(k, s);
-  } catch (const SettingsError& e) {
+  } catch (const runtime::YamlFieldError& e) {
     return e.status;
   } catch (const YAML::Exception& e) {
     return Err(StatusCode::kInvalidArgument, "{}: bad YAML: {}", source, e.msg);

@@ -10,6 +10,7 @@
 #include "router/kv_router.h"
 #include "runtime/etcd_discovery.h"
 #include "runtime/event_plane.h"
+#include "runtime/yaml_fields.h"
 
 namespace tandem::runtime {
 namespace {
@@ -23,86 +24,9 @@ bool IsName(const std::string& s) {
 
 bool IsMode(const std::string& s) { return s == "agg" || s == "prefill" || s == "decode"; }
 
-// Thrown inside the parser, turned into a Status at ParseGraph.
-struct GraphError {
-  Status status;
-};
-
-class Parser {
+class Parser : public YamlFields {
  public:
-  explicit Parser(std::string source) : source_(std::move(source)) {}
-
-  [[noreturn]] void Fail(const YAML::Node& at, const std::string& what) const {
-    const YAML::Mark mark = at.Mark();
-    if (mark.line >= 0) throw GraphError{Err(StatusCode::kInvalidArgument, "{}:{}: {}", source_,
-                                             mark.line + 1, what)};
-    throw GraphError{Err(StatusCode::kInvalidArgument, "{}: {}", source_, what)};
-  }
-
-  // The keys of a map, each checked against `allowed` and for duplicates, in file order.
-  std::vector<std::pair<std::string, YAML::Node>> Fields(const YAML::Node& map,
-                                                         const std::string& what,
-                                                         const std::set<std::string>& allowed) {
-    if (!map.IsMap()) Fail(map, what + " must be a mapping");
-    std::vector<std::pair<std::string, YAML::Node>> out;
-    std::set<std::string> seen;
-    for (auto it = map.begin(); it != map.end(); ++it) {
-      if (!it->first.IsScalar()) Fail(it->first, what + ": keys must be plain names");
-      const std::string key = it->first.as<std::string>();
-      if (!allowed.count(key)) {
-        std::string known;
-        for (const auto& k : allowed) known += (known.empty() ? "" : ", ") + k;
-        Fail(it->first, "unknown key '" + key + "' in " + what + " (known: " + known + ")");
-      }
-      if (!seen.insert(key).second) Fail(it->first, "duplicate key '" + key + "' in " + what);
-      out.emplace_back(key, it->second);
-    }
-    return out;
-  }
-
-  std::string String(const YAML::Node& n, const std::string& key) {
-    if (!n.IsScalar()) Fail(n, "'" + key + "' must be a string");
-    return n.as<std::string>();
-  }
-  int Int(const YAML::Node& n, const std::string& key, long long min, long long max) {
-    long long v = 0;
-    if (!n.IsScalar() || !YAML::convert<long long>::decode(n, v)) {
-      Fail(n, "'" + key + "' must be an integer");
-    }
-    if (v < min || v > max) {
-      Fail(n, fmt::format("'{}' must be in [{}, {}] (got {})", key, min, max, v));
-    }
-    return static_cast<int>(v);
-  }
-  double Number(const YAML::Node& n, const std::string& key, double min) {
-    double v = 0;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v)) {
-      Fail(n, "'" + key + "' must be a number");
-    }
-    if (!(v >= min)) Fail(n, fmt::format("'{}' must be at least {} (got {})", key, min, v));
-    return v;
-  }
-  std::vector<std::string> StringList(const YAML::Node& n, const std::string& key) {
-    if (!n.IsSequence()) Fail(n, "'" + key + "' must be a list");
-    std::vector<std::string> out;
-    for (const auto& item : n) {
-      if (!item.IsScalar()) Fail(item, "'" + key + "' items must be strings");
-      out.push_back(item.as<std::string>());
-    }
-    return out;
-  }
-  std::map<std::string, std::string> StringMap(const YAML::Node& n, const std::string& key) {
-    if (!n.IsMap()) Fail(n, "'" + key + "' must be a mapping");
-    std::map<std::string, std::string> out;
-    for (auto it = n.begin(); it != n.end(); ++it) {
-      const std::string k = String(it->first, key + " key");
-      if (!it->second.IsScalar()) Fail(it->second, "'" + key + "." + k + "' must be a string");
-      if (!out.emplace(k, it->second.as<std::string>()).second) {
-        Fail(it->first, "duplicate key '" + k + "' in " + key);
-      }
-    }
-    return out;
-  }
+  using YamlFields::YamlFields;
 
   GraphFrontend Frontend(const YAML::Node& n) {
     GraphFrontend f;
@@ -198,8 +122,8 @@ class Parser {
 
   Graph Parse(const YAML::Node& root, const std::string& base_dir) {
     Graph g;
-    g.source = source_;
-    g.name = fs::path(source_).stem().string();
+    g.source = source();
+    g.name = fs::path(source()).stem().string();
     if (!root.IsDefined() || root.IsNull()) Fail(root, "the graph is empty");
     bool has_frontend = false, has_workers = false;
     for (const auto& [key, v] :
@@ -251,8 +175,6 @@ class Parser {
     return g;
   }
 
- private:
-  std::string source_;
 };
 
 }  // namespace
@@ -269,7 +191,7 @@ Result<Graph> ParseGraph(const std::string& yaml_text, const std::string& base_d
   try {
     YAML::Node root = YAML::Load(yaml_text);
     graph = Parser(source).Parse(root, base_dir);
-  } catch (const GraphError& e) {
+  } catch (const YamlFieldError& e) {
     return e.status;
   } catch (const YAML::Exception& e) {  // syntax errors; mark is 0-based
     if (e.mark.line >= 0) {
