@@ -32,8 +32,10 @@
 // are always waited for before Complete (the device owns the memory until then): the deadline
 // bounds every wait on the peer, not a copy the device is running.
 //
-// Params: "num_streams" (2; 1..16), "stream_split_bytes" (8388608), "poll_us" (20; 1..10000),
-// "connect_timeout_ms" (5000).
+// Params: "num_streams" (2; 1..16), "stream_split_bytes" (8388608), "poll_us" (10; 1..10000; the
+// completion thread sleeps with a 1 us timer slack), "sm_ctas" (0; 0..4096: > 0 copies with one
+// kernel of that many thread blocks on the local GPU's SMs instead of its copy engines, on one
+// queue; IpcQueue::BatchOptions), "connect_timeout_ms" (5000).
 #pragma once
 
 #include <memory>

@@ -4,8 +4,8 @@
 // Real: MakeCudaIpcApi (src/transfer/cuda/cuda_ipc_api.h, target tandem_transfer_cuda): handles
 // from cudaIpcGetMemHandle of the allocation base (found with cuMemGetAddressRange), opened with
 // cudaIpcOpenMemHandle(cudaIpcMemLazyEnablePeerAccess), copies with cudaMemcpyAsync
-// (cudaMemcpyDefault: UVA, peer to peer across devices) on non-blocking streams, completion by
-// cudaEventQuery. Fake: tests/unit/transfer/fake_device.h (POSIX shared memory named by the
+// (cudaMemcpyDefault: UVA, peer to peer across devices) or cudaMemcpyBatchAsync or a copy kernel
+// (transfer/cuda/sm_copy.h) on non-blocking streams, completion by cudaEventQuery. Fake: tests/unit/transfer/fake_device.h (POSIX shared memory named by the
 // handle, copies by memcpy on a worker thread, injectable faults).
 //
 // Addresses are device pointers valid in this process (our own allocations, or the base returned
@@ -47,15 +47,21 @@ class IpcQueue {
   // Errors: Internal with the device's message (the copy was not enqueued).
   virtual Status Copy(uint64_t dst, uint64_t src, uint64_t len) = 0;
   // The same for many ranges at once (a block table scattered over the pool: hundreds of 64 KiB
-  // pieces), in one submission where the device allows it (CUDA: cudaMemcpyBatchAsync), so the
-  // cost per piece is not a driver call each. The copies may run in any order among themselves.
-  // `between_devices`: the other side of the copies is another device's memory (a peer GPU).
-  // Default: Copy in a loop.
+  // pieces), in one submission where the device allows it (CUDA: cudaMemcpyBatchAsync, or one
+  // kernel), so the cost per piece is not a driver call each. The copies may run in any order
+  // among themselves. Default: Copy in a loop.
   struct CopyOp {
     uint64_t dst = 0, src = 0, len = 0;
   };
-  virtual Status CopyBatch(const std::vector<CopyOp>& ops, bool between_devices = false) {
-    (void)between_devices;
+  struct BatchOptions {
+    // The other side of the copies is another device's memory (a peer GPU).
+    bool between_devices = false;
+    // > 0: the device's SMs copy, `sm_ctas` thread blocks of one kernel, instead of its copy
+    // engines, where the device can (CUDA: ranges 16-byte aligned; others go to the copy engines).
+    int sm_ctas = 0;
+  };
+  virtual Status CopyBatch(const std::vector<CopyOp>& ops, const BatchOptions& options) {
+    (void)options;
     for (const CopyOp& op : ops) TANDEM_RETURN_IF_ERROR(Copy(op.dst, op.src, op.len));
     return Status::Ok();
   }

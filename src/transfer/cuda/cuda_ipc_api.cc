@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "transfer/cuda/cuda_copier.h"
+#include "transfer/cuda/sm_copy.h"
 #include "transfer/cuda_ipc_backend.h"
 #include "transfer/backend.h"
 #include "transfer/metadata.h"
@@ -82,12 +83,31 @@ class CudaQueue final : public IpcQueue {
                                     cudaMemcpyDefault, stream_);
     return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyAsync (cuda_ipc)");
   }
-  Status CopyBatch(const std::vector<CopyOp>& ops, bool between_devices) override {
+  Status CopyBatch(const std::vector<CopyOp>& ops, const BatchOptions& options) override {
+    if (options.sm_ctas > 0) return SmBatch(ops, options);
+    return CeBatch(ops, options);
+  }
+  Result<std::unique_ptr<IpcEvent>> Record() override {
+    cudaSetDevice(device_);
+    cudaEvent_t ev = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    if (e != cudaSuccess) return CudaError(e, "cudaEventCreateWithFlags");
+    e = cudaEventRecord(ev, stream_);
+    if (e != cudaSuccess) {
+      cudaEventDestroy(ev);
+      return CudaError(e, "cudaEventRecord");
+    }
+    return std::unique_ptr<IpcEvent>(std::make_unique<CudaEvent>(device_, ev));
+  }
+
+ private:
+  // The copy engines.
+  Status CeBatch(const std::vector<CopyOp>& ops, const BatchOptions& options) {
     // Within one GPU a few large pieces go faster as plain copies; many small ones need the
     // batch, which costs one driver call (a 2k-token prompt's scattered block table, 4608 x 64
     // KiB: 0.6-0.75 ms in the server on the H200). Between GPUs the batch is faster either way
     // (SameDeviceBatchMin's numbers).
-    if (!between_devices && ops.size() < SameDeviceBatchMin()) return IpcQueue::CopyBatch(ops);
+    if (!options.between_devices && ops.size() < SameDeviceBatchMin()) return IpcQueue::CopyBatch(ops, options);
     cudaSetDevice(device_);
     dsts_.clear();
     srcs_.clear();
@@ -104,26 +124,35 @@ class CudaQueue final : public IpcQueue {
                                          &attr_index, 1, stream_);
     if (e == cudaErrorNotSupported || e == cudaErrorInvalidValue) {
       (void)cudaGetLastError();  // e.g. an older driver: one call per piece
-      return IpcQueue::CopyBatch(ops);
+      return IpcQueue::CopyBatch(ops, options);
     }
     return e == cudaSuccess ? Status::Ok() : CudaError(e, "cudaMemcpyBatchAsync (cuda_ipc)");
   }
-  Result<std::unique_ptr<IpcEvent>> Record() override {
+
+  // One copy kernel for the 16-byte aligned ranges; the copy engines for any others.
+  Status SmBatch(const std::vector<CopyOp>& ops, const BatchOptions& options) {
     cudaSetDevice(device_);
-    cudaEvent_t ev = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) return CudaError(e, "cudaEventCreateWithFlags");
-    e = cudaEventRecord(ev, stream_);
-    if (e != cudaSuccess) {
-      cudaEventDestroy(ev);
-      return CudaError(e, "cudaEventRecord");
+    ranges_.clear();
+    std::vector<CopyOp> rest;
+    for (const CopyOp& op : ops) {
+      const cuda::SmCopyRange r{op.dst, op.src, op.len};
+      if (cuda::SmCopyAligned(r)) {
+        ranges_.push_back(r);
+      } else {
+        rest.push_back(op);
+      }
     }
-    return std::unique_ptr<IpcEvent>(std::make_unique<CudaEvent>(device_, ev));
+    const cudaError_t e = cuda::LaunchSmCopy(ranges_.data(), static_cast<int>(ranges_.size()), options.sm_ctas, stream_);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();
+      return CudaError(e, "the cuda_ipc copy kernel (LaunchSmCopy)");
+    }
+    return rest.empty() ? Status::Ok() : CeBatch(rest, options);
   }
 
- private:
   const int32_t device_;
   cudaStream_t stream_;
+  std::vector<cuda::SmCopyRange> ranges_;  // SmBatch's, reused
   std::vector<void*> dsts_;  // CopyBatch's arrays, reused
   std::vector<const void*> srcs_;
   std::vector<size_t> sizes_;

@@ -31,7 +31,7 @@ constexpr uint64_t kBlock = 4096;
 std::unique_ptr<Agent> MakeDeviceAgent(const std::string& name, std::shared_ptr<DeviceCopier> copier,
                                        const std::string& override_backend,
                                        std::function<void(const Notification&)> on_notification = nullptr,
-                                       std::shared_ptr<IpcMemoryApi> ipc = nullptr) {
+                                       std::shared_ptr<IpcMemoryApi> ipc = nullptr, int sm_ctas = 0) {
   AgentOptions o;
   o.name = name;
   o.backends = {"local", "tcp"};
@@ -40,6 +40,8 @@ std::unique_ptr<Agent> MakeDeviceAgent(const std::string& name, std::shared_ptr<
     o.backends.push_back("cuda_ipc");
     // Transfers of 1 MiB and more go over two queues.
     o.backend_params["cuda_ipc"] = {{"stream_split_bytes", "1048576"}};
+    // Or one copy kernel on the GPU's SMs.
+    if (sm_ctas > 0) o.backend_params["cuda_ipc"]["sm_ctas"] = std::to_string(sm_ctas);
   }
   o.backend_override = override_backend;
   // Small chunks: a transfer crosses many of them (the pipeline, chunks gathering several ranges);
@@ -67,12 +69,15 @@ DescList Host(const std::vector<uint8_t>& v, uint64_t offset, uint64_t len) {
 
 class DeviceMemoryTest : public ::testing::TestWithParam<std::string> {
  protected:
+  // The backend the parameter names ("cuda_ipc_sm" is cuda_ipc).
+  std::string backend() const { return GetParam() == "cuda_ipc_sm" ? "cuda_ipc" : GetParam(); }
   void SetUp() override {
     std::string why;
     env_ = testing::MakeDeviceEnv(&why);
     if (!env_) GTEST_SKIP() << "no device: " << why;
-    if (GetParam() == "cuda_ipc" && !env_->ipc()) GTEST_SKIP() << "the " << env_->name() << " env has no IPC";
-    initiator_ = MakeDeviceAgent("prefill", env_->copier(), GetParam(), nullptr, env_->ipc());
+    if (backend() == "cuda_ipc" && !env_->ipc()) GTEST_SKIP() << "the " << env_->name() << " env has no IPC";
+    initiator_ = MakeDeviceAgent("prefill", env_->copier(), backend(), nullptr, env_->ipc(),
+                                 GetParam() == "cuda_ipc_sm" ? 16 : 0);
     target_ = MakeDeviceAgent("decode", env_->copier(), "", [this](const Notification& n) { OnNotification(n); },
                               env_->ipc());
     ASSERT_TRUE(initiator_ && target_);
@@ -122,7 +127,7 @@ class DeviceMemoryTest : public ::testing::TestWithParam<std::string> {
   Status Move(Op op, const DescList& l, const DescList& r, std::optional<std::string> note = std::nullopt) {
     auto h = initiator_->Post(op, l, r, "decode", std::move(note));
     if (!h.ok()) return h.status();
-    EXPECT_EQ(h->backend(), GetParam());
+    EXPECT_EQ(h->backend(), backend());
     (void)WaitEnd(*h);
     return h->status();
   }
@@ -145,7 +150,7 @@ TEST_P(DeviceMemoryTest, WriteThenReadDeviceToDevice) {
   EXPECT_TRUE(Same(dst_, 0, std::vector<uint8_t>(4096, 0).data(), 4096));  // nothing outside
   if (before) {
     const auto after = *env_->counts();
-    if (GetParam() == "tcp") {  // staged on both sides
+    if (backend() == "tcp") {  // staged on both sides
       EXPECT_EQ(after.to_host - before->to_host, n);
       EXPECT_EQ(after.from_host - before->from_host, n);
     } else {
@@ -159,7 +164,7 @@ TEST_P(DeviceMemoryTest, WriteThenReadDeviceToDevice) {
 
 TEST_P(DeviceMemoryTest, HostAndDeviceMixed) {
   const uint64_t n = (300 << 10) + 7;
-  if (GetParam() == "cuda_ipc") {  // device memory only: host memory is refused, not moved
+  if (backend() == "cuda_ipc") {  // device memory only: host memory is refused, not moved
     auto h = initiator_->Post(Op::kWrite, Host(host_src_, 0, n), Dev(dst_, 0, n), "decode");
     EXPECT_EQ(h.status().code(), StatusCode::kFailedPrecondition) << h.status().ToString();
     GTEST_SKIP() << "cuda_ipc moves device memory only";
@@ -290,7 +295,7 @@ TEST_P(DeviceMemoryTest, DescriptorsNameTheirDevice) {
   host_kind.descs[0].device_id = 0;
   // cuda_ipc, forced, refuses host memory before looking further.
   EXPECT_EQ(initiator_->Post(Op::kWrite, l, host_kind, "decode").status().code(),
-            GetParam() == "cuda_ipc" ? StatusCode::kFailedPrecondition : StatusCode::kInvalidArgument);
+            backend() == "cuda_ipc" ? StatusCode::kFailedPrecondition : StatusCode::kInvalidArgument);
 }
 
 TEST_P(DeviceMemoryTest, RandomRoundTripsAndConcurrentPosts) {
@@ -321,7 +326,9 @@ TEST_P(DeviceMemoryTest, RandomRoundTripsAndConcurrentPosts) {
   EXPECT_TRUE(Same(dst_, 0, pattern_.data(), 80 * kBlock));
 }
 
-INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemoryTest, ::testing::Values("local", "tcp", "cuda_ipc"),
+// cuda_ipc_sm: cuda_ipc copying with a kernel of 16 thread blocks (sm_ctas; the fake copies as
+// always, so there it checks the parameter and the one-queue path).
+INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemoryTest, ::testing::Values("local", "tcp", "cuda_ipc", "cuda_ipc_sm"),
                          [](const auto& info) { return info.param; });
 
 // Registration and the start-up description, with and without a copier.
