@@ -462,7 +462,11 @@ Result<TransferHandle> Agent::Post(Op op, const DescList& local, const DescList&
   TANDEM_ASSIGN_OR_RETURN(std::vector<Segment> segments,
                           Coalesce(local, remote, core_->regions->List(), remote_regions));
   auto record = std::make_shared<TransferRecord>();
-  TANDEM_ASSIGN_OR_RETURN(record->local_pin, core_->regions->Pin(local.kind, local.descs));
+  // The segments, not the descriptors: each lies in one local region, and there are fewer.
+  std::vector<Descriptor> pinned;
+  pinned.reserve(segments.size());
+  for (const Segment& s : segments) pinned.push_back({s.local_addr, s.len, s.local_device});
+  TANDEM_ASSIGN_OR_RETURN(record->local_pin, core_->regions->Pin(local.kind, pinned));
 
   auto request = std::make_shared<TransferRequest>();
   request->id = core_->next_id.fetch_add(1);

@@ -13,6 +13,12 @@ int FindRegion(const std::vector<RegionInfo>& regions, MemoryKind kind, const De
   return -1;
 }
 
+// `d` starts inside `region` (the caller knows) and ends inside it too.
+bool EndsInside(const RegionInfo& region, const Descriptor& d) {
+  const uint64_t end = region.addr + region.len;
+  return d.addr <= end && d.len <= end - d.addr;
+}
+
 }  // namespace
 
 Result<std::vector<Segment>> Coalesce(const DescList& local, const DescList& remote,
@@ -28,6 +34,17 @@ Result<std::vector<Segment>> Coalesce(const DescList& local, const DescList& rem
   for (size_t i = 0; i < local.descs.size(); ++i) {
     const Descriptor& l = local.descs[i];
     const Descriptor& r = remote.descs[i];
+    if (!out.empty() && l.len == r.len && l.len != 0) {
+      // The common case, without a region lookup: the pair continues the current segment on both
+      // sides, on the same devices, and ends inside the segment's two regions.
+      Segment& s = out.back();
+      if (s.local_addr + s.len == l.addr && s.remote_addr + s.len == r.addr && s.local_device == l.device_id &&
+          s.remote_device == r.device_id && EndsInside(local_regions[last_l], l) &&
+          EndsInside(remote_regions[last_r], r)) {
+        s.len += l.len;
+        continue;
+      }
+    }
     if (l.len != r.len) {
       return Err(StatusCode::kInvalidArgument, "descriptor pair {}: local length {} != remote length {}", i, l.len,
                  r.len);
