@@ -15,7 +15,10 @@
 #       carry [".device-carry-xfer"]): both, logs in $OUT (gpu-transfer.log, test_transfer_cuda.log,
 #       transfer_bench.log, summary.txt), the summary last.
 # Env: GPU_TRANSFER_DEADLINE (seconds for the whole call, default 560), GPU_TRANSFER_BENCH_ARGS
-# (e.g. "--min-seconds 1" or "--only cuda_ipc,tcp"), GPU_TRANSFER_STAGES (default "test,bench").
+# (e.g. "--min-seconds 1" or "--only cuda_ipc,tcp"), GPU_TRANSFER_STAGES (default "test,bench";
+# also "p2p": dev/transfer/p2p_copy_bench, the copy methods side by side; "sweep": transfer_bench
+# --only cuda_ipc once per cuda_ipc parameter setting in GPU_TRANSFER_SWEEP, default
+# "sm_ctas=0 sm_ctas=16 sm_ctas=32 sm_ctas=64 sm_ctas=132").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -42,7 +45,9 @@ pack() {
     mkdir -p "$CARRY/lib/ucx"
     cp -L /usr/lib/x86_64-linux-gnu/ucx/*.so.0 "$CARRY/lib/ucx/" 2>/dev/null || true
   fi
-  for b in $BINS; do xz -T2 -6 "$CARRY/$b"; done
+  # The copy-method experiment (dev/transfer/p2p_copy_bench.cu), standalone.
+  nvcc -O3 -std=c++17 -gencode=arch=compute_90,code=sm_90 -o "$CARRY/p2p_copy_bench" dev/transfer/p2p_copy_bench.cu
+  for b in $BINS p2p_copy_bench; do xz -T2 -6 "$CARRY/$b"; done
   { echo "built $(date -u +%FT%TZ) on $(uname -n) from $(git rev-parse --short HEAD) ($build)"
     git status --short -- src/transfer bench tests/unit/transfer | head -20; } > "$CARRY/BUILD_INFO"
   du -sh "$CARRY"; ls -la "$CARRY" "$CARRY/lib"
@@ -63,7 +68,7 @@ exec > >(tee -a "$LOG") 2>&1
 left() { echo $((DEADLINE - SECONDS)); }
 BIN=/tmp/gpu-transfer-bin
 mkdir -p "$BIN"
-for b in $BINS; do
+for b in $BINS p2p_copy_bench; do
   if [ -f "$CARRY/$b.xz" ]; then xz -dc "$CARRY/$b.xz" > "$BIN/$b" && chmod +x "$BIN/$b"; fi
 done
 export LD_LIBRARY_PATH="$CARRY/lib:${LD_LIBRARY_PATH:-}"
@@ -94,6 +99,22 @@ if [[ ,$STAGES, == *,bench,* ]] && [ "$(left)" -gt 30 ]; then
   tail -5 "$OUT/transfer_bench.err"
 fi
 
+p2p_rc="not run"
+if [[ ,$STAGES, == *,p2p,* ]] && [ "$(left)" -gt 30 ]; then
+  echo "== p2p_copy_bench ($(left) s left)"
+  timeout $(( $(left) > 200 ? 200 : $(left) - 10 )) "$BIN/p2p_copy_bench" > "$OUT/p2p_copy_bench.log" 2>&1
+  p2p_rc=$?
+fi
+
+if [[ ,$STAGES, == *,sweep,* ]]; then
+  for setting in ${GPU_TRANSFER_SWEEP:-sm_ctas=0 sm_ctas=16 sm_ctas=32 sm_ctas=64 sm_ctas=132}; do
+    [ "$(left)" -gt 40 ] || break
+    echo "== transfer_bench --only cuda_ipc --param cuda_ipc.$setting ($(left) s left)" | tee -a "$OUT/sweep.log"
+    TANDEM_CUDA_IPC_TRACE=1 timeout 60 "$BIN/transfer_bench" --only cuda_ipc --param "cuda_ipc.$setting" >> "$OUT/sweep.log" 2>&1
+    echo "exit $?" >> "$OUT/sweep.log"
+  done
+fi
+
 {
   echo "== summary (gpu-transfer.sh, $(date -u +%FT%TZ))"
   echo "test_transfer_cuda: $test_line"
@@ -101,5 +122,7 @@ fi
   grep -h 'cuda_ipc across processes' "$OUT/test_transfer_cuda.log" 2>/dev/null
   echo "transfer_bench: exit $bench_rc"
   sed -n '/^KV transfer, Qwen3-8B/,$p' "$OUT/transfer_bench.log" 2>/dev/null
+  if [ "$p2p_rc" != "not run" ]; then echo "p2p_copy_bench: exit $p2p_rc"; cat "$OUT/p2p_copy_bench.log"; fi
+  if [ -f "$OUT/sweep.log" ]; then grep -E "^== transfer_bench|1800|^raw device|trace, (2359296|266600448)" "$OUT/sweep.log"; fi
 } > "$OUT/summary.txt"
 cat "$OUT/summary.txt"
