@@ -144,10 +144,18 @@ ttft() {
   kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
   # The graph again with the prefill worker sending everything after the prefill.
   sed 's/^  - mode: prefill$/  - mode: prefill\n    args: [--kv-transfer-layerwise, "false"]/' "$graph" > "$work/whole.yaml"
+  # TTFT_PARAM_RUN=BACKEND.KEY=VALUE: one more disaggregated run, the prefill worker with that
+  # --kv-transfer-param (e.g. cuda_ipc.sm_ctas=0: the copy engines instead of the copy kernel).
+  local runs=("$tag" "$tag-whole")
+  if [ -n "${TTFT_PARAM_RUN:-}" ]; then
+    sed "s/^  - mode: prefill\$/  - mode: prefill\n    args: [--kv-transfer-param, \"$TTFT_PARAM_RUN\"]/" "$graph" > "$work/param.yaml"
+    runs+=("$tag-param")
+  fi
   local run port=18001
-  for run in "$tag" "$tag-whole"; do
+  for run in "${runs[@]}"; do
     local g=$graph
     [ "$run" = "$tag-whole" ] && g=$work/whole.yaml
+    [ "$run" = "$tag-param" ] && g=$work/param.yaml
     echo "== disagg ($run): tandem serve $g"
     TANDEM_DISCOVERY_DIR="$work/discovery-ttft-$run" "$work/tandem" serve "$g" \
       --model "$ckpt" --port $port --namespace "e2e-$run" --log-dir "$out/run-$run" > "$out/ttft-$run.log" 2>&1 &
@@ -162,7 +170,8 @@ ttft() {
       "failed: $(grep -rh 'remote prefill failed' "$out/ttft-$run.log" "$out/run-$run" 2>/dev/null | wc -l)"
     port=$((port + 1))
   done
-  for run in "$tag" "$tag-whole"; do
+  [ -n "${TTFT_PARAM_RUN:-}" ] && echo "($tag-param: prefill with --kv-transfer-param $TTFT_PARAM_RUN)"
+  for run in "${runs[@]}"; do
     echo "== summary: TTFT, agg on cuda:0 vs disagg $run"
     python3 scripts/gpu/ttft_compare.py "$out/ttft-agg.json" "$out/ttft-$run.json" --json "$out/ttft-compare-$run.json" || rc=1
   done

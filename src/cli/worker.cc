@@ -16,6 +16,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -60,6 +61,7 @@ struct WorkerOptions {
   double remote_prefill_timeout_s = 120;
   std::string kv_transfer_host = "127.0.0.1";
   std::string kv_transfer_backend;  // "" = the agent's choice
+  std::vector<std::string> kv_transfer_params;  // BACKEND.KEY=VALUE
   bool kv_transfer_layerwise = true;  // prefill: post each layer's KV as soon as it is computed
   double stats_interval_s = 5;
 };
@@ -125,6 +127,10 @@ int RunWorker(const WorkerOptions& opt) {
       agent_options.backend_params[backend]["host"] = opt.kv_transfer_host;
     }
     agent_options.backend_override = opt.kv_transfer_backend;
+    for (const std::string& p : opt.kv_transfer_params) {  // checked by the option's validator
+      const size_t dot = p.find('.'), eq = p.find('=');
+      agent_options.backend_params[p.substr(0, dot)][p.substr(dot + 1, eq - dot - 1)] = p.substr(eq + 1);
+    }
     agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
     agent_options.device_copier = worker::KVDeviceCopier(layout);  // a KV pool on the GPU: host staging
 #ifdef TANDEM_HAVE_CUDA_COPIER
@@ -314,6 +320,17 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--kv-transfer-backend", opt->kv_transfer_backend,
                  "Force one transfer backend (local, tcp; cuda_ipc, ucx, libfabric when built); default: the "
                  "agent's choice (cuda_ipc for a GPU pool to workers on this node)");
+  app.add_option("--kv-transfer-param", opt->kv_transfer_params,
+                 "A transfer backend's parameter, BACKEND.KEY=VALUE (repeatable; e.g. cuda_ipc.sm_ctas=0 for "
+                 "the copy engines; the keys are in each backend's header, src/transfer/*_backend.h); an "
+                 "unknown key stops the worker at start")
+      ->check([](const std::string& v) -> std::string {
+        const size_t dot = v.find('.'), eq = v.find('=');
+        if (dot == std::string::npos || dot == 0 || eq == std::string::npos || eq < dot + 2) {
+          return "expected BACKEND.KEY=VALUE, got '" + v + "'";
+        }
+        return "";
+      });
   app.add_option("--stats-interval-s", opt->stats_interval_s,
                  "decode: log the KV transfer lines at most this often (0: never)")
       ->check(CLI::NonNegativeNumber);
