@@ -119,7 +119,7 @@ fi
   echo "== summary (gpu-transfer.sh, $(date -u +%FT%TZ))"
   echo "test_transfer_cuda: $test_line"
   grep -h '^\[  FAILED  \].*(' "$OUT/test_transfer_cuda.log" 2>/dev/null | head -10
-  grep -h 'cuda_ipc across processes' "$OUT/test_transfer_cuda.log" 2>/dev/null
+  grep -h "cuda_ipc across processes" "$OUT/test_transfer_cuda.log" 2>/dev/null
   echo "transfer_bench: exit $bench_rc"
   sed -n '/^KV transfer, Qwen3-8B/,$p' "$OUT/transfer_bench.log" 2>/dev/null
   if [ "$p2p_rc" != "not run" ]; then echo "p2p_copy_bench: exit $p2p_rc"; cat "$OUT/p2p_copy_bench.log"; fi

@@ -38,11 +38,12 @@ std::vector<uint8_t> Pattern(uint64_t seed) {
   return p;
 }
 
-std::unique_ptr<Agent> IpcAgent(const std::string& name) {
+std::unique_ptr<Agent> IpcAgent(const std::string& name, int sm_ctas = 0) {
   RegisterCudaIpcBackend();
   AgentOptions o;
   o.name = name;
   o.backends = {"cuda_ipc"};
+  o.backend_params["cuda_ipc"]["sm_ctas"] = std::to_string(sm_ctas);
   o.timeout = 20s;
   auto a = Agent::Create(o);
   EXPECT_TRUE(a.ok()) << a.status().ToString();
@@ -92,9 +93,9 @@ TEST(CudaIpcChild, Serve) {
   cudaFree(mem);
 }
 
-TEST(CudaIpcCudaProcessTest, WriteReadAcrossProcessesAndAKilledPeer) {
-  if (std::getenv("TANDEM_CUDA_IPC_CHILD")) GTEST_SKIP() << "in the child";
-  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+// The parent's half; `sm_ctas` > 0: the parent's copies by the copy kernel (its stores or loads
+// reach the child's memory through the opened IPC handle).
+void WriteReadAcrossProcessesAndAKilledPeer(int sm_ctas) {
   int down[2], up[2];
   ASSERT_EQ(pipe(down), 0);
   ASSERT_EQ(pipe(up), 0);
@@ -125,7 +126,7 @@ TEST(CudaIpcCudaProcessTest, WriteReadAcrossProcessesAndAKilledPeer) {
   auto mine = Pattern(42);
   ASSERT_EQ(cudaMemcpy(src, mine.data(), kSize, cudaMemcpyHostToDevice), cudaSuccess);
   {
-    auto agent = IpcAgent("prefill-gpu");
+    auto agent = IpcAgent("prefill-gpu", sm_ctas);
     ASSERT_TRUE(agent);
     auto rs = agent->RegisterMemory(src, kSize, MemoryKind::kDevice, 0);
     auto rb = agent->RegisterMemory(back, kSize, MemoryKind::kDevice, 0);
@@ -158,7 +159,8 @@ TEST(CudaIpcCudaProcessTest, WriteReadAcrossProcessesAndAKilledPeer) {
     ASSERT_EQ(WaitEnd(*w), TransferState::kDone) << w->status().ToString();
     EXPECT_EQ(w->num_regions(), 1u);
     EXPECT_EQ(ReadMsg(from).value_or(""), "prefill-gpu/gpu-1 " + std::to_string(Checksum(mine.data(), kSize)));
-    std::printf("cuda_ipc across processes, cuda:0 -> cuda:%d: 64 MiB in %.3f ms\n", remote_dev, w->seconds() * 1e3);
+    std::printf("cuda_ipc across processes (%s), cuda:0 -> cuda:%d: 64 MiB in %.3f ms\n",
+                sm_ctas > 0 ? "copy kernel" : "copy engines", remote_dev, w->seconds() * 1e3);
 
     // Killed: the next transfer is an error, soon.
     ::kill(pid, SIGKILL);
@@ -174,6 +176,18 @@ TEST(CudaIpcCudaProcessTest, WriteReadAcrossProcessesAndAKilledPeer) {
   ::close(from);
   cudaFree(src);
   cudaFree(back);
+}
+
+TEST(CudaIpcCudaProcessTest, WriteReadAcrossProcessesAndAKilledPeer) {
+  if (std::getenv("TANDEM_CUDA_IPC_CHILD")) GTEST_SKIP() << "in the child";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  WriteReadAcrossProcessesAndAKilledPeer(0);
+}
+
+TEST(CudaIpcCudaProcessTest, CopyKernelAcrossProcessesAndAKilledPeer) {
+  if (std::getenv("TANDEM_CUDA_IPC_CHILD")) GTEST_SKIP() << "in the child";
+  if (CudaDeviceCount() == 0) GTEST_SKIP() << "no CUDA device visible";
+  WriteReadAcrossProcessesAndAKilledPeer(32);
 }
 
 }  // namespace
