@@ -79,9 +79,9 @@ Status KvRouter::AddWorker(std::string_view worker_id) {
   w.generation = generation;
   slot_of_.emplace(w.id, slot);
   SyncLoad(slot);
-  auto pos = std::lower_bound(live_.begin(), live_.end(), slot,
-                              [&](int a, int b) { return workers_[a].id < workers_[b].id; });
-  live_.insert(pos, slot);
+  auto by_id = [&](int a, int b) { return workers_[a].id < workers_[b].id; };
+  live_.insert(std::lower_bound(live_.begin(), live_.end(), slot, by_id), slot);
+  choice_.insert(std::lower_bound(choice_.begin(), choice_.end(), slot, by_id), slot);
   costs_.resize(live_.size());
   prefill_.resize(live_.size());
   decode_.resize(live_.size());
@@ -96,6 +96,7 @@ void KvRouter::RemoveWorker(std::string_view worker_id) {
   slot_of_.erase(it);
   index_.RemoveWorker(slot);
   live_.erase(std::find(live_.begin(), live_.end(), slot));
+  if (auto c = std::find(choice_.begin(), choice_.end(), slot); c != choice_.end()) choice_.erase(c);
   Worker& w = workers_[slot];
   const uint64_t generation = w.generation + 1;  // its routed requests no longer count
   w = Worker{};
@@ -107,6 +108,24 @@ void KvRouter::RemoveWorker(std::string_view worker_id) {
 bool KvRouter::HasWorker(std::string_view worker_id) const {
   std::lock_guard<std::mutex> lock(mu_);
   return slot_of_.count(worker_id) > 0;
+}
+
+Status KvRouter::SetRoutable(std::string_view worker_id, bool routable) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = slot_of_.find(worker_id);
+  if (it == slot_of_.end()) return Err(StatusCode::kNotFound, "unknown worker '{}'", worker_id);
+  const int slot = it->second;
+  Worker& w = workers_[slot];
+  if (w.routable == routable) return Status::Ok();
+  w.routable = routable;
+  auto by_id = [&](int a, int b) { return workers_[a].id < workers_[b].id; };
+  auto pos = std::lower_bound(choice_.begin(), choice_.end(), slot, by_id);
+  if (routable) {
+    choice_.insert(pos, slot);
+  } else {
+    choice_.erase(pos);  // it is there: routable until now
+  }
+  return Status::Ok();
 }
 
 int KvRouter::num_workers() const {
@@ -203,7 +222,7 @@ Status KvRouter::UpdateLoad(std::string_view worker_id, const KvLoad& load) {
 // ---- decisions ----
 
 int KvRouter::Choose() {
-  const int n = static_cast<int>(live_.size());
+  const int n = static_cast<int>(choice_.size());
   switch (config_.mode) {
     case RouterMode::kRoundRobin:
       return static_cast<int>(round_robin_next_++ % static_cast<uint64_t>(n));
@@ -214,7 +233,7 @@ int KvRouter::Choose() {
   }
   if (config_.temperature <= 0.0) {
     // The least cost, then the least decode blocks; among the k workers tied on both, the j-th
-    // (in live_ order) for one uniform j in [0, k): one random draw per decision, not one per tie.
+    // (in choice_ order) for one uniform j in [0, k): one random draw per decision, not one per tie.
     const double* costs = costs_.data();
     const int* decode = decode_.data();
     double best_cost = costs[0];
@@ -255,15 +274,18 @@ int KvRouter::Choose() {
 Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* decision,
                        std::string_view request_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (live_.empty()) return Status(StatusCode::kFailedPrecondition, "no worker available");
+  if (choice_.empty()) {
+    return Status(StatusCode::kFailedPrecondition,
+                  live_.empty() ? "no worker available" : "no routable worker");
+  }
   if (!request_id.empty() && routed_.count(request_id)) {
     return Err(StatusCode::kInvalidArgument, "request '{}' is already routed", request_id);
   }
   const int num_blocks = static_cast<int>(block_hashes.size());
   index_.FindMatches(block_hashes, overlap_);
-  const int n = static_cast<int>(live_.size());
+  const int n = static_cast<int>(choice_.size());
   const double overlap_weight = config_.overlap_weight;
-  const int* live = live_.data();
+  const int* live = choice_.data();
   const int* overlap = overlap_.data();
   const int* slot_prefill = slot_prefill_.data();
   const int* slot_decode = slot_decode_.data();
@@ -275,7 +297,7 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
   }
   // Choose() may overwrite costs_ with sampling weights: the pick's cost is recomputed below.
   const int pick = Choose();
-  const int slot = live_[pick];
+  const int slot = choice_[pick];
   Worker& w = workers_[slot];
   decision->worker_id.assign(w.id);
   decision->num_prompt_blocks = num_blocks;
@@ -365,6 +387,7 @@ std::vector<RouterWorkerState> KvRouter::Workers() const {
     s.predicted_decode_blocks = w.predicted_decode;
     s.next_event_id = w.next_event_id;
     s.needs_snapshot = w.needs_snapshot;
+    s.routable = w.routable;
     out.push_back(std::move(s));
   }
   return out;

@@ -10,7 +10,7 @@
 //   kv           temperature 0: the least cost; ties: the least decode_blocks, then uniformly at
 //                random. Temperature T > 0: w with probability proportional to
 //                exp(-(cost_w - c_min) / ((c_max - c_min) * T)) (uniform when all costs are equal).
-//   round-robin  the live workers in worker id order, one after the other.
+//   round-robin  the routable workers in worker id order, one after the other.
 //   random       uniformly.
 // Every mode reports the chosen worker's overlap and cost.
 //
@@ -23,6 +23,10 @@
 // last_event_id + 1. Lower ids are stale (ignored). A higher id is a gap: the worker's events are
 // buffered (bounded) and ApplyEvents answers needs_snapshot until ApplySnapshot, which replaces the
 // worker's blocks and replays the buffered events newer than the snapshot.
+//
+// Routable: decisions choose among the routable workers only. A worker is routable when added;
+// SetRoutable(id, false) takes it out of the choice (e.g. the frontend cannot reach it until its
+// next health check) while its blocks, events, load and predictions stay as they are.
 //
 // Worker ids are strings (discovery's instance ids). Thread-safe: every method takes one mutex.
 #pragma once
@@ -85,6 +89,7 @@ struct RouterWorkerState {
   int64_t predicted_decode_blocks = 0;  // routed since the last load report
   uint64_t next_event_id = 1;
   bool needs_snapshot = false;
+  bool routable = true;  // SetRoutable
 };
 
 // Transparent string hash: maps keyed by std::string, looked up by std::string_view.
@@ -105,7 +110,10 @@ class KvRouter {
   // Forgets the worker: its blocks leave the index, its predictions go. Unknown ids: no-op.
   void RemoveWorker(std::string_view worker_id);
   bool HasWorker(std::string_view worker_id) const;
-  int num_workers() const;
+  int num_workers() const;  // every added worker, routable or not
+  // Puts the worker into (true) or takes it out of (false) the choice of Route; a no-op when it
+  // already is. NotFound for an unknown worker.
+  Status SetRoutable(std::string_view worker_id, bool routable);
 
   // NotFound for an unknown worker.
   Result<ApplyEventsResult> ApplyEvents(std::string_view worker_id, std::span<const KvEvent> events);
@@ -116,7 +124,7 @@ class KvRouter {
 
   // Chooses a worker for a prompt given its full-block hashes (ComputeBlockHashes with the
   // engine's block size). A non-empty request_id records the predicted load (then MarkPrefillDone
-  // and Free it). FailedPrecondition when there is no worker; InvalidArgument for a request id
+  // and Free it). FailedPrecondition when no worker is routable; InvalidArgument for a request id
   // already routed. `decision` is reused: no allocation once its worker_id has room.
   Status Route(std::span<const uint64_t> block_hashes, RoutingDecision* decision,
                std::string_view request_id = {});
@@ -140,6 +148,7 @@ class KvRouter {
   struct Worker {
     std::string id;
     bool live = false;
+    bool routable = true;
     uint64_t generation = 0;       // bumped when the slot is reused
     uint64_t next_event_id = 1;
     bool needs_snapshot = false;
@@ -161,7 +170,7 @@ class KvRouter {
   Worker* Find(std::string_view worker_id);
   void ApplyLocked(int slot, std::span<const KvEvent> events, ApplyEventsResult* result);
   void ApplyOne(int slot, const KvEvent& event);
-  int Choose();  // index into live_ of the chosen worker; fills costs_ first
+  int Choose();  // index into choice_ of the chosen worker; fills costs_ first
   void Forget(const RoutedRequest& r, bool decode_too);
   void SyncLoad(int slot);  // slot_prefill_ / slot_decode_ from workers_[slot]
 
@@ -171,6 +180,7 @@ class KvRouter {
   std::vector<Worker> workers_;  // by slot
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> slot_of_;
   std::vector<int> live_;        // slots of live workers, sorted by worker id
+  std::vector<int> choice_;      // those of them that are routable (Route's candidates), sorted
   std::vector<int> free_slots_;
   std::unordered_map<std::string, RoutedRequest, StringHash, std::equal_to<>> routed_;
   uint64_t round_robin_next_ = 0;
@@ -181,8 +191,8 @@ class KvRouter {
   // is several cache lines): its predicted prefill blocks, and its decode blocks (the last
   // reported active blocks + those predicted since). SyncLoad after every change of either.
   std::vector<int> slot_prefill_, slot_decode_;
-  std::vector<double> costs_;            // by position in live_
-  std::vector<int> prefill_, decode_;    // by position in live_
+  std::vector<double> costs_;            // by position in choice_
+  std::vector<int> prefill_, decode_;    // by position in choice_
 };
 
 }  // namespace tandem::router

@@ -205,6 +205,38 @@ TEST(KvRouterTest, RemovedWorkersLeaveTheIndexAndGetNoTraffic) {
   router->RemoveWorker("nobody");
 }
 
+TEST(KvRouterTest, AnUnroutableWorkerKeepsItsBlocksButGetsNoTrafficInEveryMode) {
+  for (RouterMode mode : {RouterMode::kKv, RouterMode::kRoundRobin, RouterMode::kRandom}) {
+    auto router = Make(mode);
+    const std::vector<uint64_t> prompt = Chain(8);
+    Store(*router, "a", prompt, 1);  // "a" holds the whole prompt: kv would pick it
+    ASSERT_TRUE(router->SetRoutable("a", false).ok());
+    ASSERT_TRUE(router->SetRoutable("a", false).ok());  // again: a no-op
+    EXPECT_EQ(router->num_workers(), 3);
+    EXPECT_EQ(router->num_indexed_blocks(), 8u);
+    for (int i = 0; i < 30; ++i) {
+      EXPECT_NE(router->Route(prompt).value().worker_id, "a") << RouterModeName(mode);
+    }
+    for (const auto& s : router->Workers()) EXPECT_EQ(s.routable, s.worker_id != "a");
+    // Its events still apply while it is out of the choice.
+    Store(*router, "a", Chain(2, 7), 2);
+    ASSERT_TRUE(router->SetRoutable("b", false).ok());
+    ASSERT_TRUE(router->SetRoutable("c", false).ok());
+    Result<RoutingDecision> none = router->Route(prompt);
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), StatusCode::kFailedPrecondition);
+    EXPECT_NE(none.status().message().find("no routable worker"), std::string::npos);
+    ASSERT_TRUE(router->SetRoutable("a", true).ok());
+    EXPECT_EQ(router->Route(prompt).value().worker_id, "a") << RouterModeName(mode);
+    // Removing an unroutable worker and adding it again: routable, nothing cached.
+    router->RemoveWorker("b");
+    ASSERT_TRUE(router->AddWorker("b").ok());
+    ASSERT_TRUE(router->SetRoutable("a", false).ok());
+    EXPECT_EQ(router->Route(prompt).value().worker_id, "b") << RouterModeName(mode);
+    EXPECT_EQ(router->SetRoutable("nobody", true).code(), StatusCode::kNotFound);
+  }
+}
+
 TEST(KvRouterTest, Errors) {
   KvRouter router(KvRouterConfig{});
   EXPECT_EQ(router.Route(Chain(2)).status().code(), StatusCode::kFailedPrecondition);
