@@ -137,7 +137,13 @@ int RunFrontend(const FrontendOptions& opt) {
     return 2;
   }
   std::shared_ptr<runtime::EventPlane> plane(std::move(*event_plane));
-  auto routing = runtime::KvRouting::Create(plane, routing_options);
+  // One subscription to the workers' KV events, shared by the decode and the prefill routers.
+  auto kv_feed = runtime::KvEventFeed::Create(plane, opt.namespace_name);
+  if (!kv_feed.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", kv_feed.status().ToString().c_str());
+    return 1;
+  }
+  auto routing = runtime::KvRouting::Create(*kv_feed, routing_options);
   if (!routing.ok()) {
     std::fprintf(stderr, "tandem frontend: %s\n", routing.status().ToString().c_str());
     return 1;
@@ -157,7 +163,7 @@ int RunFrontend(const FrontendOptions& opt) {
   auto served_client = std::make_shared<runtime::MigratingEngineClient>(client, migration_options);
   // The prefill worker of each request (runtime/prefill_router.h): the same router mode over the
   // prefill pool, its choice sent to the decode worker as the request's prefill_worker_id.
-  auto prefill_routed = runtime::WithPrefillRouting(served_client, discovery, plane,
+  auto prefill_routed = runtime::WithPrefillRouting(served_client, discovery, *kv_feed,
                                                     routing_options, served_name);
   if (!prefill_routed.ok()) {
     std::fprintf(stderr, "tandem frontend: %s\n", prefill_routed.status().ToString().c_str());

@@ -5,14 +5,17 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
-#include "runtime/kv_event_codec.h"
 
 namespace tandem::runtime {
 
-Result<std::shared_ptr<KvRouting>> KvRouting::Create(std::shared_ptr<EventPlane> plane,
+Result<std::shared_ptr<KvRouting>> KvRouting::Create(std::shared_ptr<KvEventFeed> feed,
                                                      KvRoutingOptions options) {
   TANDEM_ASSIGN_OR_RETURN(auto probe, router::KvRouter::Create(options.router));
   (void)probe;
+  if (feed && feed->subject() != KvEventsSubject(options.namespace_name)) {
+    return Err(StatusCode::kInvalidArgument, "router of namespace '{}' on a feed of '{}'",
+               options.namespace_name, feed->subject());
+  }
   metrics::Registry* registry = options.metrics;
   auto self = std::make_shared<KvRouting>(std::move(options));
   if (registry) {
@@ -21,20 +24,18 @@ Result<std::shared_ptr<KvRouting>> KvRouting::Create(std::shared_ptr<EventPlane>
       if (auto s = weak.lock()) s->UpdateGauges();
     });
   }
-  self->plane_ = std::move(plane);
-  if (self->plane_) {
-    std::weak_ptr<KvRouting> weak = self;
-    EventHandlers handlers;
-    handlers.on_event = [weak](const Event& e) {
-      if (auto s = weak.lock()) s->OnEvent(e);
-    };
-    handlers.on_gap = [weak](const EventGap& g) {
-      if (auto s = weak.lock()) s->OnGap(g);
-    };
-    TANDEM_ASSIGN_OR_RETURN(self->subscription_,
-                            self->plane_->Subscribe(self->subject_, std::move(handlers)));
-  }
+  self->feed_ = std::move(feed);
+  if (self->feed_) self->feed_->Attach(self.get());
   return self;
+}
+
+Result<std::shared_ptr<KvRouting>> KvRouting::Create(std::shared_ptr<EventPlane> plane,
+                                                     KvRoutingOptions options) {
+  std::shared_ptr<KvEventFeed> feed;
+  if (plane) {
+    TANDEM_ASSIGN_OR_RETURN(feed, KvEventFeed::Create(std::move(plane), options.namespace_name));
+  }
+  return Create(std::move(feed), std::move(options));
 }
 
 KvRouting::KvRouting(KvRoutingOptions options)
@@ -62,7 +63,7 @@ KvRouting::KvRouting(KvRoutingOptions options)
 }
 
 KvRouting::~KvRouting() {
-  subscription_.reset();  // no handler call after this
+  if (feed_) feed_->Detach(this);  // no handler call after this
   {
     std::lock_guard<std::mutex> lock(resync_mu_);
     stop_ = true;
@@ -80,10 +81,10 @@ std::string KvRouting::Describe() const {
   const router::KvRouterConfig& c = options_.router;
   if (c.mode != router::RouterMode::kKv) {
     return fmt::format("{}, KV events from {}", router::RouterModeName(c.mode),
-                       plane_ ? plane_->url() : "nowhere");
+                       feed_ ? feed_->url() : "nowhere");
   }
   return fmt::format("kv (overlap weight {}, temperature {}), KV events from {}", c.overlap_weight,
-                     c.temperature, plane_ ? plane_->url() : "nowhere");
+                     c.temperature, feed_ ? feed_->url() : "nowhere");
 }
 
 KvRouting::Counters KvRouting::counters() const {
@@ -108,6 +109,7 @@ void KvRouting::SetWorkers(const std::vector<InstanceInfo>& workers) {
           config.block_size = block_size;
           router_ = std::make_shared<router::KvRouter>(config);
           endpoints_.clear();
+          down_.clear();
         } else {
           if (wrong_block_size_.insert(w.instance_id).second) {
             log::warn("router: worker {} has KV blocks of {} tokens, the router {}: left out",
@@ -120,7 +122,10 @@ void KvRouting::SetWorkers(const std::vector<InstanceInfo>& workers) {
     }
     for (const auto& [id, endpoint] : endpoints_) {
       auto it = now.find(id);
-      if (it == now.end() || it->second != endpoint) router_->RemoveWorker(id);
+      if (it == now.end() || it->second != endpoint) {
+        router_->RemoveWorker(id);
+        down_.erase(id);  // back under a new endpoint: a new worker, routable
+      }
     }
     for (const auto& [id, endpoint] : now) {
       auto it = endpoints_.find(id);
@@ -158,12 +163,30 @@ Result<std::string> KvRouting::Select(const GenerateRequest& request,
   return std::move(d->worker_id);
 }
 
+void KvRouting::SetLive(const std::vector<std::string>& live) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::set<std::string> down;
+  for (const auto& [id, endpoint] : endpoints_) {
+    const bool is_live = std::binary_search(live.begin(), live.end(), id);
+    if (!is_live) down.insert(id);
+    if (is_live != !down_.count(id)) {
+      log::info("router: worker {} {} the choice", id, is_live ? "is back in" : "is out of");
+    }
+    (void)router_->SetRoutable(id, is_live);
+  }
+  down_ = std::move(down);
+}
+
 void KvRouting::OnFirstOutput(const std::string& request_id) { router()->MarkPrefillDone(request_id); }
 
 void KvRouting::OnFinished(const std::string& request_id) { router()->Free(request_id); }
 
-void KvRouting::OnEvent(const Event& event) {
-  Result<KvEventBatch> batch = DecodeKvEventBatch(event.payload);
+bool KvRouting::HoldsWorker(const std::string& worker_id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return endpoints_.count(worker_id) > 0;
+}
+
+void KvRouting::OnKvEvents(const Event& event, const Result<KvEventBatch>& batch) {
   std::shared_ptr<router::KvRouter> r = router();
   if (!batch.ok()) {
     log::warn("router: KV events of worker {} (sequence {}): {}", event.worker_id, event.sequence,
@@ -187,12 +210,13 @@ void KvRouting::OnEvent(const Event& event) {
   if (applied->needs_snapshot) QueueResync(event.worker_id);
 }
 
-void KvRouting::OnGap(const EventGap& gap) {
+void KvRouting::OnKvGap(const EventGap& gap) {
   if (gap.received < gap.expected) {  // the worker restarted under the same id: start over
     std::lock_guard<std::mutex> lock(mu_);
     if (endpoints_.count(gap.worker_id)) {
       router_->RemoveWorker(gap.worker_id);
       (void)router_->AddWorker(gap.worker_id);
+      if (down_.count(gap.worker_id)) (void)router_->SetRoutable(gap.worker_id, false);
     }
   }
   QueueResync(gap.worker_id);
@@ -208,6 +232,9 @@ void KvRouting::QueueResync(const std::string& worker_id) {
 }
 
 void KvRouting::ResyncLoop() {
+  // Failed snapshot fetches in a row, per worker (this thread only): the first is a warning, the
+  // rest are debug lines until the worker answers again (an info line) or leaves.
+  std::map<std::string, int> failures;
   std::unique_lock<std::mutex> lock(resync_mu_);
   for (;;) {
     resync_cv_.wait(lock, [this] { return stop_ || !resync_queue_.empty(); });
@@ -225,12 +252,19 @@ void KvRouting::ResyncLoop() {
       r = router_;
     }
     bool retry = false;
-    if (!endpoint.empty()) {  // else it left: nothing to do
+    if (endpoint.empty()) {
+      failures.erase(id);  // it left: nothing to do
+    } else {
       Status st;
       Result<EventSnapshot> snap = FetchSnapshot(endpoint, subject_, options_.snapshot_timeout);
       Result<KvCacheSnapshot> kv = snap.ok() ? DecodeKvCacheSnapshot(snap->payload)
                                              : Result<KvCacheSnapshot>(snap.status());
       if (kv.ok()) {
+        if (auto f = failures.find(id); f != failures.end()) {
+          log::info("router: snapshot of worker {} ({}) fetched after {} failed attempt(s)", id,
+                    endpoint, f->second);
+          failures.erase(f);
+        }
         Result<router::ApplyEventsResult> applied = r->ApplySnapshot(id, *kv);
         if (applied.ok()) {
           (void)r->UpdateLoad(id, kv->load);
@@ -240,7 +274,14 @@ void KvRouting::ResyncLoop() {
           retry = applied->needs_snapshot;
         }
       } else {
-        log::warn("router: snapshot of worker {} ({}): {}", id, endpoint, kv.status().ToString());
+        if (++failures[id] == 1) {
+          log::warn("router: snapshot of worker {} ({}): {} (retrying every {} ms while it is in "
+                    "discovery; further failures at debug level)",
+                    id, endpoint, kv.status().ToString(), options_.retry_interval.count());
+        } else {
+          log::debug("router: snapshot of worker {} ({}), attempt {}: {}", id, endpoint,
+                     failures[id], kv.status().ToString());
+        }
         if (errors_total_) errors_total_->Inc();
         std::lock_guard<std::mutex> l(mu_);
         counters_.errors++;

@@ -5,16 +5,24 @@
 //   workers   SetWorkers (the client's discovery refresh) adds joining workers to the router and
 //             removes departed ones (their blocks leave the index); each added worker is resynced
 //             from its snapshot at once (it may have cached blocks from before this frontend).
-//   events    subscribes to KvEventsSubject(namespace) on the event plane; each plane event is a
-//             batch (kv_event_codec.h): ApplyEvents, then UpdateLoad with the batch's load. Events of
-//             a worker not (yet) in the router are dropped (the resync after it joins covers them).
+//   events    a sink of a KvEventFeed (kv_event_feed.h: the frontend's one subscription to
+//             KvEventsSubject(namespace), shared with its other router) holding the router's
+//             workers; each batch (kv_event_codec.h): ApplyEvents, then UpdateLoad with the batch's
+//             load. Events of a worker not (yet) in the router do not reach it (the resync after
+//             it joins covers them).
 //   resync    an EventGap of the plane or needs_snapshot from ApplyEvents queues the worker for a
 //             snapshot: a thread (never the plane's) calls FetchSnapshot(endpoint, subject) and
 //             ApplySnapshot; a failure is retried every retry_interval while the worker is known. A
 //             gap with received < expected (the worker restarted under the same id) re-adds it.
-//   choice    Select: RouteTokens(prompt, request id) among the router's workers (KvRouter's mode,
-//             cost, temperature); a choice outside the client's live workers is freed and refused
-//             (the client then goes round-robin). OnFirstOutput: MarkPrefillDone; OnFinished: Free.
+//   choice    Select: RouteTokens(prompt, request id) among the router's routable workers
+//             (KvRouter's mode, cost, temperature); a choice outside the client's live workers is
+//             freed and refused (the client then goes round-robin). OnFirstOutput:
+//             MarkPrefillDone; OnFinished: Free.
+//   live      SetLive (the client's healthy workers, e.g. at once after a call found its worker
+//             unreachable): the router's other workers are made unroutable (KvRouter::SetRoutable;
+//             their blocks stay indexed) until a later SetLive lists them again. Before the first
+//             SetLive, and for a worker that joins (or comes back under a new endpoint) after it,
+//             every worker is routable.
 //   block size  the router hashes prompts in blocks of the workers' metadata "block_size" (the
 //             first worker seen; while the router has no worker it is rebuilt to match); a worker
 //             with another block size is left out of the router (warned).
@@ -42,6 +50,7 @@
 
 #include "common/metrics.h"
 #include "runtime/event_plane.h"
+#include "runtime/kv_event_feed.h"
 #include "runtime/remote_engine_client.h"
 #include "router/kv_router.h"
 
@@ -55,19 +64,32 @@ struct KvRoutingOptions {
   metrics::Registry* metrics = nullptr;  // null: no metrics
 };
 
-class KvRouting final : public WorkerSelector, public std::enable_shared_from_this<KvRouting> {
+class KvRouting final : public WorkerSelector,
+                        public KvEventSink,
+                        public std::enable_shared_from_this<KvRouting> {
  public:
-  // Subscribes on `plane` (null: no events; the router then sees only its own predictions).
-  // InvalidArgument for a bad router config; the plane's Subscribe errors.
+  // Attaches to `feed` (null: no events; the router then sees only its own predictions). Routers
+  // of one frontend share one feed. InvalidArgument for a bad router config or a feed of another
+  // namespace's subject.
+  static Result<std::shared_ptr<KvRouting>> Create(std::shared_ptr<KvEventFeed> feed,
+                                                   KvRoutingOptions options);
+  // The same over a feed of its own on `plane` (null: no events). Also the plane's Subscribe
+  // errors.
   static Result<std::shared_ptr<KvRouting>> Create(std::shared_ptr<EventPlane> plane,
                                                    KvRoutingOptions options);
-  ~KvRouting() override;  // unsubscribes, stops the resync thread
+  ~KvRouting() override;  // detaches from the feed, stops the resync thread
 
   void SetWorkers(const std::vector<InstanceInfo>& workers) override;
   Result<std::string> Select(const GenerateRequest& request,
                              const std::vector<std::string>& live) override;
   void OnFirstOutput(const std::string& request_id) override;
   void OnFinished(const std::string& request_id) override;
+  void SetLive(const std::vector<std::string>& live) override;
+
+  // KvEventSink (the feed's thread).
+  bool HoldsWorker(const std::string& worker_id) const override;
+  void OnKvEvents(const Event& event, const Result<KvEventBatch>& batch) override;
+  void OnKvGap(const EventGap& gap) override;
 
   // e.g. "kv (overlap weight 1, temperature 0), KV events from embedded"
   std::string Describe() const;
@@ -84,22 +106,20 @@ class KvRouting final : public WorkerSelector, public std::enable_shared_from_th
   explicit KvRouting(KvRoutingOptions options);  // use Create
 
  private:
-  void OnEvent(const Event& event);
-  void OnGap(const EventGap& gap);
   void QueueResync(const std::string& worker_id);
   void ResyncLoop();
   void UpdateGauges();
 
   const KvRoutingOptions options_;
   const std::string subject_;
-  std::shared_ptr<EventPlane> plane_;
-  std::unique_ptr<Subscription> subscription_;
+  std::shared_ptr<KvEventFeed> feed_;
 
   mutable std::mutex mu_;
   std::shared_ptr<router::KvRouter> router_;
   std::map<std::string, std::string> endpoints_;  // router workers: instance id -> endpoint
   std::set<std::string> ever_seen_;               // for the per-worker gauge
   std::set<std::string> wrong_block_size_;        // warned once
+  std::set<std::string> down_;  // router workers the last SetLive left out (unroutable)
   Counters counters_;
   // Metric series (null without options.metrics).
   metrics::Counter* decisions_ = nullptr;  // {mode = the router's}

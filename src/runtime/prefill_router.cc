@@ -150,11 +150,11 @@ Status PrefillRoutingEngineClient::Submit(GenerateRequest request, OutputCallbac
 
 Result<std::shared_ptr<EngineClient>> WithPrefillRouting(std::shared_ptr<EngineClient> inner,
                                                          std::shared_ptr<Discovery> discovery,
-                                                         std::shared_ptr<EventPlane> plane,
+                                                         std::shared_ptr<KvEventFeed> feed,
                                                          KvRoutingOptions routing,
                                                          const std::string& served_model_name) {
   routing.metrics = nullptr;
-  auto selector = KvRouting::Create(std::move(plane), routing);
+  auto selector = KvRouting::Create(std::move(feed), routing);
   if (!selector.ok()) return selector.status();
   PrefillRouterOptions options;
   options.namespace_name = routing.namespace_name;

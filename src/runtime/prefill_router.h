@@ -86,12 +86,13 @@ class PrefillRoutingEngineClient final : public EngineClient {
 
 // The frontend's set-up: a KvRouting (kv_routing.h) over the prefill pool with `routing`'s router
 // config (the decode pool's --router-mode etc.; no metrics: the tandem_router_* series stay the
-// decode pool's) subscribed on `plane` (the prefill workers publish their KV events there as every
-// worker does), a PrefillRouter over <routing.namespace_name>/prefill serving `served_model_name`,
-// and the PrefillRoutingEngineClient over `inner`. Errors: KvRouting::Create's.
+// decode pool's) attached to `feed` (kv_event_feed.h: the frontend's one KV event subscription,
+// shared with the decode pool's router; the prefill workers publish their KV events there as every
+// worker does; null: no events), a PrefillRouter over <routing.namespace_name>/prefill serving
+// `served_model_name`, and the PrefillRoutingEngineClient over `inner`. Errors: KvRouting::Create's.
 Result<std::shared_ptr<EngineClient>> WithPrefillRouting(std::shared_ptr<EngineClient> inner,
                                                          std::shared_ptr<Discovery> discovery,
-                                                         std::shared_ptr<EventPlane> plane,
+                                                         std::shared_ptr<KvEventFeed> feed,
                                                          KvRoutingOptions routing,
                                                          const std::string& served_model_name);
 

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 
@@ -24,6 +25,9 @@ struct Worker {
   std::unique_ptr<v1::Worker::Stub> stub;
   bool healthy = true;      // guarded by Impl::mu
   EngineClientStats stats;  // guarded by Impl::mu
+  // When a call last found it gone (UNAVAILABLE); a Health poll started before it does not
+  // count. Guarded by Impl::mu.
+  std::chrono::steady_clock::time_point lost_at{};
 
   std::string Name() const { return instance.instance_id + " (" + instance.endpoint + ")"; }
 };
@@ -75,6 +79,12 @@ struct RemoteEngineClient::Impl {
   std::mutex refresh_serial;  // one Refresh at a time (the thread's and Refresh()'s)
 
   void Refresh();
+  // A call to `w` failed with UNAVAILABLE: unhealthy until a later Health poll says otherwise.
+  void MarkLost(const std::shared_ptr<Worker>& w);
+  // Tells options.selector the healthy workers when they changed since the last time.
+  void PublishLive();
+  std::mutex live_mu;  // serializes PublishLive
+  std::optional<std::vector<std::string>> published_live;  // guarded by live_mu
   Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
                 OutputCallback on_output);
   // options.selector's worker among the healthy ones; null: none (round-robin).
@@ -149,6 +159,8 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
         out.worker_lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                           status.error_code() == grpc::StatusCode::CANCELLED;
         log::warn("[{}] {}", request_id_, out.error);
+        // Before the final output: a retry (migration) or the next request must not pick it.
+        if (status.error_code() == grpc::StatusCode::UNAVAILABLE) owner_->MarkLost(worker_);
       }
       on_output_(std::move(out));
     }
@@ -253,6 +265,7 @@ void RemoteEngineClient::Impl::Refresh() {
     EngineClientStats stats;
   };
   std::vector<Poll> polls;
+  const auto polls_started = std::chrono::steady_clock::now();
   for (const auto& w : fresh) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
@@ -265,10 +278,11 @@ void RemoteEngineClient::Impl::Refresh() {
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < fresh.size(); ++i) {
-      fresh[i]->healthy = polls[i].ok;
+      // A call that found it gone after this poll began outranks the poll.
+      fresh[i]->healthy = polls[i].ok && fresh[i]->lost_at <= polls_started;
+      num_healthy += fresh[i]->healthy;
       if (polls[i].ok) {
         fresh[i]->stats = polls[i].stats;
-        ++num_healthy;
         ServedModelInfo seen = InfoFromMetadata(fresh[i]->instance);
         if (!seen.name.empty()) info.name = seen.name;
         if (seen.max_model_len > 0) info.max_model_len = seen.max_model_len;
@@ -276,10 +290,42 @@ void RemoteEngineClient::Impl::Refresh() {
       }
     }
     workers = std::move(fresh);
-    if (num_healthy == last_num_workers) return;
-    last_num_workers = num_healthy;
+    if (num_healthy == last_num_workers) {
+      num_healthy = -1;  // unchanged: no callback
+    } else {
+      last_num_workers = num_healthy;
+    }
   }
-  if (options.on_workers_changed) options.on_workers_changed(num_healthy);
+  PublishLive();
+  if (num_healthy >= 0 && options.on_workers_changed) options.on_workers_changed(num_healthy);
+}
+
+void RemoteEngineClient::Impl::MarkLost(const std::shared_ptr<Worker>& w) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    w->lost_at = std::chrono::steady_clock::now();
+    if (!w->healthy) return;
+    w->healthy = false;
+  }
+  log::warn("worker {} is unreachable: no new requests go to it until its health check passes",
+            w->Name());
+  PublishLive();
+}
+
+void RemoteEngineClient::Impl::PublishLive() {
+  if (!options.selector) return;
+  std::lock_guard<std::mutex> serial(live_mu);
+  std::vector<std::string> live;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    for (const auto& w : workers) {
+      if (w->healthy) live.push_back(w->instance.instance_id);
+    }
+  }
+  std::sort(live.begin(), live.end());
+  if (published_live == live) return;
+  options.selector->SetLive(live);
+  published_live = std::move(live);
 }
 
 Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,

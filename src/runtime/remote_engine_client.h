@@ -12,6 +12,11 @@
 //            worker dies or goes away mid-stream (UNAVAILABLE; then RequestOutput::worker_lost is
 //            set: retriable, see migrating_engine_client.h) or the deadline passes. Never a hang:
 //            a dead connection fails at once, a silent one by keep-alive (~15 s) or the deadline.
+//   lost worker  a Generate that fails with UNAVAILABLE (connection refused or reset; not a
+//            Cancel) marks its worker unhealthy at once, before its final output is delivered:
+//            new requests (round-robin and the selector's live list) skip it until a Health
+//            poll that started after the failure succeeds, or discovery lists it under a new
+//            endpoint (a new worker then).
 //   Cancel   cancels the call (ClientContext::TryCancel); the worker cancels the engine request,
 //            so its KV blocks return to the pool.
 //   Stats    the sum of the workers' last Health answers (polled every refresh_interval) plus
@@ -47,6 +52,10 @@ class WorkerSelector {
   virtual void OnFirstOutput(const std::string& request_id) = 0;
   // The request ended (its final output, any way; also a Submit that failed after Select).
   virtual void OnFinished(const std::string& request_id) = 0;
+  // The healthy workers' ids (sorted) whenever they change: after a Health poll, and at once when
+  // a call finds its worker gone (see "lost worker"). Calls never overlap; the last one is the
+  // current set. A selector should choose among these (Select's `live` is the same set then).
+  virtual void SetLive(const std::vector<std::string>& live) { (void)live; }
 };
 
 struct RemoteEngineClientOptions {
@@ -67,7 +76,8 @@ struct RemoteEngineClientOptions {
 // One worker as this client sees it.
 struct RemoteWorkerStatus {
   InstanceInfo instance;
-  bool healthy = true;     // its last Health call succeeded (true before the first one)
+  bool healthy = true;     // its last Health call succeeded (true before the first one) and no
+                           // call found it gone (UNAVAILABLE) since that Health call started
   EngineClientStats stats;  // from its last successful Health call
 };
 

@@ -5,8 +5,8 @@
 //   - --migration-limit 1: SIGKILL of the worker serving a 300-token greedy stream mid-way; the
 //     stream completes, with the text of the same request served uninterrupted, and the frontend
 //     counts one migration.
-//   - --migration-limit 0: the same kill ends the stream with an error event; the next request
-//     is served by the other worker.
+//   - --migration-limit 0: the same kill ends the stream with an error event; the requests sent
+//     right after it (before the next Health poll) are served by the other worker.
 //   - join/leave: after a SIGKILL the next requests all succeed (they avoid the dead worker); a
 //     worker started later gets some of the following requests within seconds (its own /metrics:
 //     prefix cache queries > 0).
@@ -238,13 +238,15 @@ TEST_P(MigrationTest, WithoutMigrationTheKillEndsTheStreamWithAnErrorAndServingG
   EXPECT_EQ(errors, 1) << sse.substr(sse.size() > 2000 ? sse.size() - 2000 : 0);
   EXPECT_NE(sse.find(killed), std::string::npos) << "the error names the worker";
   EXPECT_EQ(FrontendMetric("tandem_request_migrations_total"), 0);
-  // Once the frontend saw the death (its Health poll, every 0.5 s; a request sent before that can
-  // still be routed to the dead worker and fail), the other worker serves.
-  ASSERT_TRUE(Eventually([&] { return LiveWorkers() == live_; }, 10s)) << Logs();
+  // The failed stream (UNAVAILABLE) marked the worker unhealthy before its error event went out:
+  // the next requests, sent at once (before the next Health poll), all go to the other worker.
+  EXPECT_NE(Read("frontend.log").find("worker " + killed), std::string::npos);
+  EXPECT_NE(Read("frontend.log").find("is unreachable"), std::string::npos) << Read("frontend.log");
   for (int i = 0; i < 4; ++i) {
     HttpResult r = Post({{"prompt", "Hello " + std::to_string(i)}, {"max_tokens", 4}});
     EXPECT_EQ(r.status, 200) << r.body;
   }
+  EXPECT_TRUE(Eventually([&] { return LiveWorkers() == live_; }, 10s)) << Logs();
 }
 
 TEST_P(MigrationTest, NewRequestsAvoidAKilledWorkerAndAJoiningWorkerGetsTraffic) {

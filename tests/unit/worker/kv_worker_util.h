@@ -1,6 +1,7 @@
 // A real worker in the test process for the KV event tests: an AsyncEngine over the fake model
 // runner (tests/unit/engine), its KvEventPublisher, a WorkerServer serving Generate, the embedded
-// event plane's ring and the snapshot, registered in a file discovery as <ns>/agg/<id>.
+// event plane's ring and the snapshot, registered in a file discovery as <ns>/agg/<id> (or another
+// component).
 #pragma once
 
 #include <chrono>
@@ -57,7 +58,8 @@ struct TestWorker {
   // Starts it; `discovery` null: not registered (then Start the publisher yourself).
   static std::unique_ptr<TestWorker> Start(const std::string& id, const std::string& ns,
                                            std::shared_ptr<runtime::Discovery> discovery,
-                                           int num_blocks = 256, int block_size = 4) {
+                                           int num_blocks = 256, int block_size = 4,
+                                           const std::string& component = runtime::kComponentAgg) {
     auto w = std::make_unique<TestWorker>();
     w->id = id;
     KvEventPublisherOptions po;
@@ -82,7 +84,7 @@ struct TestWorker {
     if (discovery) {
       runtime::InstanceInfo info;
       info.namespace_name = ns;
-      info.component = runtime::kComponentAgg;
+      info.component = component;
       info.instance_id = id;
       info.endpoint = w->server->endpoint();
       info.metadata = {{"model", "fake"}, {"max_model_len", 4096}, {"vocab_size", 512},
