@@ -477,6 +477,7 @@ Result<TransferHandle> Agent::Post(Op op, const DescList& local, const DescList&
   request->total_bytes = local.total_bytes();
   request->segments = std::move(segments);
   request->notification = std::move(notification);
+  request->while_computing = options.while_computing;
   record->start = std::chrono::steady_clock::now();
   request->deadline = record->start + options.timeout.value_or(core_->options.timeout);
   record->id = request->id;

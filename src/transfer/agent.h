@@ -122,6 +122,10 @@ class TransferHandle {
 struct PostOptions {
   std::string backend;  // "" = the agent's choice (or its backend_override)
   std::optional<std::chrono::milliseconds> timeout;  // default: AgentOptions::timeout
+  // The local GPU computes meanwhile (a prefill's layer-wise KV sent while later layers run): a
+  // backend that can copy with the GPU's SMs or with its copy engines takes the copy engines and
+  // leaves the SMs to the computation (cuda_ipc's sm_ctas).
+  bool while_computing = false;
 };
 
 class Agent {

@@ -70,6 +70,7 @@ struct TransferRequest {
   uint64_t total_bytes = 0;
   std::optional<std::string> notification;  // delivered to the target after the data landed
   std::chrono::steady_clock::time_point deadline;
+  bool while_computing = false;  // PostOptions::while_computing
 
   void Complete(Status status) {
     if (completed.exchange(true)) return;

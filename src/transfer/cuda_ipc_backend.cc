@@ -363,8 +363,9 @@ class CudaIpcBackend final : public Backend {
     }
     if (TraceEnabled()) f->begun = Clock::now();
     // The copies: pieces of about total / k bytes over k queues of the local device (one queue,
-    // one kernel, when the SMs copy).
-    const int k = params_.sm_ctas == 0 && req.total_bytes >= params_.stream_split_bytes ? params_.num_streams : 1;
+    // one kernel, when the SMs copy: not while the GPU computes).
+    const int sm_ctas = req.while_computing ? 0 : params_.sm_ctas;
+    const int k = sm_ctas == 0 && req.total_bytes >= params_.stream_split_bytes ? params_.num_streams : 1;
     const uint64_t per = (req.total_bytes + k - 1) / k;
     std::map<std::pair<int32_t, int>, IpcQueue*> used;
     std::map<IpcQueue*, std::vector<IpcQueue::CopyOp>> batches;  // submitted per queue, at once
@@ -417,7 +418,7 @@ class CudaIpcBackend final : public Backend {
       for (auto& [q, ops] : batches) {
         IpcQueue::BatchOptions options;
         options.between_devices = between_devices[q];
-        options.sm_ctas = params_.sm_ctas;
+        options.sm_ctas = sm_ctas;
         f->status = q->CopyBatch(ops, options);
         if (!f->status.ok()) break;
       }

@@ -35,7 +35,8 @@
 // Params: "num_streams" (2; 1..16), "stream_split_bytes" (8388608), "poll_us" (10; 1..10000; the
 // completion thread sleeps with a 1 us timer slack), "sm_ctas" (0; 0..4096: > 0 copies with one
 // kernel of that many thread blocks on the local GPU's SMs instead of its copy engines, on one
-// queue; IpcQueue::BatchOptions), "connect_timeout_ms" (5000).
+// queue, except for a transfer posted with PostOptions::while_computing; IpcQueue::BatchOptions),
+// "connect_timeout_ms" (5000).
 #pragma once
 
 #include <memory>

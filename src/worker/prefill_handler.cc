@@ -402,6 +402,7 @@ bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
     AddLayerDescs(*job, static_cast<size_t>(layer), blocks, first, end, &local, &remote);
     transfer::PostOptions post;
     post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+    post.while_computing = !computed;  // later layers still run: the copy engines, not the SMs
     auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
                                std::move(notification), post);
     if (!handle.ok()) {

@@ -32,12 +32,13 @@ using testing::WaitEnd;
 using testing::WriteMsg;
 
 std::unique_ptr<Agent> IpcAgent(const std::string& name, const std::shared_ptr<FakeDevice>& dev,
-                                std::chrono::milliseconds timeout = 30s) {
+                                std::chrono::milliseconds timeout = 30s, BackendParams params = {}) {
   RegisterBackendFactory("cuda_ipc", MakeCudaIpcBackendFactory(dev->ipc()));
   AgentOptions o;
   o.name = name;
   o.backends = {"cuda_ipc"};
   o.timeout = timeout;
+  o.backend_params["cuda_ipc"] = std::move(params);
   auto a = Agent::Create(o);
   EXPECT_TRUE(a.ok()) << a.status().ToString();
   return a.ok() ? std::move(a).value() : nullptr;
@@ -97,6 +98,36 @@ TEST_F(CudaIpcTest, HandlesOpenOncePerPeerAndRegionAndCloseWhenThePeerGoes) {
   EXPECT_EQ(dev_->opens(), 2u);
   a_.reset();  // shutdown closes what is open
   EXPECT_EQ(dev_->closes(), 2u);
+}
+
+// sm_ctas: the SMs copy, in one batch on one queue, except for a transfer posted while the GPU
+// computes; sm_ctas 0 (and a bad value refused at creation).
+TEST_F(CudaIpcTest, TheCopyKernelUnlessTheGpuComputes) {
+  a_ = IpcAgent("a", dev_, 30s, {{"sm_ctas", "16"}, {"stream_split_bytes", "1024"}});
+  ra_ = std::move(a_->RegisterMemory(src_.ptr(), kSize, MemoryKind::kDevice, 1).value());
+  ASSERT_TRUE(a_->LoadPeerMetadata(b_->ExportMetadata()).ok());
+  auto post = [&](bool while_computing) {
+    PostOptions o;
+    o.while_computing = while_computing;
+    auto h = a_->Post(Op::kWrite, Dev(src_.addr(), kSize, 1), Dev(dst_.addr(), kSize, 2), "b", std::nullopt, o);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_EQ(WaitEnd(*h), TransferState::kDone) << h->status().ToString();
+  };
+  post(false);
+  EXPECT_EQ(dev_->sm_batches(), 1u);  // one queue: not split over num_streams
+  EXPECT_EQ(dev_->engine_batches(), 0u);
+  post(true);
+  EXPECT_EQ(dev_->sm_batches(), 1u);
+  EXPECT_EQ(dev_->engine_batches(), 2u);  // the copy engines, over the backend's two queues
+  EXPECT_TRUE(Landed(kSize));
+  EXPECT_FALSE(Agent::Create([&] {
+                 AgentOptions o;
+                 o.name = "bad";
+                 o.backends = {"cuda_ipc"};
+                 o.backend_params["cuda_ipc"] = {{"sm_ctas", "-1"}};
+                 return o;
+               }())
+                   .ok());
 }
 
 TEST_F(CudaIpcTest, AFailingOpenIsAClearErrorThatReleasesTheTarget) {

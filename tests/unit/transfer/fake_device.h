@@ -47,6 +47,9 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
   // The next `n` Opens fail (Internal "injected open failure").
   void set_fail_opens(int n) { fail_opens_ = n; }
   uint64_t opens() const { return opens_.load(); }
+  // CopyBatch calls of the IPC queues asking for the SMs (BatchOptions::sm_ctas > 0) and not.
+  uint64_t sm_batches() const { return sm_batches_.load(); }
+  uint64_t engine_batches() const { return engine_batches_.load(); }
   uint64_t closes() const { return closes_.load(); }
 
   CopyCounts counts() const;
@@ -78,6 +81,7 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
   std::map<uint64_t, Allocation> allocs_;  // by device address
   std::string violations_;
   std::atomic<uint64_t> to_host_{0}, from_host_{0}, d2d_{0}, syncs_{0}, copied_{0};
+  std::atomic<uint64_t> sm_batches_{0}, engine_batches_{0};
   std::atomic<int64_t> delay_ms_{0};
   std::atomic<uint64_t> fail_after_{0};
   std::atomic<int> fail_opens_{0};

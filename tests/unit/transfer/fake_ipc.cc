@@ -51,6 +51,12 @@ class FakeIpcQueue final : public IpcQueue {
     return Status::Ok();
   }
 
+  // Copies as Copy does (the fake has no SMs), counting which way the backend asked for.
+  Status CopyBatch(const std::vector<CopyOp>& ops, const BatchOptions& options) override {
+    ++(options.sm_ctas > 0 ? dev_->sm_batches_ : dev_->engine_batches_);
+    return IpcQueue::CopyBatch(ops, options);
+  }
+
   Result<std::unique_ptr<IpcEvent>> Record() override {
     std::lock_guard lock(state_->mu);
     auto e = std::make_unique<Event>(state_, state_->recorded, state_->enqueued);
