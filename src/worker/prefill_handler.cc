@@ -316,19 +316,24 @@ std::pair<int, int> BlockRange(const runtime::RemotePrefillRequest& r, int block
 
 }  // namespace
 
+// The answer of a job whose writes all landed.
+RemotePrefillResult PrefillHandler::Written(const Job& job, int num_blocks, uint64_t bytes, double seconds) {
+  RemotePrefillResult r;
+  r.first_token_id = job.first_token;
+  r.logprobs = job.logprobs;
+  r.num_prefill_cached_tokens = job.final_output.num_cached_tokens;
+  r.num_blocks_written = num_blocks;
+  r.bytes_written = bytes;
+  r.transfer_seconds = seconds;
+  return r;
+}
+
 bool PrefillHandler::StepWholeJob(const std::shared_ptr<Job>& job) {
   if (job->handle.valid()) {
     const transfer::TransferState state = job->handle.Check();
     if (state == transfer::TransferState::kInProgress) return false;
     if (state == transfer::TransferState::kDone) {
-      RemotePrefillResult r;
-      r.first_token_id = job->first_token;
-      r.logprobs = job->logprobs;
-      r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
-      r.num_blocks_written = job->num_blocks_written;
-      r.bytes_written = job->handle.bytes();
-      r.transfer_seconds = job->handle.seconds();
-      Finish(job, std::move(r));
+      Finish(job, Written(*job, job->num_blocks_written, job->handle.bytes(), job->handle.seconds()));
     } else {
       Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + job->handle.status().ToString()));
     }
@@ -451,15 +456,9 @@ bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
     Finish(job, Status(StatusCode::kFailedPrecondition, "KV write failed: " + job->handle.status().ToString()));
     return true;
   }
-  RemotePrefillResult r;
-  r.first_token_id = job->first_token;
-  r.logprobs = job->logprobs;
-  r.num_prefill_cached_tokens = job->final_output.num_cached_tokens;
-  r.num_blocks_written = end - first;
-  r.bytes_written = job->handle.bytes();
-  for (const transfer::TransferHandle& h : job->layer_handles) r.bytes_written += h.bytes();
-  r.transfer_seconds = std::chrono::duration<double>(Clock::now() - job->first_post).count();
-  Finish(job, std::move(r));
+  uint64_t bytes = job->handle.bytes();
+  for (const transfer::TransferHandle& h : job->layer_handles) bytes += h.bytes();
+  Finish(job, Written(*job, end - first, bytes, std::chrono::duration<double>(Clock::now() - job->first_post).count()));
   return true;
 }
 
