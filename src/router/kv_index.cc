@@ -8,9 +8,14 @@ namespace tandem::router {
 
 namespace {
 
-// Probes issued ahead of the walk. A walk step is a few ns of work and a probe an L3 or DRAM
-// access (tens to ~100 ns), so ~16 probes in flight keep the walk from waiting on each.
-constexpr size_t kPrefetchDistance = 16;
+// The walk issues the table probe of block depth + kTableAhead where that block is not the node
+// after the one the current run of nodes puts there (a chain jumps or ends), and prefetches the
+// node line kNodeAhead nodes ahead, which that guess reads kNodeAhead - kTableAhead steps later.
+// A walk step is a few ns and a probe an L3 or DRAM access (tens to ~100 ns). Measured on the
+// chat mix of bench/router_bench (a jump or two and the uncached tail per prompt): 8 ahead beat
+// 16 and 24, whose extra probes past the last cached block are wasted (dev/router/results/).
+constexpr size_t kTableAhead = 8;
+constexpr size_t kNodeAhead = 16;
 constexpr double kMaxLoadFactor = 0.7;
 
 size_t CapacityFor(size_t num_blocks) {
@@ -181,32 +186,38 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
   std::fill(overlap.begin(), overlap.end(), 0);
   const int nw = num_words_;
   uint64_t active[kMaxWorkers / 64];
-  uint64_t any = 0;
+  int lo = nw, hi = -1;  // the first and last words with an active worker
   for (int k = 0; k < nw; ++k) {
     const size_t first = static_cast<size_t>(k) * 64;
     uint64_t m = present_[k];
     if (first >= overlap.size()) m = 0;
     else if (overlap.size() - first < 64) m &= (uint64_t{1} << (overlap.size() - first)) - 1;
     active[k] = m;
-    any |= m;
+    if (m) {
+      lo = std::min(lo, k);
+      hi = k;
+    }
   }
-  if (!any) return;
-  if (nw == 1) return FindMatches1(block_hashes, overlap, active[0]);
+  if (hi < 0) return;
+  // One word holds every worker that can match (<= 64 workers, or a slot past them freed): the
+  // walk keeps that word in a register.
+  if (lo == hi) return FindMatches1(block_hashes, overlap, lo, active[lo]);
 
   const uint64_t* const table = table_.data();
   const uint64_t* const nodes = nodes_.data();
   const size_t st = stride();
   const size_t num_entries = num_nodes_ + num_holes_;
   const size_t n = block_hashes.size();
-  for (size_t d = 0; d < std::min(n, kPrefetchDistance); ++d) {
+  for (size_t d = 0; d < std::min(n, kTableAhead); ++d) {
     __builtin_prefetch(table + 2 * Home(Key(block_hashes[d])));
   }
   size_t depth = 0;
   size_t index = ~size_t{0};  // the previous block's node
   for (; depth < n; ++depth) {
-    if (depth + kPrefetchDistance < n) {  // as in FindMatches1
-      const uint64_t ahead = Key(block_hashes[depth + kPrefetchDistance]);
-      const size_t at = index + 1 + kPrefetchDistance;
+    if (depth + kTableAhead < n) {  // as in FindMatches1
+      const uint64_t ahead = Key(block_hashes[depth + kTableAhead]);
+      const size_t at = index + 1 + kTableAhead;
+      __builtin_prefetch(nodes + std::min(index + 1 + kNodeAhead, num_entries) * st);
       if (at >= num_entries || nodes[at * st] != ahead) __builtin_prefetch(table + 2 * Home(ahead));
     }
     const uint64_t key = Key(block_hashes[depth]);
@@ -220,7 +231,7 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
     }
     const uint64_t* node = nodes + index * st;
     uint64_t still = 0;
-    for (int k = 0; k < nw; ++k) {
+    for (int k = lo; k <= hi; ++k) {
       uint64_t dropped = active[k] & ~node[1 + k];
       while (dropped) {  // workers whose prefix ends here matched `depth` blocks
         overlap[static_cast<size_t>(k) * 64 + std::countr_zero(dropped)] = static_cast<int>(depth);
@@ -231,7 +242,7 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
     }
     if (!still) return;
   }
-  for (int k = 0; k < nw; ++k) {
+  for (int k = lo; k <= hi; ++k) {
     for (uint64_t m = active[k]; m; m &= m - 1) {
       overlap[static_cast<size_t>(k) * 64 + std::countr_zero(m)] = static_cast<int>(depth);
     }
@@ -239,47 +250,51 @@ void KvIndex::FindMatches(std::span<const uint64_t> block_hashes, std::span<int>
 }
 
 void KvIndex::FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap,
-                           uint64_t active) const {
-  // The same walk as FindMatches with the bitset in a register and the node stride fixed at 2.
+                           int word, uint64_t active) const {
+  // The same walk as FindMatches with the one word of bitset in a register.
   const uint64_t* const table = table_.data();
   const uint64_t* const nodes = nodes_.data();
+  const size_t st = stride();
   const size_t num_entries = num_nodes_ + num_holes_;
   const size_t n = block_hashes.size();
   const uint64_t* hashes = block_hashes.data();
-  for (size_t d = 0; d < std::min(n, kPrefetchDistance); ++d) {
+  int* const out = overlap.data() + static_cast<size_t>(word) * 64;
+  for (size_t d = 0; d < std::min(n, kTableAhead); ++d) {
     __builtin_prefetch(table + 2 * Home(Key(hashes[d])));
   }
   size_t depth = 0;
   size_t index = ~size_t{0};
   for (; depth < n; ++depth) {
-    if (depth + kPrefetchDistance < n) {
+    if (depth + kTableAhead < n) {
       // The table is only needed where a chain jumps: not for a block that sits where the current
       // run of nodes would put it (a guess: a miss here costs one wasted prefetch).
-      const uint64_t ahead = Key(hashes[depth + kPrefetchDistance]);
-      const size_t at = index + 1 + kPrefetchDistance;
-      if (at >= num_entries || nodes[2 * at] != ahead) {
+      const uint64_t ahead = Key(hashes[depth + kTableAhead]);
+      const size_t at = index + 1 + kTableAhead;
+      // The node a guess kNodeAhead - kTableAhead steps later reads (in cache by then).
+      __builtin_prefetch(nodes + std::min(index + 1 + kNodeAhead, num_entries) * st);
+      if (at >= num_entries || nodes[at * st] != ahead) {
         __builtin_prefetch(table + 2 * Home(ahead));
       }
     }
     const uint64_t key = Key(hashes[depth]);
     ++index;
-    if (index >= num_entries || nodes[2 * index] != key) {
+    if (index >= num_entries || nodes[index * st] != key) {
       size_t i = Home(key);
       uint64_t k;
       while ((k = table[2 * i]) != key && k != 0) i = (i + 1) & mask_;
       if (k == 0) break;
       index = table[2 * i + 1];
     }
-    const uint64_t bits = nodes[2 * index + 1];
+    const uint64_t bits = nodes[index * st + 1 + word];
     uint64_t dropped = active & ~bits;
     while (dropped) {  // workers whose prefix ends here matched `depth` blocks
-      overlap[std::countr_zero(dropped)] = static_cast<int>(depth);
+      out[std::countr_zero(dropped)] = static_cast<int>(depth);
       dropped &= dropped - 1;
     }
     active &= bits;
     if (!active) return;
   }
-  for (uint64_t m = active; m; m &= m - 1) overlap[std::countr_zero(m)] = static_cast<int>(depth);
+  for (uint64_t m = active; m; m &= m - 1) out[std::countr_zero(m)] = static_cast<int>(depth);
 }
 
 bool KvIndex::Contains(int worker, uint64_t block_hash) const {

@@ -24,7 +24,8 @@
 // Workers are small integers in [0, max_workers) (KvRouter maps ids to them). Costs: Store/Remove
 // O(1) expected (amortized: growth and compaction rebuild); RemoveWorker O(table size) (a rebuild:
 // rare, e.g. ~10 ms at 1M blocks);
-// FindMatches O(prompt blocks matched x max_workers / 64). Not thread-safe (KvRouter locks).
+// FindMatches O(prompt blocks matched x the words of bitset holding a worker that can match;
+// one word, e.g. <= 64 workers, keeps it in a register). Not thread-safe (KvRouter locks).
 #pragma once
 
 #include <cstddef>
@@ -76,8 +77,8 @@ class KvIndex {
   size_t Probe(uint64_t key) const;
   uint64_t* Node(size_t index) { return nodes_.data() + index * stride(); }
   const uint64_t* Node(size_t index) const { return nodes_.data() + index * stride(); }
-  // FindMatches for one word of bitset (<= 64 workers): overlap.size() <= 64, active != 0.
-  void FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap,
+  // FindMatches when only `word` of the bitset has workers that can match (active != 0: them).
+  void FindMatches1(std::span<const uint64_t> block_hashes, std::span<int> overlap, int word,
                     uint64_t active) const;
   void EraseSlot(size_t slot);
   void Compact();  // drops the holes, keeping the nodes' order

@@ -83,8 +83,6 @@ Status KvRouter::AddWorker(std::string_view worker_id) {
   live_.insert(std::lower_bound(live_.begin(), live_.end(), slot, by_id), slot);
   choice_.insert(std::lower_bound(choice_.begin(), choice_.end(), slot, by_id), slot);
   costs_.resize(live_.size());
-  prefill_.resize(live_.size());
-  decode_.resize(live_.size());
   return Status::Ok();
 }
 
@@ -231,29 +229,6 @@ int KvRouter::Choose() {
     case RouterMode::kKv:
       break;
   }
-  if (config_.temperature <= 0.0) {
-    // The least cost, then the least decode blocks; among the k workers tied on both, the j-th
-    // (in choice_ order) for one uniform j in [0, k): one random draw per decision, not one per tie.
-    const double* costs = costs_.data();
-    const int* decode = decode_.data();
-    double best_cost = costs[0];
-    int best_decode = decode[0], best = 0, num_ties = 1;
-    for (int i = 1; i < n; ++i) {
-      if (costs[i] < best_cost || (costs[i] == best_cost && decode[i] < best_decode)) {
-        best_cost = costs[i];
-        best_decode = decode[i];
-        best = i;
-        num_ties = 1;
-      } else if (costs[i] == best_cost && decode[i] == best_decode) {
-        ++num_ties;
-      }
-    }
-    if (num_ties == 1) return best;
-    int j = std::uniform_int_distribution<int>(0, num_ties - 1)(rng_);
-    for (int i = best;; ++i) {  // best is the first of the tied workers
-      if (costs[i] == best_cost && decode[i] == best_decode && j-- == 0) return i;
-    }
-  }
   const auto [lo, hi] = std::minmax_element(costs_.begin(), costs_.begin() + n);
   const double c_min = *lo, c_max = *hi;
   if (c_max == c_min) return std::uniform_int_distribution<int>(0, n - 1)(rng_);
@@ -271,6 +246,75 @@ int KvRouter::Choose() {
   return n - 1;
 }
 
+namespace {
+
+// The least (cost, decode) of n workers and how many tie on both, costs as `Cost` (double, or
+// int64 where that is exact: the same order). cost_of(i, &decode) gives worker i's.
+template <typename Cost, typename CostOf>
+int LeastCost(int n, const CostOf& cost_of, Cost* best_cost, int* best_decode, int* num_ties) {
+  *best_cost = cost_of(0, best_decode);
+  int best = 0, ties = 1;
+  for (int i = 1; i < n; ++i) {
+    int decode;
+    const Cost cost = cost_of(i, &decode);
+    if (cost < *best_cost || (cost == *best_cost && decode < *best_decode)) {
+      *best_cost = cost;
+      *best_decode = decode;
+      best = i;
+      ties = 1;
+    } else if (cost == *best_cost && decode == *best_decode) {
+      ++ties;
+    }
+  }
+  *num_ties = ties;
+  return best;
+}
+
+}  // namespace
+
+int KvRouter::ChooseLeastCost(int num_blocks) {
+  // One pass computing each cost and keeping the least (cost, decode blocks) and how many tie on
+  // both; among the k tied workers the j-th (in choice_ order) for one uniform j in [0, k): one
+  // random draw per decision, not one per tie.
+  const int n = static_cast<int>(choice_.size());
+  const double overlap_weight = config_.overlap_weight;
+  const int* const live = choice_.data();
+  const int* const overlap = overlap_.data();
+  const int* const slot_prefill = slot_prefill_.data();
+  const int* const slot_decode = slot_decode_.data();
+  auto pick_tied = [&](int best, int num_ties, auto cost_of, auto best_cost, int best_decode) {
+    if (num_ties == 1) return best;
+    int j = std::uniform_int_distribution<int>(0, num_ties - 1)(rng_);
+    for (int i = best;; ++i) {  // best is the first of the tied workers
+      int decode;
+      if (cost_of(i, &decode) == best_cost && decode == best_decode && j-- == 0) return i;
+    }
+  };
+  int best_decode, num_ties;
+  if (overlap_weight >= 0.0 && overlap_weight <= 1 << 20 &&
+      overlap_weight == std::floor(overlap_weight)) {
+    // An integral weight (the default 1): w * prefill + decode of 32-bit ints is below 2^53, so
+    // the double cost (Choose's) is exact and int64 arithmetic orders the workers the same.
+    const int64_t weight = static_cast<int64_t>(overlap_weight);
+    auto cost_of = [&](int i, int* decode) {
+      const int s = live[i];
+      *decode = slot_decode[s];
+      return weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
+    };
+    int64_t best_cost;
+    const int best = LeastCost(n, cost_of, &best_cost, &best_decode, &num_ties);
+    return pick_tied(best, num_ties, cost_of, best_cost, best_decode);
+  }
+  auto cost_of = [&](int i, int* decode) {
+    const int s = live[i];
+    *decode = slot_decode[s];
+    return overlap_weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
+  };
+  double best_cost;
+  const int best = LeastCost(n, cost_of, &best_cost, &best_decode, &num_ties);
+  return pick_tied(best, num_ties, cost_of, best_cost, best_decode);
+}
+
 Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* decision,
                        std::string_view request_id) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -283,28 +327,26 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
   }
   const int num_blocks = static_cast<int>(block_hashes.size());
   index_.FindMatches(block_hashes, overlap_);
-  const int n = static_cast<int>(choice_.size());
-  const double overlap_weight = config_.overlap_weight;
-  const int* live = choice_.data();
-  const int* overlap = overlap_.data();
-  const int* slot_prefill = slot_prefill_.data();
-  const int* slot_decode = slot_decode_.data();
-  for (int i = 0; i < n; ++i) {
-    const int s = live[i];
-    prefill_[i] = num_blocks - overlap[s] + slot_prefill[s];
-    decode_[i] = slot_decode[s];
-    costs_[i] = overlap_weight * prefill_[i] + decode_[i];
+  int pick;
+  if (config_.mode == RouterMode::kKv && config_.temperature <= 0.0) {
+    pick = ChooseLeastCost(num_blocks);
+  } else {
+    const int n = static_cast<int>(choice_.size());
+    const double overlap_weight = config_.overlap_weight;
+    for (int i = 0; i < n; ++i) {
+      const int s = choice_[i];
+      costs_[i] = overlap_weight * (num_blocks - overlap_[s] + slot_prefill_[s]) + slot_decode_[s];
+    }
+    pick = Choose();  // may overwrite costs_ with sampling weights
   }
-  // Choose() may overwrite costs_ with sampling weights: the pick's cost is recomputed below.
-  const int pick = Choose();
   const int slot = choice_[pick];
   Worker& w = workers_[slot];
   decision->worker_id.assign(w.id);
   decision->num_prompt_blocks = num_blocks;
   decision->overlap_blocks = overlap_[slot];
-  decision->prefill_blocks = prefill_[pick];
-  decision->decode_blocks = decode_[pick];
-  decision->cost = config_.overlap_weight * prefill_[pick] + decode_[pick];
+  decision->prefill_blocks = num_blocks - overlap_[slot] + slot_prefill_[slot];
+  decision->decode_blocks = slot_decode_[slot];
+  decision->cost = config_.overlap_weight * decision->prefill_blocks + decision->decode_blocks;
   if (!request_id.empty()) {
     RoutedRequest r;
     r.slot = slot;

@@ -170,7 +170,10 @@ class KvRouter {
   Worker* Find(std::string_view worker_id);
   void ApplyLocked(int slot, std::span<const KvEvent> events, ApplyEventsResult* result);
   void ApplyOne(int slot, const KvEvent& event);
-  int Choose();  // index into choice_ of the chosen worker; fills costs_ first
+  // Index into choice_ of the chosen worker. ChooseLeastCost: kv mode at temperature 0, from
+  // overlap_ and the load terms; Choose: the other modes and temperatures (costs_ filled first).
+  int ChooseLeastCost(int num_blocks);
+  int Choose();
   void Forget(const RoutedRequest& r, bool decode_too);
   void SyncLoad(int slot);  // slot_prefill_ / slot_decode_ from workers_[slot]
 
@@ -192,7 +195,6 @@ class KvRouter {
   // reported active blocks + those predicted since). SyncLoad after every change of either.
   std::vector<int> slot_prefill_, slot_decode_;
   std::vector<double> costs_;            // by position in choice_
-  std::vector<int> prefill_, decode_;    // by position in choice_
 };
 
 }  // namespace tandem::router
