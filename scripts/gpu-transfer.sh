@@ -18,7 +18,8 @@
 # (e.g. "--min-seconds 1" or "--only cuda_ipc,tcp"), GPU_TRANSFER_STAGES (default "test,bench";
 # also "p2p": dev/transfer/p2p_copy_bench, the copy methods side by side; "sweep": transfer_bench
 # --only cuda_ipc once per cuda_ipc parameter setting in GPU_TRANSFER_SWEEP, default
-# "sm_ctas=0 sm_ctas=16 sm_ctas=32 sm_ctas=64 sm_ctas=132").
+# "sm_ctas_peer=0 sm_ctas_peer=16 sm_ctas_peer=32 sm_ctas_peer=64 sm_ctas_peer=132"; a setting may
+# name several, comma-separated: "sm_ctas=0,poll_us=1").
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -107,10 +108,12 @@ if [[ ,$STAGES, == *,p2p,* ]] && [ "$(left)" -gt 30 ]; then
 fi
 
 if [[ ,$STAGES, == *,sweep,* ]]; then
-  for setting in ${GPU_TRANSFER_SWEEP:-sm_ctas=0 sm_ctas=16 sm_ctas=32 sm_ctas=64 sm_ctas=132}; do
+  for setting in ${GPU_TRANSFER_SWEEP:-sm_ctas_peer=0 sm_ctas_peer=16 sm_ctas_peer=32 sm_ctas_peer=64 sm_ctas_peer=132}; do
     [ "$(left)" -gt 40 ] || break
     echo "== transfer_bench --only cuda_ipc --param cuda_ipc.$setting ($(left) s left)" | tee -a "$OUT/sweep.log"
-    TANDEM_CUDA_IPC_TRACE=1 timeout 60 "$BIN/transfer_bench" --only cuda_ipc --param "cuda_ipc.$setting" >> "$OUT/sweep.log" 2>&1
+    params=()
+    for kv in ${setting//,/ }; do params+=(--param "cuda_ipc.$kv"); done
+    TANDEM_CUDA_IPC_TRACE=1 timeout 60 "$BIN/transfer_bench" --only cuda_ipc "${params[@]}" >> "$OUT/sweep.log" 2>&1
     echo "exit $?" >> "$OUT/sweep.log"
   done
 fi

@@ -31,7 +31,12 @@ struct IpcParams {
   int num_streams = 2;
   uint64_t stream_split_bytes = 8ull << 20;
   int poll_us = 10;
-  int sm_ctas = 0;
+  // Copies by a kernel of this many thread blocks (0: the copy engines), within one GPU and to
+  // or from another GPU. One H200, 1800 tokens of Qwen3-8B KV between two processes on cuda:0:
+  // 132 blocks 0.263 ms, 32 blocks 0.414 ms, copy engines 0.342 ms (36 x 64 KiB: 0.085 / 0.090 /
+  // 0.232 ms), 2026-12-01.
+  int sm_ctas = 132;
+  int sm_ctas_peer = 0;
   int connect_timeout_ms = 5000;
 };
 
@@ -47,9 +52,11 @@ Result<IpcParams> ParseParams(const BackendParams& params) {
       } else if (key == "poll_us") {
         p.poll_us = std::stoi(value);
         if (p.poll_us < 1 || p.poll_us > 10000) throw std::out_of_range(key);
-      } else if (key == "sm_ctas") {
-        p.sm_ctas = std::stoi(value);
-        if (p.sm_ctas < 0 || p.sm_ctas > 4096) throw std::out_of_range(key);
+      } else if (key == "sm_ctas" || key == "sm_ctas_peer") {
+        (key == "sm_ctas" ? p.sm_ctas : p.sm_ctas_peer) = std::stoi(value);
+        if (p.sm_ctas < 0 || p.sm_ctas > 4096 || p.sm_ctas_peer < 0 || p.sm_ctas_peer > 4096) {
+          throw std::out_of_range(key);
+        }
       } else if (key == "connect_timeout_ms") {
         p.connect_timeout_ms = std::stoi(value);
       } else {
@@ -364,7 +371,8 @@ class CudaIpcBackend final : public Backend {
     if (TraceEnabled()) f->begun = Clock::now();
     // The copies: pieces of about total / k bytes over k queues of the local device (one queue,
     // one kernel, when the SMs copy: not while the GPU computes).
-    const int sm_ctas = req.while_computing ? 0 : params_.sm_ctas;
+    const bool peer_gpu = req.segments.front().remote_device != req.segments.front().local_device;
+    const int sm_ctas = req.while_computing ? 0 : peer_gpu ? params_.sm_ctas_peer : params_.sm_ctas;
     const int k = sm_ctas == 0 && req.total_bytes >= params_.stream_split_bytes ? params_.num_streams : 1;
     const uint64_t per = (req.total_bytes + k - 1) / k;
     std::map<std::pair<int32_t, int>, IpcQueue*> used;

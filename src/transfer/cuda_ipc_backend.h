@@ -33,10 +33,12 @@
 // bounds every wait on the peer, not a copy the device is running.
 //
 // Params: "num_streams" (2; 1..16), "stream_split_bytes" (8388608), "poll_us" (10; 1..10000; the
-// completion thread sleeps with a 1 us timer slack), "sm_ctas" (0; 0..4096: > 0 copies with one
-// kernel of that many thread blocks on the local GPU's SMs instead of its copy engines, on one
-// queue, except for a transfer posted with PostOptions::while_computing; IpcQueue::BatchOptions),
-// "connect_timeout_ms" (5000).
+// completion thread sleeps with a 1 us timer slack), "sm_ctas" (132; 0..4096: > 0 copies within
+// one GPU with one kernel of that many thread blocks on its SMs instead of its copy engines, on one
+// queue, except for a transfer posted with PostOptions::while_computing; IpcQueue::BatchOptions;
+// measurements at the default in cuda_ipc_backend.cc), "sm_ctas_peer" (0: the same for copies
+// to or from another GPU, chosen by the first segment's device ordinals), "connect_timeout_ms"
+// (5000).
 #pragma once
 
 #include <memory>

@@ -100,10 +100,15 @@ TEST_F(CudaIpcTest, HandlesOpenOncePerPeerAndRegionAndCloseWhenThePeerGoes) {
   EXPECT_EQ(dev_->closes(), 2u);
 }
 
-// sm_ctas: the SMs copy, in one batch on one queue, except for a transfer posted while the GPU
-// computes; sm_ctas 0 (and a bad value refused at creation).
+// sm_ctas_peer (the fixture's memory is on fake devices 1 and 2): the SMs copy, in one batch on
+// one queue, except for a transfer posted while the GPU computes; by default (sm_ctas_peer 0) the
+// copy engines between GPUs; a bad value is refused at creation.
 TEST_F(CudaIpcTest, TheCopyKernelUnlessTheGpuComputes) {
-  a_ = IpcAgent("a", dev_, 30s, {{"sm_ctas", "16"}, {"stream_split_bytes", "1024"}});
+  ASSERT_TRUE(Write(kSize).ok());
+  EXPECT_EQ(dev_->sm_batches(), 0u);
+  EXPECT_GE(dev_->engine_batches(), 1u);
+  const uint64_t engine_before = dev_->engine_batches();
+  a_ = IpcAgent("a", dev_, 30s, {{"sm_ctas_peer", "16"}, {"stream_split_bytes", "1024"}});
   ra_ = std::move(a_->RegisterMemory(src_.ptr(), kSize, MemoryKind::kDevice, 1).value());
   ASSERT_TRUE(a_->LoadPeerMetadata(b_->ExportMetadata()).ok());
   auto post = [&](bool while_computing) {
@@ -115,10 +120,10 @@ TEST_F(CudaIpcTest, TheCopyKernelUnlessTheGpuComputes) {
   };
   post(false);
   EXPECT_EQ(dev_->sm_batches(), 1u);  // one queue: not split over num_streams
-  EXPECT_EQ(dev_->engine_batches(), 0u);
+  EXPECT_EQ(dev_->engine_batches(), engine_before);
   post(true);
   EXPECT_EQ(dev_->sm_batches(), 1u);
-  EXPECT_EQ(dev_->engine_batches(), 2u);  // the copy engines, over the backend's two queues
+  EXPECT_EQ(dev_->engine_batches(), engine_before + 2);  // the copy engines, over two queues
   EXPECT_TRUE(Landed(kSize));
   EXPECT_FALSE(Agent::Create([&] {
                  AgentOptions o;

@@ -40,8 +40,8 @@ std::unique_ptr<Agent> MakeDeviceAgent(const std::string& name, std::shared_ptr<
     o.backends.push_back("cuda_ipc");
     // Transfers of 1 MiB and more go over two queues.
     o.backend_params["cuda_ipc"] = {{"stream_split_bytes", "1048576"}};
-    // Or one copy kernel on the GPU's SMs.
-    if (sm_ctas > 0) o.backend_params["cuda_ipc"]["sm_ctas"] = std::to_string(sm_ctas);
+    // The copy engines (0), or one copy kernel on the GPU's SMs, within a GPU and between two.
+    o.backend_params["cuda_ipc"]["sm_ctas"] = o.backend_params["cuda_ipc"]["sm_ctas_peer"] = std::to_string(sm_ctas);
   }
   o.backend_override = override_backend;
   // Small chunks: a transfer crosses many of them (the pipeline, chunks gathering several ranges);
@@ -326,8 +326,8 @@ TEST_P(DeviceMemoryTest, RandomRoundTripsAndConcurrentPosts) {
   EXPECT_TRUE(Same(dst_, 0, pattern_.data(), 80 * kBlock));
 }
 
-// cuda_ipc_sm: cuda_ipc copying with a kernel of 16 thread blocks (sm_ctas; the fake copies as
-// always, so there it checks the parameter and the one-queue path).
+// cuda_ipc: with the copy engines; cuda_ipc_sm: with a kernel of 16 thread blocks (sm_ctas and
+// sm_ctas_peer; the fake copies as always, so there it checks the parameters and the one-queue path).
 INSTANTIATE_TEST_SUITE_P(Backends, DeviceMemoryTest, ::testing::Values("local", "tcp", "cuda_ipc", "cuda_ipc_sm"),
                          [](const auto& info) { return info.param; });
 

@@ -43,7 +43,7 @@ std::unique_ptr<Agent> IpcAgent(const std::string& name, int sm_ctas = 0) {
   AgentOptions o;
   o.name = name;
   o.backends = {"cuda_ipc"};
-  o.backend_params["cuda_ipc"]["sm_ctas"] = std::to_string(sm_ctas);
+  o.backend_params["cuda_ipc"]["sm_ctas"] = o.backend_params["cuda_ipc"]["sm_ctas_peer"] = std::to_string(sm_ctas);
   o.timeout = 20s;
   auto a = Agent::Create(o);
   EXPECT_TRUE(a.ok()) << a.status().ToString();
