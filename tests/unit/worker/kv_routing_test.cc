@@ -26,36 +26,9 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using testing::Eventually;
 using testing::Prompt;
+using testing::RecordingSelector;
 using testing::Request;
 using testing::TestWorker;
-
-// Records the choice of the selector it wraps.
-class Recording final : public runtime::WorkerSelector {
- public:
-  explicit Recording(std::shared_ptr<runtime::KvRouting> inner) : inner_(std::move(inner)) {}
-  void SetWorkers(const std::vector<runtime::InstanceInfo>& w) override { inner_->SetWorkers(w); }
-  Result<std::string> Select(const GenerateRequest& r, const std::vector<std::string>& live) override {
-    Result<std::string> id = inner_->Select(r, live);
-    std::lock_guard<std::mutex> lock(mu_);
-    chosen_[r.request_id] = id.ok() ? *id : "";
-    return id;
-  }
-  void OnFirstOutput(const std::string& id) override { inner_->OnFirstOutput(id); }
-  void OnFinished(const std::string& id) override {
-    inner_->OnFinished(id);
-    finished_++;
-  }
-  std::string Chosen(const std::string& id) {
-    std::lock_guard<std::mutex> lock(mu_);
-    return chosen_[id];
-  }
-  std::atomic<int> finished_{0};
-
- private:
-  std::shared_ptr<runtime::KvRouting> inner_;
-  std::mutex mu_;
-  std::map<std::string, std::string> chosen_;
-};
 
 class KvRoutingTest : public ::testing::Test {
  protected:
@@ -91,7 +64,7 @@ class KvRoutingTest : public ::testing::Test {
     auto routing = runtime::KvRouting::Create(plane_, ro);
     ASSERT_TRUE(routing.ok()) << routing.status().ToString();
     routing_ = *routing;
-    recording_ = std::make_shared<Recording>(routing_);
+    recording_ = std::make_shared<RecordingSelector>(routing_);
     runtime::RemoteEngineClientOptions co;
     co.namespace_name = "rt";
     co.refresh_interval = 50ms;
@@ -127,7 +100,7 @@ class KvRoutingTest : public ::testing::Test {
   metrics::Registry registry_;
   std::shared_ptr<runtime::EventPlane> plane_;
   std::shared_ptr<runtime::KvRouting> routing_;
-  std::shared_ptr<Recording> recording_;
+  std::shared_ptr<RecordingSelector> recording_;
   std::unique_ptr<runtime::RemoteEngineClient> client_;
 };
 
@@ -216,7 +189,7 @@ TEST_F(KvRoutingTest, RoundRobinModeAlternatesAndIsCounted) {
   ASSERT_TRUE(routing.ok());
   EXPECT_NE((*routing)->Describe().find("round-robin"), std::string::npos);
   routing_ = *routing;
-  recording_ = std::make_shared<Recording>(routing_);
+  recording_ = std::make_shared<RecordingSelector>(routing_);
   runtime::RemoteEngineClientOptions co;
   co.namespace_name = "rt";
   co.refresh_interval = 50ms;

@@ -4,8 +4,11 @@
 // component).
 #pragma once
 
+#include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "runtime/discovery.h"
 #include "runtime/event_plane.h"
 #include "runtime/event_ring.h"
+#include "runtime/kv_routing.h"
 #include "runtime/worker_server.h"
 #include "worker/kv_event_publisher.h"
 
@@ -121,5 +125,35 @@ inline std::vector<int32_t> Prompt(int base, int prefix_len, int salt, int suffi
   for (int i = 0; i < suffix_len; ++i) p.push_back((salt * 13 + i * 7) % 500 + 1);
   return p;
 }
+
+// A WorkerSelector that forwards every call to the KvRouting it wraps and records each request's
+// choice ("" when the selection failed) and how many requests finished.
+class RecordingSelector final : public runtime::WorkerSelector {
+ public:
+  explicit RecordingSelector(std::shared_ptr<runtime::KvRouting> inner) : inner_(std::move(inner)) {}
+  void SetWorkers(const std::vector<runtime::InstanceInfo>& w) override { inner_->SetWorkers(w); }
+  Result<std::string> Select(const GenerateRequest& r, const std::vector<std::string>& live) override {
+    Result<std::string> id = inner_->Select(r, live);
+    std::lock_guard<std::mutex> lock(mu_);
+    chosen_[r.request_id] = id.ok() ? *id : "";
+    return id;
+  }
+  void OnFirstOutput(const std::string& id) override { inner_->OnFirstOutput(id); }
+  void OnFinished(const std::string& id) override {
+    inner_->OnFinished(id);
+    finished_++;
+  }
+  void SetLive(const std::vector<std::string>& live) override { inner_->SetLive(live); }
+  std::string Chosen(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return chosen_[id];
+  }
+  std::atomic<int> finished_{0};
+
+ private:
+  std::shared_ptr<runtime::KvRouting> inner_;
+  std::mutex mu_;
+  std::map<std::string, std::string> chosen_;
+};
 
 }  // namespace tandem::worker::testing
