@@ -282,7 +282,16 @@ int KvRouter::ChooseLeastCost(int num_blocks) {
   const int* const overlap = overlap_.data();
   const int* const slot_prefill = slot_prefill_.data();
   const int* const slot_decode = slot_decode_.data();
-  auto pick_tied = [&](int best, int num_ties, auto cost_of, auto best_cost, int best_decode) {
+  // The decision with costs in the weight's type.
+  auto decide = [&](auto weight) {
+    auto cost_of = [&](int i, int* decode) {
+      const int s = live[i];
+      *decode = slot_decode[s];
+      return weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
+    };
+    decltype(cost_of(0, nullptr)) best_cost;
+    int best_decode, num_ties;
+    const int best = LeastCost(n, cost_of, &best_cost, &best_decode, &num_ties);
     if (num_ties == 1) return best;
     int j = std::uniform_int_distribution<int>(0, num_ties - 1)(rng_);
     for (int i = best;; ++i) {  // best is the first of the tied workers
@@ -290,29 +299,13 @@ int KvRouter::ChooseLeastCost(int num_blocks) {
       if (cost_of(i, &decode) == best_cost && decode == best_decode && j-- == 0) return i;
     }
   };
-  int best_decode, num_ties;
   if (overlap_weight >= 0.0 && overlap_weight <= 1 << 20 &&
       overlap_weight == std::floor(overlap_weight)) {
     // An integral weight (the default 1): w * prefill + decode of 32-bit ints is below 2^53, so
     // the double cost (Choose's) is exact and int64 arithmetic orders the workers the same.
-    const int64_t weight = static_cast<int64_t>(overlap_weight);
-    auto cost_of = [&](int i, int* decode) {
-      const int s = live[i];
-      *decode = slot_decode[s];
-      return weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
-    };
-    int64_t best_cost;
-    const int best = LeastCost(n, cost_of, &best_cost, &best_decode, &num_ties);
-    return pick_tied(best, num_ties, cost_of, best_cost, best_decode);
+    return decide(static_cast<int64_t>(overlap_weight));
   }
-  auto cost_of = [&](int i, int* decode) {
-    const int s = live[i];
-    *decode = slot_decode[s];
-    return overlap_weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
-  };
-  double best_cost;
-  const int best = LeastCost(n, cost_of, &best_cost, &best_decode, &num_ties);
-  return pick_tied(best, num_ties, cost_of, best_cost, best_decode);
+  return decide(overlap_weight);
 }
 
 Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* decision,
