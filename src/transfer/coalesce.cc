@@ -13,7 +13,8 @@ int FindRegion(const std::vector<RegionInfo>& regions, MemoryKind kind, const De
   return -1;
 }
 
-// `d` starts inside `region` (the caller knows) and ends inside it too.
+// `d` starts inside `region` (the caller knows: it continues a segment there) and ends inside it
+// too. Contains() less the kind, device and start checks the caller has made.
 bool EndsInside(const RegionInfo& region, const Descriptor& d) {
   const uint64_t end = region.addr + region.len;
   return d.addr <= end && d.len <= end - d.addr;
@@ -34,13 +35,13 @@ Result<std::vector<Segment>> Coalesce(const DescList& local, const DescList& rem
   for (size_t i = 0; i < local.descs.size(); ++i) {
     const Descriptor& l = local.descs[i];
     const Descriptor& r = remote.descs[i];
-    if (!out.empty() && l.len == r.len && l.len != 0) {
-      // The common case, without a region lookup: the pair continues the current segment on both
-      // sides, on the same devices, and ends inside the segment's two regions.
+    if (!out.empty()) {
+      // The pair continues the current segment on both sides (same devices) and ends inside its
+      // two regions: merged, without a region lookup (the only way pairs merge).
       Segment& s = out.back();
-      if (s.local_addr + s.len == l.addr && s.remote_addr + s.len == r.addr && s.local_device == l.device_id &&
-          s.remote_device == r.device_id && EndsInside(local_regions[last_l], l) &&
-          EndsInside(remote_regions[last_r], r)) {
+      if (l.len == r.len && l.len != 0 && s.local_addr + s.len == l.addr && s.remote_addr + s.len == r.addr &&
+          s.local_device == l.device_id && s.remote_device == r.device_id &&
+          EndsInside(local_regions[last_l], l) && EndsInside(remote_regions[last_r], r)) {
         s.len += l.len;
         continue;
       }
@@ -60,15 +61,6 @@ Result<std::vector<Segment>> Coalesce(const DescList& local, const DescList& rem
       return Err(StatusCode::kInvalidArgument,
                  "remote descriptor {} ({:#x}+{}) lies outside the peer's registered {} memory", i, r.addr, r.len,
                  MemoryKindName(remote.kind));
-    }
-    if (!out.empty()) {
-      Segment& s = out.back();
-      bool contiguous = s.local_addr + s.len == l.addr && s.remote_addr + s.len == r.addr &&
-                        s.local_device == l.device_id && s.remote_device == r.device_id;
-      if (contiguous && li == last_l && ri == last_r) {
-        s.len += l.len;
-        continue;
-      }
     }
     out.push_back({l.addr, r.addr, l.len, l.device_id, r.device_id});
     last_l = li;

@@ -218,6 +218,20 @@ TEST_P(AgentTest, PostRejectsBadDescriptors) {
   l5.Add(src_.data(), 0);
   r5.Add(dst_.data(), 0);
   expect_invalid(l5, r5, "zero length");
+  // The same errors where a pair continues the previous one (Coalesce merges those without a
+  // region lookup).
+  DescList l5b, r5b;
+  l5b.Add(src_.data(), 4096);
+  l5b.Add(src_.data() + 4096, 0);
+  r5b.Add(dst_.data(), 4096);
+  r5b.Add(dst_.data() + 4096, 0);
+  expect_invalid(l5b, r5b, "zero length after a contiguous pair");
+  DescList l5c, r5c;
+  l5c.Add(src_.data(), 4096);
+  l5c.Add(src_.data() + 4096, kSize - 2048);
+  r5c.Add(dst_.data(), 4096);
+  r5c.Add(dst_.data() + 4096, kSize - 2048);
+  expect_invalid(l5c, r5c, "contiguous past the end of both regions");
   std::vector<uint8_t> unregistered(4096);
   DescList l6, r6;
   l6.Add(unregistered.data(), 4096);
