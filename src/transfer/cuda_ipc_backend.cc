@@ -31,10 +31,10 @@ struct IpcParams {
   int num_streams = 2;
   uint64_t stream_split_bytes = 8ull << 20;
   int poll_us = 10;
-  // Copies by a kernel of this many thread blocks (0: the copy engines), within one GPU and to
-  // or from another GPU. One H200, 1800 tokens of Qwen3-8B KV between two processes on cuda:0:
-  // 132 blocks 0.263 ms, 32 blocks 0.414 ms, copy engines 0.342 ms (36 x 64 KiB: 0.085 / 0.090 /
-  // 0.232 ms), 2026-12-01.
+  // Copies by a kernel of this many thread blocks (0: the copy engines): sm_ctas within one GPU,
+  // sm_ctas_peer to or from another GPU. One H200, 1800 tokens of Qwen3-8B KV between two
+  // processes on cuda:0, one run: 132 blocks 0.263 ms, 32 blocks 0.414 ms, copy engines 0.342 ms
+  // (36 x 64 KiB: 0.085 / 0.090 / 0.232 ms), 2026-12-01.
   int sm_ctas = 132;
   int sm_ctas_peer = 0;
   int connect_timeout_ms = 5000;
