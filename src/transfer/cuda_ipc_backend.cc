@@ -37,6 +37,7 @@ struct IpcParams {
   // (36 x 64 KiB: 0.085 / 0.090 / 0.232 ms), 2026-12-01.
   int sm_ctas = 132;
   int sm_ctas_peer = 0;
+  int spin_us = 100;  // ControlConn::Connect
   int connect_timeout_ms = 5000;
 };
 
@@ -57,6 +58,9 @@ Result<IpcParams> ParseParams(const BackendParams& params) {
         if (p.sm_ctas < 0 || p.sm_ctas > 4096 || p.sm_ctas_peer < 0 || p.sm_ctas_peer > 4096) {
           throw std::out_of_range(key);
         }
+      } else if (key == "spin_us") {
+        p.spin_us = std::stoi(value);
+        if (p.spin_us < 0 || p.spin_us > 10000) throw std::out_of_range(key);
       } else if (key == "connect_timeout_ms") {
         p.connect_timeout_ms = std::stoi(value);
       } else {
@@ -109,7 +113,7 @@ struct Flight {
   std::vector<std::unique_ptr<IpcEvent>> events;
   Status status;  // the first error so far
   // When each phase ended (TANDEM_CUDA_IPC_TRACE): posted, BEGIN acknowledged, copies enqueued,
-  // landing seen, END acknowledged.
+  // landing seen, END sent.
   Clock::time_point posted, begun, enqueued, landed;
 };
 
@@ -147,7 +151,7 @@ class PhaseTrace {
         med[k] = v[v.size() / 2];
       }
       log::info("cuda_ipc trace, {} B x {}: median us: post->BEGIN ok {:.1f}, enqueue {:.1f}, copies seen landed "
-                "{:.1f}, END ok {:.1f}, total {:.1f}",
+                "{:.1f}, END sent {:.1f}, total {:.1f}",
                 bytes, rows.size(), med[0], med[1], med[2], med[3], med[4]);
     }
   }
@@ -286,7 +290,7 @@ class CudaIpcBackend final : public Backend {
     }
     const auto until = std::min(deadline, Clock::now() + std::chrono::milliseconds(params_.connect_timeout_ms));
     TANDEM_ASSIGN_OR_RETURN(auto conn, ControlConn::Connect(peer.socket, host_.agent_name(), peer.name,
-                                                            peer.instance_id, until, stopping_));
+                                                            peer.instance_id, until, stopping_, params_.spin_us));
     std::lock_guard lock(peer.mu);
     if (peer.invalidated) return Err(StatusCode::kNotFound, "peer {} was invalidated", peer.name);
     peer.conn = conn;
@@ -495,7 +499,8 @@ class CudaIpcBackend final : public Backend {
     return true;
   }
 
-  // The copies are over: END (releases the target's pin, delivers the notification), Complete.
+  // The copies are over: END (the target releases its pin and delivers the notification when it
+  // reads it; not answered), Complete.
   void End(Flight& f) {
     TransferRequest& req = *f.request;
     f.mappings.clear();
@@ -509,7 +514,7 @@ class CudaIpcBackend final : public Backend {
     if (!f.conn->broken()) {
       // A failed transfer still ends, so that the target releases its pin (a second at most).
       const auto until = st.ok() ? req.deadline : Clock::now() + std::chrono::seconds(1);
-      Status ended = f.conn->Call(MsgType::kEnd, req.id, flags, {}, req.notification.value_or(""), until, stopping_);
+      Status ended = f.conn->Send(MsgType::kEnd, req.id, flags, req.notification.value_or(""), until, stopping_);
       if (st.ok()) st = ended;
       if (st.ok() && TraceEnabled()) trace_.Add(f, Clock::now());
     } else if (st.ok()) {

@@ -13,8 +13,8 @@
 //   hello (name, the target's instance id) -> ok | error (another instance listens there);
 //   BEGIN(xfer id, remote ranges) -> the target pins its registrations holding the ranges
 //     (BackendHost::PinRegistered: out of range -> InvalidArgument, nothing is copied) -> ok | error;
-//   END(xfer id, success, notification) -> the target releases the pin and, on success, delivers
-//     the notification (the copies have landed: the initiator saw their events done) -> ok.
+//   END(xfer id, success, notification), not answered: sent once the initiator saw its copies'
+//     events done; the target releases the pin and, on success, delivers the notification.
 // A connection that closes releases the target's pins of it.
 //
 // A transfer: BEGIN; open the peer's handles it needs (once per peer, region handle and local
@@ -22,8 +22,11 @@
 // that use them); the coalesced segments enqueued on this backend's own queues (a transfer of at
 // least stream_split_bytes is split over num_streams queues of the local device); an event per
 // queue, polled every poll_us by the completion thread (the caller never waits); END; Complete.
-// WRITE is complete when the target acknowledged END (the notification is delivered); READ when
-// the bytes are in local memory and END was acknowledged.
+// WRITE is complete when the copies landed and END is in the socket; the notification reaches the
+// target's agent a few microseconds later (NIXL's order: data, then notification; a complete
+// transfer's notification is not yet delivered). READ is complete when the bytes are in local
+// memory and END is sent. (Waiting for an answer to END cost a round trip, ~15 us on an H200 host,
+// and held up the completion of the transfers behind it.)
 //
 // Errors (Status, the transfer ends in kError): the peer's control socket unreachable or closed
 // (NotFound "peer ... gone"), the target refusing the ranges (InvalidArgument), a handle that
@@ -37,8 +40,8 @@
 // one GPU with one kernel of that many thread blocks on its SMs instead of its copy engines, on one
 // queue, except for a transfer posted with PostOptions::while_computing; IpcQueue::BatchOptions;
 // measurements at the default in cuda_ipc_backend.cc), "sm_ctas_peer" (0: the same for copies
-// to or from another GPU, chosen by the first segment's device ordinals), "connect_timeout_ms"
-// (5000).
+// to or from another GPU, chosen by the first segment's device ordinals), "spin_us" (100; 0..10000:
+// how long the initiator polls for BEGIN's answer before it sleeps), "connect_timeout_ms" (5000).
 #pragma once
 
 #include <memory>

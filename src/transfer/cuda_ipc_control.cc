@@ -83,7 +83,7 @@ Result<std::shared_ptr<ControlConn>> ControlConn::Connect(const std::string& soc
                                                           const std::string& peer_name,
                                                           const std::string& peer_instance,
                                                           Clock::time_point deadline,
-                                                          const std::atomic<bool>& stopping) {
+                                                          const std::atomic<bool>& stopping, int spin_us) {
   socklen_t len = 0;
   sockaddr_un a = Address(socket_name, &len);
   int fd = -1;
@@ -106,7 +106,7 @@ Result<std::shared_ptr<ControlConn>> ControlConn::Connect(const std::string& soc
     std::this_thread::sleep_for(std::chrono::milliseconds(1));  // its backlog is full
   }
   SetTick(fd);
-  std::shared_ptr<ControlConn> conn(new ControlConn(fd, peer_name));
+  std::shared_ptr<ControlConn> conn(new ControlConn(fd, peer_name, spin_us));
   Status st = conn->Call(MsgType::kHello, 0, 0, {}, my_name + "\n" + peer_instance, deadline, stopping);
   if (!st.ok()) return st;
   return conn;
@@ -119,9 +119,20 @@ void ControlConn::Break() {
   ::shutdown(fd_, SHUT_RDWR);
 }
 
+Status ControlConn::Broke(Status st) {
+  if (st.message().find("connection closed") != std::string::npos ||
+      st.message().find("Connection reset") != std::string::npos ||
+      st.message().find("Broken pipe") != std::string::npos) {
+    st = Err(StatusCode::kNotFound, "peer {} is gone: {}", peer_name_, st.message());
+  }
+  broken_ = true;
+  ::shutdown(fd_, SHUT_RDWR);
+  return st;
+}
+
 Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
                          const std::string& aux, Clock::time_point deadline, const std::atomic<bool>& stopping) {
-  std::lock_guard lock(mu_);
+  std::lock_guard lock(call_mu_);
   if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", peer_name_);
   auto tick = [&](int) -> Status {
     if (stopping) return Err(StatusCode::kFailedPrecondition, "cuda_ipc backend shutting down");
@@ -136,25 +147,51 @@ Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::sp
   MsgHeader r;
   std::vector<Descriptor> none;
   std::string answer;
-  Status st = SendMsg(fd_, h, ranges, aux, tick);
-  if (st.ok()) st = RecvMsg(fd_, &r, &none, &answer, tick, tick);
-  if (st.ok() && r.xfer_id != xfer_id) st = Err(StatusCode::kDataLoss, "cuda_ipc control: answer out of order");
-  if (!st.ok()) {
-    if (st.message().find("connection closed") != std::string::npos ||
-        st.message().find("Connection reset") != std::string::npos ||
-        st.message().find("Broken pipe") != std::string::npos) {
-      st = Err(StatusCode::kNotFound, "peer {} is gone: {}", peer_name_, st.message());
-    }
-    broken_ = true;
-    ::shutdown(fd_, SHUT_RDWR);
-    return st;
+  Status st;
+  {
+    std::lock_guard send_lock(send_mu_);
+    st = SendMsg(fd_, h, ranges, aux, tick);
   }
+  if (st.ok()) {
+    // Poll for the answer's first byte a while: the target answers within tens of microseconds,
+    // and a thread asleep in recv wakes up some microseconds after it came.
+    const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
+    char c = 0;
+    while (spin_us_ > 0 && Clock::now() < spin_until) {
+      const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;  // RecvMsg takes it
+    }
+    st = RecvMsg(fd_, &r, &none, &answer, tick, tick);
+  }
+  if (st.ok() && r.xfer_id != xfer_id) st = Err(StatusCode::kDataLoss, "cuda_ipc control: answer out of order");
+  if (!st.ok()) return Broke(std::move(st));
   if (r.type == MsgType::kOk) return Status::Ok();
   if (r.type == MsgType::kError) {
     return Status(static_cast<StatusCode>(r.status_code), fmt::format("peer {}: {}", peer_name_, answer));
   }
   Break();
   return Err(StatusCode::kDataLoss, "cuda_ipc control: unexpected answer from peer {}", peer_name_);
+}
+
+Status ControlConn::Send(MsgType type, uint64_t xfer_id, uint16_t flags, const std::string& aux,
+                         Clock::time_point deadline, const std::atomic<bool>& stopping) {
+  if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", peer_name_);
+  auto tick = [&](int) -> Status {
+    if (stopping) return Err(StatusCode::kFailedPrecondition, "cuda_ipc backend shutting down");
+    if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection was closed", peer_name_);
+    if (Clock::now() > deadline) return Err(StatusCode::kInternal, "timed out sending to peer {}", peer_name_);
+    return Status::Ok();
+  };
+  MsgHeader h;
+  h.type = type;
+  h.flags = flags;
+  h.xfer_id = xfer_id;
+  Status st;
+  {
+    std::lock_guard send_lock(send_mu_);
+    st = SendMsg(fd_, h, {}, aux, tick);
+  }
+  return st.ok() ? st : Broke(std::move(st));
 }
 
 // ---------------------------------------------------------------- target
@@ -271,8 +308,9 @@ void ControlServer::Serve(int fd) {
         it->second.Release();
         pins.erase(it);
       }
-      // The initiator saw its copies land before sending END: the data is there.
+      // The initiator saw its copies land before sending END: the data is there. No answer.
       if ((h.flags & kSuccess) && (h.flags & kHasNotification)) host_.DeliverNotification({peer, aux});
+      continue;
     } else {
       return;
     }

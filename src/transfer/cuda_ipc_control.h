@@ -3,9 +3,13 @@
 //
 // Every message is a 32-byte MsgHeader, then num_ranges WireRanges (24 bytes: addr, len, device
 // id, reserved), then aux_len bytes of aux; both ends are processes of one host (host byte order).
-//   initiator -> target: kHello (aux "<name>\n<target instance id>"), kBegin (xfer id, the remote
-//     ranges), kEnd (xfer id, flags kSuccess / kHasNotification, aux = the notification).
-//   target -> initiator: kOk, or kError (status_code, aux = message).
+//   initiator -> target: kHello (aux "<name>\n<target instance id>") and kBegin (xfer id, the remote
+//     ranges), each answered; kEnd (xfer id, flags kSuccess / kHasNotification, aux = the
+//     notification), not answered: the initiator sends it once its copies landed, and the target
+//     releases the pin and delivers the notification when it reads it (as a NIXL notification,
+//     it arrives after the data, not before the initiator's completion).
+//   target -> initiator: kOk, or kError (status_code, aux = message), one per answered message,
+//     in order.
 // The sockets tick every 20 ms (tcp_wire.h's SendAll/RecvAll), so every wait can be abandoned.
 #pragma once
 
@@ -50,31 +54,41 @@ std::string SocketName(const std::string& instance_id);
 
 using Clock = std::chrono::steady_clock;
 
-// The initiator's connection to one peer. Thread-safe: Call serializes.
+// The initiator's connection to one peer. Thread-safe: Calls serialize; a Send goes between them.
 class ControlConn {
  public:
-  // Connects and says hello. Errors: NotFound when nothing listens (the peer is gone),
-  // FailedPrecondition when another instance answers, Internal for socket errors and timeouts.
+  // Connects and says hello. `spin_us`: how long a Call polls for its answer before it sleeps in
+  // recv (0: not at all; a sleeping thread wakes some microseconds after the answer came). Errors:
+  // NotFound when nothing listens (the peer is gone), FailedPrecondition when another instance
+  // answers, Internal for socket errors and timeouts.
   static Result<std::shared_ptr<ControlConn>> Connect(const std::string& socket_name, const std::string& my_name,
                                                       const std::string& peer_name,
                                                       const std::string& peer_instance, Clock::time_point deadline,
-                                                      const std::atomic<bool>& stopping);
+                                                      const std::atomic<bool>& stopping, int spin_us = 0);
   ~ControlConn();
 
-  // Sends one request and waits for its answer until `deadline`. The target's kError comes back
-  // as its Status; a broken connection as NotFound "peer ... gone", a deadline as Internal
-  // "timed out". Any error but the target's own breaks the connection.
+  // Sends one answered request (kHello, kBegin) and waits for its answer until `deadline`. The
+  // target's kError comes back as its Status; a broken connection as NotFound "peer ... gone", a
+  // deadline as Internal "timed out". Any error but the target's own breaks the connection.
   Status Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
               const std::string& aux, Clock::time_point deadline, const std::atomic<bool>& stopping);
+  // Sends one message that is not answered (kEnd); Ok once it is in the socket. Errors as Call's.
+  Status Send(MsgType type, uint64_t xfer_id, uint16_t flags, const std::string& aux, Clock::time_point deadline,
+              const std::atomic<bool>& stopping);
   // Ends the connection from outside: a Call in progress fails within a tick.
   void Break();
   bool broken() const { return broken_.load(); }
 
  private:
-  ControlConn(int fd, std::string peer_name) : fd_(fd), peer_name_(std::move(peer_name)) {}
+  ControlConn(int fd, std::string peer_name, int spin_us)
+      : fd_(fd), peer_name_(std::move(peer_name)), spin_us_(spin_us) {}
+  // A failed send or receive: the connection is broken; a closed one is NotFound "peer ... gone".
+  Status Broke(Status st);
   int fd_;
   const std::string peer_name_;
-  std::mutex mu_;
+  const int spin_us_;
+  std::mutex call_mu_;  // one answered request at a time
+  std::mutex send_mu_;  // whole messages on the socket
   std::atomic<bool> broken_{false};
 };
 

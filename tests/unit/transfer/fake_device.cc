@@ -1,9 +1,11 @@
 #include "fake_device.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -102,10 +104,26 @@ Result<PinnedBuffer> FakeDevice::AllocPinned(uint64_t bytes) {
   return PinnedBuffer(p, bytes, [](void* q) { std::free(q); });
 }
 
+void UnlinkSegmentsOf(int pid) {
+  const std::string prefix = "tandem-fake-" + std::to_string(pid) + "-";
+  if (DIR* d = ::opendir("/dev/shm")) {
+    while (dirent* e = ::readdir(d)) {
+      if (std::strncmp(e->d_name, prefix.c_str(), prefix.size()) == 0) ::shm_unlink(("/" + std::string(e->d_name)).c_str());
+    }
+    ::closedir(d);
+  }
+}
+
 DeviceBuffer FakeDevice::Alloc(int32_t device, uint64_t bytes) {
   // Shared memory with a name, so that another process can open it (fake_ipc.cc).
-  const std::string name = fmt::format("/tandem-fake-{}-{}", ::getpid(), next_shm_++);
+  static std::atomic<uint64_t> next_shm{0};
+  const std::string name = fmt::format("/tandem-fake-{}-{}", ::getpid(), next_shm++);
   int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) {
+    // Left by a killed process that had our pid (the names count per process): not in use.
+    ::shm_unlink(name.c_str());
+    fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  }
   EXPECT_GE(fd, 0) << name;
   EXPECT_EQ(::ftruncate(fd, static_cast<off_t>(bytes)), 0);
   void* dev = ::mmap(nullptr, bytes, PROT_NONE, MAP_SHARED, fd, 0);

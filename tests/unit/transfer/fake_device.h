@@ -8,7 +8,9 @@
 // staging buffer or releases memory before syncing then shows wrong bytes.
 //
 // IPC (ipc(), fake_ipc.cc: the cuda_ipc backend's IpcMemoryApi): the memory is POSIX shared memory
-// ("/tandem-fake-<pid>-<n>", unlinked when freed), so another process can map it: a handle names
+// ("/tandem-fake-<pid>-<n>", n counting per process, unlinked when freed; a killed process's are
+// removed by UnlinkSegmentsOf, and one left by an earlier process of the same pid is replaced), so
+// another process can map it: a handle names
 // the segment, Open maps it twice again (PROT_NONE at the returned address, an alias for copies),
 // copies run by memcpy on a worker thread per queue, each copy_delay after it was enqueued, and
 // events are done when the copies before them ran. Faults: the copy failure above, failing opens
@@ -27,6 +29,9 @@
 #include "transfer/ipc_memory.h"
 
 namespace tandem::transfer::testing {
+
+// Removes the shared memory segments of a process that was killed (one that exits unlinks its own).
+void UnlinkSegmentsOf(int pid);
 
 class FakeDevice final : public DeviceCopier, public std::enable_shared_from_this<FakeDevice> {
  public:
@@ -85,7 +90,7 @@ class FakeDevice final : public DeviceCopier, public std::enable_shared_from_thi
   std::atomic<int64_t> delay_ms_{0};
   std::atomic<uint64_t> fail_after_{0};
   std::atomic<int> fail_opens_{0};
-  std::atomic<uint64_t> opens_{0}, closes_{0}, next_shm_{0};
+  std::atomic<uint64_t> opens_{0}, closes_{0};
 };
 
 }  // namespace tandem::transfer::testing

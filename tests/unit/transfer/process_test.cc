@@ -107,6 +107,7 @@ struct Child {
     if (pid <= 0) return;
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);
+    testing::UnlinkSegmentsOf(pid);  // its fake device memory
     pid = -1;
   }
   ~Child() {
