@@ -7,7 +7,11 @@
 // the worker does.
 //
 //   build/bench/transfer_bench [--min-seconds S] [--only NAME[,NAME..]] [--param BACKEND.KEY=VALUE]..
-//   (--param: a backend parameter of the initiating agent, e.g. cuda_ipc.num_streams=1)
+//                              [--poll-wait]
+//   (--param: a backend parameter of the initiating agent, e.g. cuda_ipc.num_streams=1;
+//   --poll-wait: wait by polling Check() on one busy core instead of sleeping in Wait(), as a
+//   caller that polls would; stderr shows, per row, the medians of Post() itself, of the transfer
+//   as the agent timed it, and of the rest: the waiter's wake-up)
 //
 // Host memory: local (one process: memcpy), and tcp, ucx, libfabric (where built) with the target
 // in a second process (this binary re-executed as `--child`), plus a plain loopback socket copy of
@@ -62,6 +66,7 @@ constexpr uint64_t kPoolBytes = kLayers * kLayerBytes;
 constexpr int kTokens[] = {1, 16, 128, 1800};
 
 double g_min_seconds = 0.5;
+bool g_poll_wait = false;  // --poll-wait
 std::map<std::string, std::map<std::string, std::string>> g_params;  // --param, by backend
 
 // ---------------------------------------------------------------- memory
@@ -337,21 +342,45 @@ void RunCase(const std::string& name, const std::string& backend, MemoryKind kin
     size_t regions = 0;
     std::string error;
     int n = 0;
+    std::vector<double> post_us, agent_us, rest_us;  // where the time went, per iteration
     auto s = Measure([&]() -> std::optional<double> {
-      auto t0 = Clock::now();
+      const auto t0 = Clock::now();
       auto h = (*agent)->Post(Op::kWrite, l, r, *peer, "bench-" + std::to_string(n++));
+      const auto t1 = Clock::now();
       if (!h.ok()) {
         error = h.status().ToString();
         return std::nullopt;
       }
-      if (Status st = h->Wait(); !st.ok()) {
+      Status st;
+      if (g_poll_wait) {
+        while (h->Check() == TransferState::kInProgress) {
+        }
+        st = h->status();
+      } else {
+        st = h->Wait();
+      }
+      if (!st.ok()) {
         error = st.ToString();
         return std::nullopt;
       }
+      const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+      const double posting = std::chrono::duration<double>(t1 - t0).count();
+      post_us.push_back(posting * 1e6);
+      agent_us.push_back(h->seconds() * 1e6);
+      rest_us.push_back((wall - posting - h->seconds()) * 1e6);
       regions = h->num_regions();
-      return std::chrono::duration<double>(Clock::now() - t0).count();
+      return wall;
     });
     AddRow(name, tokens, l.total_bytes(), regions, s, error);
+    if (s && !post_us.empty()) {
+      auto med = [](std::vector<double> v) {
+        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+        return v[v.size() / 2];
+      };
+      std::fprintf(stderr, "%-26s %5d tokens, median us: Post() %.1f, transfer as the agent timed it %.1f, "
+                   "the rest (the waiter's wake-up) %.1f\n", name.c_str(), tokens, med(post_us), med(agent_us),
+                   med(rest_us));
+    }
   }
 }
 
@@ -468,6 +497,8 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--min-seconds") == 0 && i + 1 < argc) {
       g_min_seconds = std::atof(argv[++i]);
+    } else if (std::strcmp(argv[i], "--poll-wait") == 0) {
+      g_poll_wait = true;
     } else if (std::strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
       only = argv[++i];
     } else if (std::strcmp(argv[i], "--param") == 0 && i + 1 < argc) {
@@ -480,7 +511,7 @@ int main(int argc, char** argv) {
       g_params[p.substr(0, dot)][p.substr(dot + 1, eq - dot - 1)] = p.substr(eq + 1);
     } else {
       std::fprintf(stderr, "usage: transfer_bench [--min-seconds S] [--only local,tcp,ucx,libfabric,cuda_ipc,plain] "
-                   "[--param BACKEND.KEY=VALUE]...\n");
+                   "[--param BACKEND.KEY=VALUE]... [--poll-wait]\n");
       return 2;
     }
   }

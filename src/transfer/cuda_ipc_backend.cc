@@ -37,7 +37,7 @@ struct IpcParams {
   // (36 x 64 KiB: 0.085 / 0.090 / 0.232 ms), 2026-12-01.
   int sm_ctas = 132;
   int sm_ctas_peer = 0;
-  int spin_us = 100;  // ControlConn::Connect
+  int spin_us = 100;  // ControlConn::Connect, ControlServer::Start
   int connect_timeout_ms = 5000;
 };
 
@@ -112,9 +112,9 @@ struct Flight {
   std::vector<std::shared_ptr<Mapping>> mappings;  // kept open until the copies landed
   std::vector<std::unique_ptr<IpcEvent>> events;
   Status status;  // the first error so far
-  // When each phase ended (TANDEM_CUDA_IPC_TRACE): posted, BEGIN acknowledged, copies enqueued,
-  // landing seen, END sent.
-  Clock::time_point posted, begun, enqueued, landed;
+  // When each phase ended (TANDEM_CUDA_IPC_TRACE): posted, BEGIN acknowledged, copies planned
+  // (mappings, queues), copies launched, events recorded (enqueued), landing seen, END sent.
+  Clock::time_point posted, begun, planned, launched, enqueued, landed;
 };
 
 // TANDEM_CUDA_IPC_TRACE=1: the backend logs, at shutdown, the median time of each phase of its
@@ -138,27 +138,27 @@ class PhaseTrace {
     const uint64_t bytes = f.request->total_bytes;
     auto& rows = rows_[bytes];
     rows.push_back({us(f.posted, f.begun), us(f.begun, f.enqueued), us(f.enqueued, f.landed), us(f.landed, ended),
-                    us(f.posted, ended)});
+                    us(f.posted, ended), us(f.begun, f.planned), us(f.planned, f.launched), us(f.launched, f.enqueued)});
   }
   void Log() {
     std::lock_guard lock(mu_);
     for (auto& [bytes, rows] : rows_) {
-      std::array<double, 5> med{};
+      std::array<double, 8> med{};
       for (size_t k = 0; k < med.size(); ++k) {
         std::vector<double> v;
         for (const auto& r : rows) v.push_back(r[k]);
         std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
         med[k] = v[v.size() / 2];
       }
-      log::info("cuda_ipc trace, {} B x {}: median us: post->BEGIN ok {:.1f}, enqueue {:.1f}, copies seen landed "
-                "{:.1f}, END sent {:.1f}, total {:.1f}",
-                bytes, rows.size(), med[0], med[1], med[2], med[3], med[4]);
+      log::info("cuda_ipc trace, {} B x {}: median us: post->BEGIN ok {:.1f}, enqueue {:.1f} (plan {:.1f}, launch "
+                "{:.1f}, record {:.1f}), copies seen landed {:.1f}, END sent {:.1f}, total {:.1f}",
+                bytes, rows.size(), med[0], med[1], med[5], med[6], med[7], med[2], med[3], med[4]);
     }
   }
 
  private:
   std::mutex mu_;
-  std::map<uint64_t, std::vector<std::array<double, 5>>> rows_;
+  std::map<uint64_t, std::vector<std::array<double, 8>>> rows_;
 };
 
 class CudaIpcBackend final : public Backend {
@@ -426,6 +426,7 @@ class CudaIpcBackend final : public Backend {
       }
       if (!f->status.ok()) break;
     }
+    if (TraceEnabled()) f->planned = Clock::now();
     if (f->status.ok()) {
       for (auto& [q, ops] : batches) {
         IpcQueue::BatchOptions options;
@@ -435,6 +436,7 @@ class CudaIpcBackend final : public Backend {
         if (!f->status.ok()) break;
       }
     }
+    if (TraceEnabled()) f->launched = Clock::now();
     // An event on every queue that got a copy, even after an error: nothing may outlive the pins.
     for (auto& [key, q] : used) {
       auto e = q->Record();
@@ -544,7 +546,7 @@ class CudaIpcBackend final : public Backend {
 BackendFactory MakeCudaIpcBackendFactory(std::shared_ptr<IpcMemoryApi> api) {
   return [api](BackendHost& host, const BackendParams& params) -> Result<std::unique_ptr<Backend>> {
     TANDEM_ASSIGN_OR_RETURN(IpcParams p, ParseParams(params));
-    TANDEM_ASSIGN_OR_RETURN(auto server, ipc::ControlServer::Start(host));
+    TANDEM_ASSIGN_OR_RETURN(auto server, ipc::ControlServer::Start(host, p.spin_us));
     return std::unique_ptr<Backend>(std::make_unique<CudaIpcBackend>(host, api, p, std::move(server)));
   };
 }

@@ -41,7 +41,8 @@
 // queue, except for a transfer posted with PostOptions::while_computing; IpcQueue::BatchOptions;
 // measurements at the default in cuda_ipc_backend.cc), "sm_ctas_peer" (0: the same for copies
 // to or from another GPU, chosen by the first segment's device ordinals), "spin_us" (100; 0..10000:
-// how long the initiator polls for BEGIN's answer before it sleeps), "connect_timeout_ms" (5000).
+// how long the initiator polls for BEGIN's answer, and the target for the next message after each,
+// before they sleep in recv), "connect_timeout_ms" (5000).
 #pragma once
 
 #include <memory>

@@ -73,6 +73,19 @@ Status RecvMsg(int fd, MsgHeader* h, std::vector<Descriptor>* ranges, std::strin
   return Status::Ok();
 }
 
+// Polls `fd` for readable data for up to `spin_us` (0: not at all), so that a message arriving
+// meanwhile is read without the wake-up of a thread asleep in recv (some microseconds, more from a
+// deep idle state). Returns at once on data, end of stream or an error: the recv after it sees them.
+void SpinForData(int fd, int spin_us) {
+  if (spin_us <= 0) return;
+  const auto until = Clock::now() + std::chrono::microseconds(spin_us);
+  char c = 0;
+  do {
+    const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+  } while (Clock::now() < until);
+}
+
 }  // namespace
 
 std::string SocketName(const std::string& instance_id) { return "@tandem-cuda-ipc-" + instance_id; }
@@ -153,14 +166,7 @@ Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::sp
     st = SendMsg(fd_, h, ranges, aux, tick);
   }
   if (st.ok()) {
-    // Poll for the answer's first byte a while: the target answers within tens of microseconds,
-    // and a thread asleep in recv wakes up some microseconds after it came.
-    const auto spin_until = Clock::now() + std::chrono::microseconds(spin_us_);
-    char c = 0;
-    while (spin_us_ > 0 && Clock::now() < spin_until) {
-      const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-      if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) break;  // RecvMsg takes it
-    }
+    SpinForData(fd_, spin_us_);  // the target answers within tens of microseconds
     st = RecvMsg(fd_, &r, &none, &answer, tick, tick);
   }
   if (st.ok() && r.xfer_id != xfer_id) st = Err(StatusCode::kDataLoss, "cuda_ipc control: answer out of order");
@@ -202,7 +208,7 @@ struct ControlServer::Conn {
   std::atomic<bool> done{false};
 };
 
-Result<std::unique_ptr<ControlServer>> ControlServer::Start(BackendHost& host) {
+Result<std::unique_ptr<ControlServer>> ControlServer::Start(BackendHost& host, int spin_us) {
   const std::string name = SocketName(host.instance_id());
   socklen_t len = 0;
   sockaddr_un a = Address(name, &len);
@@ -214,7 +220,7 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(BackendHost& host) {
     return st;
   }
   SetTick(fd);  // accept() wakes up every tick
-  std::unique_ptr<ControlServer> server(new ControlServer(host, fd));
+  std::unique_ptr<ControlServer> server(new ControlServer(host, fd, spin_us));
   server->acceptor_ = std::thread([s = server.get()] { s->AcceptLoop(); });
   return server;
 }
@@ -292,6 +298,8 @@ void ControlServer::Serve(int fd) {
   if (!answer(h.xfer_id, Status::Ok()).ok()) return;
   std::map<uint64_t, RegionPin> pins;  // released when the connection ends
   for (;;) {
+    // The next message often follows soon (BEGIN after END, a layer's BEGIN after the last one's).
+    SpinForData(fd, spin_us_);
     if (!RecvMsg(fd, &h, &ranges, &aux, idle, stall).ok()) return;
     Status result;
     if (h.type == MsgType::kBegin) {

@@ -95,20 +95,24 @@ class ControlConn {
 // The target's side: accepts connections and serves BEGIN/END against the host's registrations.
 class ControlServer {
  public:
-  // Listens on SocketName(host.instance_id()). Errors: Internal when the socket cannot be bound.
-  static Result<std::unique_ptr<ControlServer>> Start(BackendHost& host);
+  // Listens on SocketName(host.instance_id()). `spin_us`: how long a connection's thread polls
+  // for the next message after each one before it sleeps in recv (0: not at all). Errors:
+  // Internal when the socket cannot be bound.
+  static Result<std::unique_ptr<ControlServer>> Start(BackendHost& host, int spin_us = 0);
   ~ControlServer();  // Stop()
   // Closes the listener and every connection (releasing their pins); joins the threads.
   void Stop();
 
  private:
   struct Conn;
-  ControlServer(BackendHost& host, int listen_fd) : host_(host), listen_fd_(listen_fd) {}
+  ControlServer(BackendHost& host, int listen_fd, int spin_us)
+      : host_(host), listen_fd_(listen_fd), spin_us_(spin_us) {}
   void AcceptLoop();
   void Serve(int fd);
 
   BackendHost& host_;
   const int listen_fd_;
+  const int spin_us_;
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   std::vector<std::shared_ptr<Conn>> conns_;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <vector>
@@ -36,10 +37,43 @@ struct WireHandle {
 
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
 
+// A queue's spent events, for reuse: creating one costs a driver call per transfer. Shared by the
+// queue and its events (an event may end after its queue); destroys what it holds last.
+class EventPool {
+ public:
+  ~EventPool() {
+    for (cudaEvent_t e : free_) cudaEventDestroy(e);
+  }
+  cudaEvent_t Take() {
+    std::lock_guard lock(mu_);
+    if (free_.empty()) return nullptr;
+    cudaEvent_t e = free_.back();
+    free_.pop_back();
+    return e;
+  }
+  void Give(cudaEvent_t e) {
+    std::lock_guard lock(mu_);
+    free_.push_back(e);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<cudaEvent_t> free_;
+};
+
 class CudaEvent final : public IpcEvent {
  public:
-  CudaEvent(int32_t device, cudaEvent_t e) : device_(device), event_(e) {}
-  ~CudaEvent() override { cudaEventDestroy(event_); }
+  CudaEvent(int32_t device, cudaEvent_t e, std::shared_ptr<EventPool> pool)
+      : device_(device), event_(e), pool_(std::move(pool)) {}
+  // Back to the pool once it completed (a later Record reuses it); destroyed otherwise.
+  ~CudaEvent() override {
+    if (cudaEventQuery(event_) == cudaSuccess) {
+      pool_->Give(event_);
+    } else {
+      (void)cudaGetLastError();
+      cudaEventDestroy(event_);
+    }
+  }
   Result<bool> Query() override {
     cudaError_t e = cudaEventQuery(event_);
     if (e == cudaSuccess) return true;
@@ -53,6 +87,7 @@ class CudaEvent final : public IpcEvent {
  private:
   const int32_t device_;
   cudaEvent_t event_;
+  const std::shared_ptr<EventPool> pool_;
 };
 
 // Pieces from which copies within one GPU go as one cudaMemcpyBatchAsync instead of one
@@ -89,15 +124,17 @@ class CudaQueue final : public IpcQueue {
   }
   Result<std::unique_ptr<IpcEvent>> Record() override {
     cudaSetDevice(device_);
-    cudaEvent_t ev = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
-    if (e != cudaSuccess) return CudaError(e, "cudaEventCreateWithFlags");
-    e = cudaEventRecord(ev, stream_);
+    cudaEvent_t ev = events_->Take();
+    if (ev == nullptr) {
+      const cudaError_t e = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+      if (e != cudaSuccess) return CudaError(e, "cudaEventCreateWithFlags");
+    }
+    const cudaError_t e = cudaEventRecord(ev, stream_);
     if (e != cudaSuccess) {
       cudaEventDestroy(ev);
       return CudaError(e, "cudaEventRecord");
     }
-    return std::unique_ptr<IpcEvent>(std::make_unique<CudaEvent>(device_, ev));
+    return std::unique_ptr<IpcEvent>(std::make_unique<CudaEvent>(device_, ev, events_));
   }
 
  private:
@@ -152,6 +189,7 @@ class CudaQueue final : public IpcQueue {
 
   const int32_t device_;
   cudaStream_t stream_;
+  const std::shared_ptr<EventPool> events_ = std::make_shared<EventPool>();
   std::vector<cuda::SmCopyRange> ranges_;  // SmBatch's, reused
   std::vector<void*> dsts_;  // CopyBatch's arrays, reused
   std::vector<const void*> srcs_;

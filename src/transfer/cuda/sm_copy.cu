@@ -7,20 +7,23 @@ namespace tandem::transfer::cuda {
 namespace {
 
 constexpr int kMaxRanges = 256;   // per launch: 256 * 16 + 257 * 8 bytes of kernel parameters
+constexpr int kFewRanges = 64;    // up to this many: a launch with a quarter of the parameters
 constexpr int kThreads = 512;
 constexpr int kUnroll = 4;        // 16-byte loads in flight per thread before the stores
 constexpr uint64_t kChunk = 4096;  // 16-byte units a CTA takes at a time: 64 KiB, one KV block
 
+template <int N>
 struct Ranges {
-  uint64_t src[kMaxRanges];  // each minus 16 * its start: unit u of the launch is at src[i] + 16 u
-  uint64_t dst[kMaxRanges];  // (unsigned arithmetic: may wrap below the range)
-  uint64_t start[kMaxRanges + 1];  // prefix sums of the lengths in 16-byte units
+  uint64_t src[N];  // each minus 16 * its start: unit u of the launch is at src[i] + 16 u
+  uint64_t dst[N];  // (unsigned arithmetic: may wrap below the range)
+  uint64_t start[N + 1];  // prefix sums of the lengths in 16-byte units
   int n;
 };
 
 // CTAs take chunks of kChunk units of the concatenated ranges in turn; a chunk may hold the end
 // of one range and the start of the next ones.
-__global__ void __launch_bounds__(kThreads) SmCopyKernel(const __grid_constant__ Ranges r) {
+template <int N>
+__global__ void __launch_bounds__(kThreads) SmCopyKernel(const __grid_constant__ Ranges<N> r) {
   const uint64_t total = r.start[r.n];
   for (uint64_t c = static_cast<uint64_t>(blockIdx.x) * kChunk; c < total;
        c += static_cast<uint64_t>(gridDim.x) * kChunk) {
@@ -52,6 +55,26 @@ __global__ void __launch_bounds__(kThreads) SmCopyKernel(const __grid_constant__
   }
 }
 
+// One launch for ranges [first, last) (at most N of them).
+template <int N>
+cudaError_t LaunchOne(const SmCopyRange* ranges, int first, int last, int ctas, cudaStream_t stream) {
+  Ranges<N> r{};
+  r.n = 0;
+  for (int i = first; i < last; ++i) {
+    if (ranges[i].len == 0) continue;
+    const uint64_t units = ranges[i].len / 16;
+    r.src[r.n] = ranges[i].src - 16 * r.start[r.n];
+    r.dst[r.n] = ranges[i].dst - 16 * r.start[r.n];
+    r.start[r.n + 1] = r.start[r.n] + units;
+    ++r.n;
+  }
+  if (r.n == 0) return cudaSuccess;
+  const uint64_t chunks = (r.start[r.n] + kChunk - 1) / kChunk;
+  const int grid = static_cast<int>(std::min<uint64_t>(ctas, chunks));
+  SmCopyKernel<N><<<grid, kThreads, 0, stream>>>(r);
+  return cudaGetLastError();
+}
+
 }  // namespace
 
 cudaError_t LaunchSmCopy(const SmCopyRange* ranges, int n, int ctas, cudaStream_t stream) {
@@ -60,21 +83,9 @@ cudaError_t LaunchSmCopy(const SmCopyRange* ranges, int n, int ctas, cudaStream_
     if (!SmCopyAligned(ranges[i])) return cudaErrorInvalidValue;
   }
   for (int first = 0; first < n; first += kMaxRanges) {
-    Ranges r{};
-    r.n = 0;
-    for (int i = first; i < std::min(n, first + kMaxRanges); ++i) {
-      if (ranges[i].len == 0) continue;
-      const uint64_t units = ranges[i].len / 16;
-      r.src[r.n] = ranges[i].src - 16 * r.start[r.n];
-      r.dst[r.n] = ranges[i].dst - 16 * r.start[r.n];
-      r.start[r.n + 1] = r.start[r.n] + units;
-      ++r.n;
-    }
-    if (r.n == 0) continue;
-    const uint64_t chunks = (r.start[r.n] + kChunk - 1) / kChunk;
-    const int grid = static_cast<int>(std::min<uint64_t>(ctas, chunks));
-    SmCopyKernel<<<grid, kThreads, 0, stream>>>(r);
-    const cudaError_t e = cudaGetLastError();
+    const int last = std::min(n, first + kMaxRanges);
+    const cudaError_t e = last - first <= kFewRanges ? LaunchOne<kFewRanges>(ranges, first, last, ctas, stream)
+                                                     : LaunchOne<kMaxRanges>(ranges, first, last, ctas, stream);
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;
