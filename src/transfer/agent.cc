@@ -474,7 +474,8 @@ Result<TransferHandle> Agent::Post(Op op, const DescList& local, const DescList&
   request->peer = peer_name;
   request->local_kind = local.kind;
   request->remote_kind = remote.kind;
-  request->total_bytes = local.total_bytes();
+  request->total_bytes = 0;  // the segments cover the descriptors exactly: fewer to add up
+  for (const Segment& s : segments) request->total_bytes += s.len;
   request->segments = std::move(segments);
   request->notification = std::move(notification);
   request->while_computing = options.while_computing;

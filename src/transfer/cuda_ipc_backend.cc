@@ -251,7 +251,8 @@ class CudaIpcBackend final : public Backend {
     f->request = std::move(req);
     f->peer = it->second;
     submit_.push_back(std::move(f));
-    cv_.notify_all();
+    posted_.fetch_add(1, std::memory_order_release);
+    submit_cv_.notify_one();
     return Status::Ok();
   }
 
@@ -263,7 +264,7 @@ class CudaIpcBackend final : public Backend {
       for (auto& [name, peer] : peers_) Retire(*peer);
       peers_.clear();
     }
-    cv_.notify_all();
+    submit_cv_.notify_all();
     submitter_.join();
     completer_.join();  // after the copies in flight landed
     server_->Stop();
@@ -329,25 +330,49 @@ class CudaIpcBackend final : public Backend {
     return q.get();
   }
 
+  // Ns since the epoch of Clock, for the atomics below.
+  static int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+  // Before sleeping, the submitter polls for a post spin_us after the last transfer ended, and
+  // while transfers are in flight up to 20 x spin_us after its last submit (the next post of a
+  // burst, or of a caller that waits for each transfer, is likely near), so that it need not be
+  // woken (some microseconds, more from a deep idle state). It yields meanwhile, so that a busy
+  // host's runnable threads go first.
+  void SpinForPost(uint64_t taken, int64_t last_submit_ns) {
+    if (params_.spin_us <= 0) return;
+    const int64_t spin_ns = int64_t{params_.spin_us} * 1000;
+    while (posted_.load(std::memory_order_acquire) == taken && !stopping_) {
+      const int64_t now = NowNs();
+      const bool flying = in_flight_.load(std::memory_order_acquire) > 0 && now - last_submit_ns < 20 * spin_ns;
+      if (!flying && now - last_end_ns_.load(std::memory_order_acquire) > spin_ns) return;
+      std::this_thread::yield();
+    }
+  }
+
   void SubmitLoop() {
+    uint64_t taken = 0;           // posts taken off submit_
+    int64_t last_submit_ns = 0;  // when the last Submit returned
     for (;;) {
+      SpinForPost(taken, last_submit_ns);
       std::shared_ptr<Flight> f;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !submit_.empty(); });
+        submit_cv_.wait(lock, [&] { return stopping_ || !submit_.empty(); });
         if (submit_.empty()) {
           submit_done_ = true;  // the completion thread ends once the flights ended
-          cv_.notify_all();
+          flight_cv_.notify_all();
           return;
         }
         f = std::move(submit_.front());
         submit_.pop_front();
+        ++taken;
       }
       if (stopping_) {
         f->request->Complete(Err(StatusCode::kFailedPrecondition, "cuda_ipc backend shut down"));
         continue;
       }
       Submit(f);
+      last_submit_ns = NowNs();
     }
   }
 
@@ -454,8 +479,9 @@ class CudaIpcBackend final : public Backend {
     {
       std::lock_guard lock(mu_);
       flights_.push_back(f);
+      in_flight_.fetch_add(1, std::memory_order_release);
     }
-    cv_.notify_all();
+    flight_cv_.notify_one();
   }
 
   // Polls the events of the flights; ends each whose copies all landed (or failed).
@@ -469,7 +495,7 @@ class CudaIpcBackend final : public Backend {
       std::vector<std::shared_ptr<Flight>> landed;
       {
         std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return !flights_.empty() || submit_done_; });
+        flight_cv_.wait(lock, [&] { return !flights_.empty() || submit_done_; });
         if (flights_.empty()) return;
         for (auto it = flights_.begin(); it != flights_.end();) {
           if (Landed(**it)) {
@@ -481,7 +507,11 @@ class CudaIpcBackend final : public Backend {
           }
         }
       }
-      for (auto& f : landed) End(*f);
+      for (auto& f : landed) {
+        End(*f);
+        last_end_ns_.store(NowNs(), std::memory_order_release);
+        in_flight_.fetch_sub(1, std::memory_order_release);
+      }
       if (landed.empty()) std::this_thread::sleep_for(std::chrono::microseconds(params_.poll_us));
     }
   }
@@ -532,7 +562,11 @@ class CudaIpcBackend final : public Backend {
   std::atomic<bool> stopping_{false};
   std::mutex mu_;
   bool submit_done_ = false;  // guarded by mu_
-  std::condition_variable cv_;
+  std::atomic<uint64_t> posted_{0};     // posts ever pushed to submit_ (SpinForPost)
+  std::atomic<int> in_flight_{0};       // flights between Submit and End
+  std::atomic<int64_t> last_end_ns_{0};  // NowNs() when the last flight ended
+  std::condition_variable submit_cv_;  // the submitter waits for posts
+  std::condition_variable flight_cv_;  // the completion thread for flights
   std::map<std::string, std::shared_ptr<Peer>> peers_;
   std::deque<std::shared_ptr<Flight>> submit_;
   std::list<std::shared_ptr<Flight>> flights_;

@@ -67,9 +67,18 @@ Result<RegionPin> RegionTable::Pin(MemoryKind kind, std::span<const Descriptor> 
   std::lock_guard lock(mu_);
   pin.ids_.reserve(ranges.size());
   const RegionInfo* last = nullptr;
+  auto next = regions_.end();  // the entry after last's (ranges often go from one region to the next)
   for (size_t i = 0; i < ranges.size(); ++i) {
     const Descriptor& d = ranges[i];
-    const RegionInfo* r = (last && Contains(*last, kind, d)) ? last : FindLocked(kind, d);
+    const RegionInfo* r = nullptr;
+    if (last && Contains(*last, kind, d)) {
+      r = last;
+    } else if (next != regions_.end() && !next->second.removing && Contains(next->second.info, kind, d)) {
+      r = &next->second.info;
+    } else {
+      r = FindLocked(kind, d);
+    }
+    if (r && r != last) next = std::next(regions_.find(r->id));
     if (!r) {
       return Err(StatusCode::kInvalidArgument,
                  "range {} ({:#x}+{} bytes, {} device {}) lies outside every registered region", i, d.addr,
