@@ -48,6 +48,8 @@ struct PrefillHandler::Job {
   bool last_posted = false;
   Status failure;                   // set once: answer with it after every write has ended
   Clock::time_point first_post;
+  // When the call arrived and when the engine's final output did (engine thread), for the log.
+  Clock::time_point received, computed_at;
 };
 
 std::shared_ptr<transfer::DeviceCopier> KVDeviceCopier(const KVCacheLayout& layout) {
@@ -144,6 +146,7 @@ Status PrefillHandler::EnsurePeer(const runtime::KVTarget& target) {
 }
 
 void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefillDone done) {
+  const auto received = Clock::now();
   const runtime::KVTarget& t = request.target;
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   const int num_blocks = (num_prompt + block_size_ - 1) / block_size_;
@@ -177,6 +180,7 @@ void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefil
   }
 
   auto job = std::make_shared<Job>();
+  job->received = received;
   job->remote_kind = remote_memory->first;
   job->remote_device = remote_memory->second;
   {
@@ -240,6 +244,7 @@ void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutp
     job->first_token = out.new_token_ids.front();
     job->logprobs = out.new_logprobs;
   }
+  job->computed_at = Clock::now();
   job->blocks_held = !out.held_block_ids.empty();
   const FinishReason reason = out.finish_reason;
   std::string error = out.error;
@@ -286,6 +291,16 @@ void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefil
   cv_.notify_all();
   if (!result.ok()) {
     log::info("[{}] remote prefill failed: {}", job->request.request_id, result.status().ToString());
+  } else {
+    // Where a disaggregated TTFT goes on this side: the call to the engine's final output (queueing
+    // and the prefill), and from there to this answer (the writes still in flight, then ours).
+    auto ms = [](Clock::time_point a, Clock::time_point b) {
+      return std::chrono::duration<double, std::milli>(b - a).count();
+    };
+    const auto now = Clock::now();
+    log::info("[{}] remote prefill answered: {} blocks, call to engine output {:.2f} ms, engine output to "
+              "answer {:.2f} ms", job->request.request_id, result->num_blocks_written, ms(job->received, job->computed_at),
+              ms(job->computed_at, now));
   }
   done(std::move(result));
 }
