@@ -73,6 +73,9 @@ void AsyncEngine::ReleaseHeldBlocks(const std::string& request_id) {
 Status AsyncEngine::Submit(GenerateRequest request, OutputCallback on_output) {
   // Validation reads only the engine's immutable configuration: safe beside a running Step().
   TANDEM_RETURN_IF_ERROR(engine_->ValidateRequest(request.prompt_token_ids, request.params));
+  if (request.options.arrival == std::chrono::steady_clock::time_point{}) {
+    request.options.arrival = std::chrono::steady_clock::now();
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (stopping_) return Status(StatusCode::kFailedPrecondition, "the engine is shutting down");

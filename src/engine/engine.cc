@@ -152,6 +152,7 @@ class EngineImpl final : public Engine {
     r.allow_remote_prefill = options.allow_remote_prefill;
     r.hold_blocks = options.hold_blocks;
     r.prefill_worker_id = options.prefill_worker_id;
+    r.arrival = options.arrival;
     entry->on_layer_kv_ready = options.on_layer_kv_ready;
     // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
     r.generator.seed(params.seed ? *params.seed : global_generator_());
@@ -193,6 +194,7 @@ class EngineImpl final : public Engine {
       task.block_ids = kv_.GetBlockIds(r->request_id);
       task.num_cached_tokens = r->num_computed_tokens;
       task.prefill_worker_id = r->prefill_worker_id;
+      task.arrival = r->arrival;
       remote_tasks_.push_back(std::move(task));
     }
     for (Request* r : sched.unfittable) {

@@ -10,6 +10,7 @@
 // toward its num_tokens under a token budget; prefill, chunked prefill and decode are one mechanism.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -71,6 +72,9 @@ struct RequestOptions {
   // valid during the call). Earlier steps' KV is complete by then. Not called when the step fails.
   // Keep it short: it runs inside the forward pass.
   std::function<void(const LayerKVReady&)> on_layer_kv_ready;
+  // When the request reached the engine (AsyncEngine::Submit sets it when unset); only passed on,
+  // in RemotePrefillTask::arrival, for the decode worker's timing log.
+  std::chrono::steady_clock::time_point arrival{};
 };
 
 // A prompt whose KV must be written into this engine's blocks by a prefill worker.
@@ -83,6 +87,7 @@ struct RemotePrefillTask {
                                 // (a multiple of block_size): blocks from
                                 // num_cached_tokens / block_size on must be written
   std::string prefill_worker_id;  // RequestOptions::prefill_worker_id (a hint; empty: none)
+  std::chrono::steady_clock::time_point arrival{};  // RequestOptions::arrival
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAbort, kError };

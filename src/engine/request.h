@@ -1,6 +1,7 @@
 // Request: one generation request as the scheduler and the engine loop see it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -31,6 +32,7 @@ struct Request {
   bool allow_remote_prefill = false;   // RequestOptions (engine.h)
   bool hold_blocks = false;
   std::string prefill_worker_id;       // RequestOptions::prefill_worker_id
+  std::chrono::steady_clock::time_point arrival{};  // RequestOptions::arrival
 
   int num_tokens() const { return static_cast<int>(token_ids.size()); }
   int num_output_tokens() const { return num_tokens() - num_prompt_tokens; }

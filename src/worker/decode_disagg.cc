@@ -31,6 +31,10 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   req.write_window = options_.timeout - options_.write_margin;
   const uint64_t external_tokens = req.prompt_token_ids.size() - task.num_cached_tokens;
   const auto started = std::chrono::steady_clock::now();
+  // From the request reaching the engine to this call (admission, block allocation, dispatch).
+  const double queued_ms = task.arrival == std::chrono::steady_clock::time_point{}
+                               ? 0.0
+                               : std::chrono::duration<double, std::milli>(started - task.arrival).count();
   const std::string id = task.request_id;
   // The chosen prefill worker: Prefill fills it before it starts the call, so before `done` runs.
   auto worker = std::make_shared<std::string>();
@@ -48,7 +52,7 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   }
   client->Prefill(
       req, options_.timeout,
-      [this, done = std::move(done), external_tokens, started, id,
+      [this, done = std::move(done), external_tokens, started, queued_ms, id,
        worker](Result<runtime::RemotePrefillResult> result) {
         RemotePrefillOutcome outcome;
         if (!result.ok()) {
@@ -64,9 +68,10 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
           const double ms = std::chrono::duration<double, std::milli>(
                                 std::chrono::steady_clock::now() - started).count();
           log::info("[{}] remote prefill: {} blocks ({} bytes) written in {:.2f} ms, prefill "
-                    "worker had {} prompt tokens cached, call took {:.1f} ms (prefill worker {})",
+                    "worker had {} prompt tokens cached, call took {:.1f} ms, {:.2f} ms after the request "
+                    "reached the engine (prefill worker {})",
                     id, result->num_blocks_written, result->bytes_written,
-                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms, *worker);
+                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms, queued_ms, *worker);
           std::lock_guard<std::mutex> lock(mu_);
           stats_.num_transfers += 1;
           stats_.bytes += result->bytes_written;
