@@ -86,6 +86,7 @@ struct TransferRecord {
   Status status;
   double seconds = 0.0;
   RegionPin local_pin;
+  std::function<void()> on_done;  // PostOptions::on_done
 };
 
 struct PeerEntry {
@@ -202,6 +203,8 @@ void FinishRecord(TransferRecord& r, Status s, double seconds) {
     r.seconds = seconds;
     r.state = s.ok() ? TransferState::kDone : TransferState::kError;
     r.status = std::move(s);
+    // Under the lock: whoever sees the end through Check() or Wait() knows the callback returned.
+    if (r.on_done) std::exchange(r.on_done, nullptr)();
   }
   r.cv.notify_all();
 }
@@ -462,6 +465,7 @@ Result<TransferHandle> Agent::Post(Op op, const DescList& local, const DescList&
   TANDEM_ASSIGN_OR_RETURN(std::vector<Segment> segments,
                           Coalesce(local, remote, core_->regions->List(), remote_regions));
   auto record = std::make_shared<TransferRecord>();
+  record->on_done = options.on_done;
   // The segments, not the descriptors: each lies in one local region, and there are fewer.
   std::vector<Descriptor> pinned;
   pinned.reserve(segments.size());

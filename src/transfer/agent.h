@@ -126,6 +126,11 @@ struct PostOptions {
   // backend that can copy with the GPU's SMs or with its copy engines takes the copy engines and
   // leaves the SMs to the computation (cuda_ipc's sm_ctas).
   bool while_computing = false;
+  // Called once when the transfer ends (done or failed), on a backend thread, before Check() and
+  // Wait() can see the end (so once they do, it has returned): keep it short, and do not touch this
+  // transfer's handle from it. Not called when Post returns an error. Lets a caller that drives
+  // many transfers wake up when one ends instead of polling.
+  std::function<void()> on_done;
 };
 
 class Agent {

@@ -101,6 +101,7 @@ PrefillHandler::PrefillHandler(std::shared_ptr<AsyncEngine> engine, transfer::Ag
       options_(options),
       layout_(engine_->kv_cache_layout()),
       block_size_(engine_->engine_config().block_size) {
+  transfer_ended_->owner = this;
   transfer_thread_ = std::thread([this] { TransferLoop(); });
 }
 
@@ -120,6 +121,27 @@ PrefillHandler::~PrefillHandler() {
   }
   cv_.notify_all();
   transfer_thread_.join();
+  std::lock_guard<std::mutex> lock(transfer_ended_->mu);  // (every write ended by now)
+  transfer_ended_->owner = nullptr;
+}
+
+void PrefillHandler::OnTransferEnded() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    transfer_ended_flag_ = true;
+  }
+  cv_.notify_all();
+}
+
+transfer::PostOptions PrefillHandler::PostOptionsFor(const Job& job, Clock::time_point now) const {
+  transfer::PostOptions post;
+  post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job.write_deadline - now);
+  // The transfer thread wakes when a write ends rather than at its next poll.
+  post.on_done = [signal = transfer_ended_] {
+    std::lock_guard<std::mutex> lock(signal->mu);
+    if (signal->owner) signal->owner->OnTransferEnded();
+  };
+  return post;
 }
 
 Result<std::pair<transfer::MemoryKind, int32_t>> KVPoolMemoryOf(std::string_view agent_metadata,
@@ -372,8 +394,7 @@ bool PrefillHandler::StepWholeJob(const std::shared_ptr<Job>& job) {
   }
   transfer::DescList local, remote;  // layer-major: runs of consecutive blocks coalesce
   for (size_t l = 0; l < layout_.layer_base.size(); ++l) AddLayerDescs(*job, l, held, first, end, &local, &remote);
-  transfer::PostOptions post;
-  post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+  const transfer::PostOptions post = PostOptionsFor(*job, now);
   auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
                              job->request.request_id, post);
   if (!handle.ok()) {
@@ -420,8 +441,7 @@ bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
     }
     transfer::DescList local, remote;
     AddLayerDescs(*job, static_cast<size_t>(layer), blocks, first, end, &local, &remote);
-    transfer::PostOptions post;
-    post.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(job->write_deadline - now);
+    transfer::PostOptions post = PostOptionsFor(*job, now);
     post.while_computing = !computed;  // later layers still run: the copy engines, not the SMs
     auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
                                std::move(notification), post);
@@ -483,11 +503,15 @@ void PrefillHandler::TransferLoop() {
     std::deque<std::shared_ptr<Job>> woken;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      // Active jobs: also woken when one of their writes ends (OnTransferEnded); the poll is for
+      // layers becoming ready and write deadlines.
       if (active.empty()) {
         cv_.wait(lock, [&] { return stopping_ || !ready_.empty(); });
       } else {
-        cv_.wait_for(lock, std::chrono::microseconds(100), [&] { return stopping_ || !ready_.empty(); });
+        cv_.wait_for(lock, std::chrono::microseconds(100),
+                     [&] { return stopping_ || !ready_.empty() || transfer_ended_flag_; });
       }
+      transfer_ended_flag_ = false;
       woken.swap(ready_);
       if (stopping_ && woken.empty() && active.empty() && outstanding_.empty()) break;
     }

@@ -81,6 +81,9 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
   void AddLayerDescs(const Job& job, size_t layer, const std::vector<int>& blocks, int first, int end,
                      transfer::DescList* local, transfer::DescList* remote) const;
   void Finish(const std::shared_ptr<Job>& job, Result<runtime::RemotePrefillResult> result);
+  // A write of ours ended (a backend thread, through PostOptions::on_done): wake the transfer thread.
+  void OnTransferEnded();
+  transfer::PostOptions PostOptionsFor(const Job& job, std::chrono::steady_clock::time_point now) const;
   Status EnsurePeer(const runtime::KVTarget& target);
 
   std::shared_ptr<AsyncEngine> engine_;
@@ -99,6 +102,13 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
   std::set<std::string> outstanding_;         // request ids not yet answered
   std::atomic<uint64_t> num_layer_posts_{0}, num_layer_posts_early_{0};
   std::thread transfer_thread_;
+  bool transfer_ended_flag_ = false;  // guarded by mu_
+  // What on_done callbacks reach this handler through: owner is cleared once every write ended.
+  struct TransferEndedSignal {
+    std::mutex mu;
+    PrefillHandler* owner = nullptr;
+  };
+  std::shared_ptr<TransferEndedSignal> transfer_ended_ = std::make_shared<TransferEndedSignal>();
 };
 
 // The DeviceCopier an agent needs for `layout`'s pool (AgentOptions::device_copier): null for a

@@ -241,6 +241,51 @@ TEST_P(AgentTest, PostRejectsBadDescriptors) {
   EXPECT_EQ(initiator_->stats().num_transfers, 0u);
 }
 
+// PostOptions::on_done: once per transfer, done or failed, and returned before Wait() or Check()
+// can see the end; never for a Post that returns an error.
+TEST_P(AgentTest, OnDoneRunsOnceAndReturnsBeforeTheEndIsSeen) {
+  std::atomic<int> calls{0};
+  std::atomic<bool> returned{false};
+  PostOptions o;
+  o.on_done = [&] {
+    calls++;
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));  // a slow callback
+    returned = true;
+  };
+  DescList l, r;
+  l.Add(src_.data(), 1 << 20);
+  r.Add(dst_.data(), 1 << 20);
+  auto h = initiator_->Post(Op::kWrite, l, r, "decode", std::nullopt, o);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  ASSERT_TRUE(h->Wait().ok());
+  EXPECT_TRUE(returned.load());  // fails if the end is visible before the callback returned
+  EXPECT_EQ(calls.load(), 1);
+
+  // A failure the target reports (stale metadata: its region is gone): called too.
+  std::vector<uint8_t> victim(1 << 20, 0xAB);
+  auto reg = target_->RegisterMemory(victim.data(), victim.size());
+  ASSERT_TRUE(reg.ok());
+  Reload();
+  reg->Reset();
+  returned = false;
+  DescList rv;
+  rv.Add(victim.data(), 1 << 20);
+  auto failed = initiator_->Post(Op::kWrite, l, rv, "decode", std::nullopt, o);
+  ASSERT_TRUE(failed.ok()) << failed.status().ToString();
+  EXPECT_FALSE(failed->Wait().ok());
+  EXPECT_TRUE(returned.load());
+  EXPECT_EQ(calls.load(), 2);
+
+  // Refused by Post itself (outside our registrations): never called.
+  DescList outside;
+  outside.Add(victim.data(), 4096);
+  DescList r4;
+  r4.Add(dst_.data(), 4096);
+  EXPECT_FALSE(initiator_->Post(Op::kWrite, outside, r4, "decode", std::nullopt, o).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(calls.load(), 2);
+}
+
 TEST_P(AgentTest, TargetRechecksItsOwnRegistrations) {
   // The initiator holds stale metadata: the target deregistered the region since.
   std::vector<uint8_t> victim(1 << 20, 0xAB);
