@@ -119,6 +119,7 @@ int RunWorker(const WorkerOptions& opt) {
   // The transfer agent and the KV pool's registration (prefill and decode).
   std::unique_ptr<transfer::Agent> agent;
   std::vector<transfer::Registration> kv_registrations;
+  auto relay = std::make_shared<worker::NotificationRelay>();  // the agent's notifications -> DecodeDisagg
   if (decode || prefill) {
     transfer::AgentOptions agent_options;
     agent_options.name = AgentName(opt.mode);
@@ -131,7 +132,9 @@ int RunWorker(const WorkerOptions& opt) {
       const size_t dot = p.find('.'), eq = p.find('=');
       agent_options.backend_params[p.substr(0, dot)][p.substr(dot + 1, eq - dot - 1)] = p.substr(eq + 1);
     }
-    agent_options.on_notification = [](const transfer::Notification&) {};  // counted per call
+    // A decode worker's DecodeDisagg takes kv-ready notifications as outcomes (bound below);
+    // transfers are counted per call.
+    agent_options.on_notification = [relay](const transfer::Notification& n) { (*relay)(n); };
     agent_options.device_copier = worker::KVDeviceCopier(layout);  // a KV pool on the GPU: host staging
 #ifdef TANDEM_HAVE_CUDA_COPIER
     // A KV pool on the GPU: cuda_ipc to workers on this node (the agent picks it for GPU to GPU).
@@ -184,6 +187,7 @@ int RunWorker(const WorkerOptions& opt) {
     disagg_options.write_margin = std::min(disagg_options.write_margin, disagg_options.timeout / 4);
     disagg = std::make_shared<worker::DecodeDisagg>(agent.get(), layout, config.block_size, client,
                                                     disagg_options);
+    relay->Bind(disagg);
     engine_options.remote_prefill = [disagg](RemotePrefillTask task,
                                              std::function<void(RemotePrefillOutcome)> done) {
       disagg->Start(std::move(task), std::move(done));

@@ -16,7 +16,9 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/status.h"
@@ -24,6 +26,21 @@
 #include "engine/sampling_params.h"
 
 namespace tandem::runtime {
+
+// The notification the prefill worker's last write for a request carries. It reaches the decode
+// worker's agent after every byte of the request's KV landed (that write is posted after all the
+// others ended, and a transfer agent delivers a notification after its data), typically before
+// the call's answer (one gRPC leg less). Format: "kv-ready <first token id> <request id>" (the
+// request id last, as is) when the first token can travel in it, i.e. no logprobs were asked for;
+// else the request id alone. A decode worker may take the first form as the call's answer and
+// start decoding at once (DecodeDisagg does); the answer still follows.
+std::string KvReadyNotification(const std::string& request_id, int32_t first_token);
+struct KvReady {
+  std::string request_id;
+  int32_t first_token = -1;
+};
+// nullopt for anything but the first form (the bare request id included).
+std::optional<KvReady> ParseKvReadyNotification(std::string_view message);
 
 // Where the decode worker wants the KV: its agent and its KV pool layout.
 struct KVTarget {

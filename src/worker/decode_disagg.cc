@@ -50,36 +50,80 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
     done(std::move(stopping));
     return;
   }
+  auto pending = std::make_shared<Pending>();
+  pending->done = std::move(done);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pending_[id] = pending;
+  }
   client->Prefill(
       req, options_.timeout,
-      [this, done = std::move(done), external_tokens, started, queued_ms, id,
+      [this, pending, external_tokens, started, queued_ms, id,
        worker](Result<runtime::RemotePrefillResult> result) {
+        // The call ended: from now on nothing writes into the blocks. Its outcome, unless the
+        // kv-ready notification was it.
+        auto done = TakeDone(id, pending, /*erase=*/true);
         RemotePrefillOutcome outcome;
         if (!result.ok()) {
+          if (!done) {  // the KV had arrived (the notification): decoding went on
+            log::warn("[{}] remote prefill call failed after its KV arrived: {}", id, result.status().ToString());
+            return;
+          }
           outcome.status = result.status();
           num_fallbacks_.fetch_add(1);
-          std::lock_guard<std::mutex> lock(mu_);
-          stats_.num_errors += 1;
-        } else {
-          outcome.first_token = result->first_token_id;
-          outcome.logprobs = std::move(result->logprobs);
-          num_remote_.fetch_add(1);
-          external_hit_tokens_.fetch_add(external_tokens);
-          const double ms = std::chrono::duration<double, std::milli>(
-                                std::chrono::steady_clock::now() - started).count();
-          log::info("[{}] remote prefill: {} blocks ({} bytes) written in {:.2f} ms, prefill "
-                    "worker had {} prompt tokens cached, call took {:.1f} ms, {:.2f} ms after the request "
-                    "reached the engine (prefill worker {})",
-                    id, result->num_blocks_written, result->bytes_written,
-                    result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms, queued_ms, *worker);
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_.num_errors += 1;
+          }
+          done(std::move(outcome));
+          return;
+        }
+        outcome.first_token = result->first_token_id;
+        outcome.logprobs = std::move(result->logprobs);
+        num_remote_.fetch_add(1);
+        external_hit_tokens_.fetch_add(external_tokens);
+        const double ms = std::chrono::duration<double, std::milli>(
+                              std::chrono::steady_clock::now() - started).count();
+        log::info("[{}] remote prefill: {} blocks ({} bytes) written in {:.2f} ms, prefill "
+                  "worker had {} prompt tokens cached, call took {:.1f} ms, {:.2f} ms after the request "
+                  "reached the engine{} (prefill worker {})",
+                  id, result->num_blocks_written, result->bytes_written,
+                  result->transfer_seconds * 1e3, result->num_prefill_cached_tokens, ms, queued_ms,
+                  done ? "" : "; decoding began at the kv-ready notification", *worker);
+        {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.num_transfers += 1;
           stats_.bytes += result->bytes_written;
           stats_.seconds += result->transfer_seconds;
         }
-        done(std::move(outcome));
+        if (done) done(std::move(outcome));
       },
       worker.get(), task.prefill_worker_id);
+}
+
+std::function<void(RemotePrefillOutcome)> DecodeDisagg::TakeDone(const std::string& request_id,
+                                                                std::shared_ptr<Pending> p, bool erase) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = pending_.find(request_id);
+  if (!p) {
+    if (it == pending_.end()) return nullptr;
+    p = it->second;
+  }
+  if (erase && it != pending_.end() && it->second == p) pending_.erase(it);
+  if (p->answered) return nullptr;
+  p->answered = true;
+  return std::move(p->done);
+}
+
+void DecodeDisagg::OnNotification(const transfer::Notification& n) {
+  const std::optional<runtime::KvReady> ready = runtime::ParseKvReadyNotification(n.message);
+  if (!ready) return;
+  // The call stays in flight (pending_ keeps it) until its answer: that ends the write window.
+  auto done = TakeDone(ready->request_id, nullptr, /*erase=*/false);
+  if (!done) return;  // not ours, or already answered
+  RemotePrefillOutcome outcome;
+  outcome.first_token = ready->first_token;
+  done(std::move(outcome));
 }
 
 void DecodeDisagg::Shutdown() {

@@ -22,6 +22,12 @@
 // agent metadata sent here, and the tcp backend acknowledges a write only after its last staged
 // chunk landed on the device, so the first decode step never reads KV still in flight.
 //
+// The first token may come before the call's answer: the prefill worker's last write carries a
+// "kv-ready" notification (runtime::KvReadyNotification) with it, which the agent delivers after
+// every byte of the request's KV landed. OnNotification takes it as the outcome, so decoding starts
+// one gRPC leg earlier (the answer, when it follows, only counts the transfer); a request whose
+// logprobs were asked for waits for the answer. Exactly one outcome per task either way.
+//
 // Accounting (DESIGN.md section 4): each successful remote prefill counts as one KV transfer of
 // the bytes the prefill worker reports; failures count as errors. External prefix cache hit rate =
 // prompt tokens whose KV arrived from a prefill worker / prompt tokens looked up by this engine.
@@ -29,6 +35,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -55,6 +62,9 @@ class DecodeDisagg {
 
   // AsyncEngineOptions::remote_prefill.
   void Start(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done);
+  // The agent's notifications (AgentOptions::on_notification, through a NotificationRelay): a
+  // kv-ready one for a task in flight is its outcome; anything else is ignored.
+  void OnNotification(const transfer::Notification& n);
   // Cancels the calls in flight and waits for their outcomes (errors: local prefill); later
   // Starts fail at once. Call it before the agent's KV registrations go away.
   void Shutdown();
@@ -72,9 +82,43 @@ class DecodeDisagg {
   DecodeDisaggOptions options_;
   std::string metadata_;  // the agent's, exported once (the registrations do not change)
 
+  // A task whose call is in flight; `done` runs once, from the notification or the answer.
+  struct Pending {
+    std::function<void(RemotePrefillOutcome)> done;
+    bool answered = false;  // done has run (guarded by mu_)
+  };
+  // Takes `p`'s done (null `p`: the task in flight under `request_id`) if it has not run yet, and
+  // marks it run; null otherwise. `erase`: `p`'s call ended, forget it.
+  std::function<void(RemotePrefillOutcome)> TakeDone(const std::string& request_id, std::shared_ptr<Pending> p,
+                                                     bool erase);
+
   mutable std::mutex mu_;
+  std::map<std::string, std::shared_ptr<Pending>> pending_;  // by request id, until the call ends
   transfer::TransferStats stats_;
   std::atomic<uint64_t> external_hit_tokens_{0}, num_remote_{0}, num_fallbacks_{0};
+};
+
+// Routes an agent's notifications (AgentOptions::on_notification, fixed before the DecodeDisagg
+// exists) to a DecodeDisagg once bound; until then, and after it is gone, they are dropped.
+// Thread-safe.
+class NotificationRelay {
+ public:
+  void Bind(std::weak_ptr<DecodeDisagg> target) {
+    std::lock_guard<std::mutex> lock(mu_);
+    target_ = std::move(target);
+  }
+  void operator()(const transfer::Notification& n) const {
+    std::shared_ptr<DecodeDisagg> t;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      t = target_.lock();
+    }
+    if (t) t->OnNotification(n);
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::weak_ptr<DecodeDisagg> target_;
 };
 
 // "External prefix cache hit rate: P%" (P with 1 decimal; 0 when nothing was looked up), as

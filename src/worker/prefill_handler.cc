@@ -353,6 +353,15 @@ std::pair<int, int> BlockRange(const runtime::RemotePrefillRequest& r, int block
 
 }  // namespace
 
+// The notification of a job's last write (runtime::KvReadyNotification): with the first token
+// unless logprobs were asked for (they do not travel in it).
+std::string PrefillHandler::KvReadyNotificationOf(const Job& job) {
+  if (job.first_token < 0 || !job.logprobs.empty() || job.request.params.logprobs >= 0) {
+    return job.request.request_id;
+  }
+  return runtime::KvReadyNotification(job.request.request_id, job.first_token);
+}
+
 // The answer of a job whose writes all landed.
 RemotePrefillResult PrefillHandler::Written(const Job& job, int num_blocks, uint64_t bytes, double seconds) {
   RemotePrefillResult r;
@@ -396,7 +405,7 @@ bool PrefillHandler::StepWholeJob(const std::shared_ptr<Job>& job) {
   for (size_t l = 0; l < layout_.layer_base.size(); ++l) AddLayerDescs(*job, l, held, first, end, &local, &remote);
   const transfer::PostOptions post = PostOptionsFor(*job, now);
   auto handle = agent_->Post(transfer::Op::kWrite, local, remote, job->request.target.agent_name,
-                             job->request.request_id, post);
+                             KvReadyNotificationOf(*job), post);
   if (!handle.ok()) {
     Finish(job, handle.status());
     return true;
@@ -480,7 +489,7 @@ bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
   if (!computed || in_flight || job->next_layer < num_layers - 1) return false;
   if (!job->last_posted) {
     if (job->layers.empty() || !job->layers.front().is_ready()) return false;
-    if (post_layer(num_layers - 1, job->request.request_id)) {
+    if (post_layer(num_layers - 1, KvReadyNotificationOf(*job))) {
       job->layers.pop_front();
       job->last_posted = true;
     }

@@ -76,6 +76,7 @@ class PrefillHandler final : public runtime::RemotePrefillHandler {
   // Transfer thread: posts what is ready; true when the job is finished (answered).
   bool StepWholeJob(const std::shared_ptr<Job>& job);
   bool StepLayerwiseJob(const std::shared_ptr<Job>& job);
+  static std::string KvReadyNotificationOf(const Job& job);
   static runtime::RemotePrefillResult Written(const Job& job, int num_blocks, uint64_t bytes, double seconds);
   // The descriptors of layer `layer`'s blocks [first, end) of `blocks` into the decode worker's.
   void AddLayerDescs(const Job& job, size_t layer, const std::vector<int>& blocks, int first, int end,

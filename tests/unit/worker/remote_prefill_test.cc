@@ -10,6 +10,9 @@
 #include <future>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -45,11 +48,14 @@ std::shared_ptr<AsyncEngine> MakeEngine(int max_local, AsyncEngineOptions option
   return std::make_shared<AsyncEngine>(std::move(e).value(), std::move(options));
 }
 
-std::unique_ptr<transfer::Agent> MakeAgent(const std::string& name) {
+std::unique_ptr<transfer::Agent> MakeAgent(const std::string& name,
+                                           std::shared_ptr<NotificationRelay> relay = nullptr) {
   transfer::AgentOptions o;
   o.name = name;
   o.backend_override = "tcp";  // the cross-process path, even inside one process
-  o.on_notification = [](const transfer::Notification&) {};
+  o.on_notification = [relay](const transfer::Notification& n) {
+    if (relay) (*relay)(n);
+  };
   auto a = transfer::Agent::Create(std::move(o));
   EXPECT_TRUE(a.ok()) << a.status().ToString();
   return std::move(a).value();
@@ -85,6 +91,34 @@ Collected Generate(AsyncEngine& engine, const std::string& id, std::vector<int32
   return f.get();
 }
 
+// A prefill worker whose answers reach the gRPC layer `delay` late (its writes and their
+// notifications do not wait).
+class LateAnswers final : public runtime::RemotePrefillHandler {
+ public:
+  LateAnswers(std::shared_ptr<runtime::RemotePrefillHandler> inner, std::chrono::milliseconds delay)
+      : inner_(std::move(inner)), delay_(delay) {}
+  ~LateAnswers() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (std::thread& t : threads_) t.join();
+  }
+  void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override {
+    inner_->Prefill(std::move(request), [this, done](Result<runtime::RemotePrefillResult> r) {
+      std::lock_guard<std::mutex> lock(mu_);
+      threads_.emplace_back([done, r, delay = delay_] {
+        std::this_thread::sleep_for(delay);
+        done(r);
+      });
+    });
+  }
+  void Cancel(const std::string& id) override { inner_->Cancel(id); }
+
+ private:
+  std::shared_ptr<runtime::RemotePrefillHandler> inner_;
+  std::chrono::milliseconds delay_;
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+};
+
 bool Eventually(const std::function<bool()>& cond, std::chrono::milliseconds max) {
   const auto end = std::chrono::steady_clock::now() + max;
   while (std::chrono::steady_clock::now() < end) {
@@ -111,15 +145,18 @@ class RemotePrefillTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The prefill worker: engine, agent with its KV registered, gRPC server registered in discovery.
-  void StartPrefill(PrefillHandlerOptions handler_options = {}) {
+  // `answer_delay` > 0: the answers go out that late (LateAnswers).
+  void StartPrefill(PrefillHandlerOptions handler_options = {}, std::chrono::milliseconds answer_delay = 0ms) {
     prefill_engine_ = MakeEngine(0, {});
     prefill_agent_ = MakeAgent("prefill-test");
     auto regs = RegisterKVCache(*prefill_agent_, prefill_engine_->kv_cache_layout());
     ASSERT_TRUE(regs.ok());
     prefill_regs_ = std::move(*regs);
     handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get(), handler_options);
+    std::shared_ptr<runtime::RemotePrefillHandler> served = handler_;
+    if (answer_delay > 0ms) served = std::make_shared<LateAnswers>(handler_, answer_delay);
     server_ = std::make_unique<runtime::WorkerServer>(
-        prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, handler_});
+        prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, served});
     ASSERT_TRUE(server_->Start().ok());
     runtime::InstanceInfo info;
     info.namespace_name = "t";
@@ -142,7 +179,8 @@ class RemotePrefillTest : public ::testing::Test {
   }
 
   void StartDecode(int max_local, std::chrono::milliseconds timeout = 60s) {
-    decode_agent_ = MakeAgent("decode-test");
+    auto relay = std::make_shared<NotificationRelay>();  // kv-ready notifications -> disagg_
+    decode_agent_ = MakeAgent("decode-test", relay);
     runtime::RemotePrefillClientOptions co;
     co.namespace_name = "t";
     co.refresh_interval = 50ms;
@@ -164,6 +202,7 @@ class RemotePrefillTest : public ::testing::Test {
     disagg_ = std::make_shared<DecodeDisagg>(decode_agent_.get(), decode_engine_->kv_cache_layout(),
                                              kBlock, client, o);
     *holder = disagg_;
+    relay->Bind(disagg_);
     ASSERT_TRUE(Eventually([&] { return client->num_workers() > 0 || !server_; }, 5s));
   }
   void StopDecode() {
@@ -321,6 +360,49 @@ TEST_F(RemotePrefillTest, LayerwiseWritesOverlapComputeAndEqualTheWholeWrite) {
   EXPECT_EQ(whole.layer_posts, 0u);
   auto agg = MakeEngine(0, {});
   EXPECT_EQ(Generate(*agg, "ref", prompt, 6).tokens, layerwise.tokens);
+}
+
+// The first token travels in the last write's kv-ready notification: decoding starts before the
+// call's (here 2 s late) answer, with the golden tokens; a request asking for logprobs waits for
+// the answer (they do not travel in the notification).
+TEST_F(RemotePrefillTest, DecodingStartsAtTheKvReadyNotification) {
+  constexpr auto kLate = 2000ms;
+  StartPrefill({}, kLate);
+  StartDecode(/*max_local=*/0);
+  const auto& c = golden_["generation"][2];
+  const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
+  for (const bool logprobs : {false, true}) {
+    GenerateRequest r;
+    r.request_id = logprobs ? "with-logprobs" : "plain";
+    r.prompt_token_ids = c["prompt_ids"].get<std::vector<int32_t>>();
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = static_cast<int>(greedy.size());
+    if (logprobs) r.params.logprobs = 0;
+    auto first = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+    auto tokens = std::make_shared<std::vector<int32_t>>();
+    std::promise<void> finished;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(decode_engine_->Submit(std::move(r), [&finished, first, tokens](RequestOutput out) {
+      if (!out.new_token_ids.empty() && !*first) *first = std::chrono::steady_clock::now();
+      tokens->insert(tokens->end(), out.new_token_ids.begin(), out.new_token_ids.end());
+      if (out.finished) finished.set_value();
+    }).ok());
+    ASSERT_EQ(finished.get_future().wait_for(60s), std::future_status::ready);
+    EXPECT_EQ(*tokens, greedy) << (logprobs ? "with logprobs" : "plain");
+    ASSERT_TRUE(first->has_value());
+    if (logprobs) {
+      EXPECT_GE(**first - t0, kLate);
+    } else {
+      EXPECT_LT(**first - t0, kLate) << "the first token waited for the call's answer";
+    }
+    // The answer follows and counts the transfer (one per request, no error).
+    const uint64_t want = logprobs ? 2 : 1;
+    EXPECT_TRUE(Eventually([&] { return disagg_->transfer_stats().num_transfers == want; }, 10s));
+    EXPECT_EQ(disagg_->transfer_stats().num_errors, 0u);
+  }
+  EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 5s));
+  StopDecode();
+  StopPrefill();
 }
 
 TEST_F(RemotePrefillTest, NoPrefillWorkerFallsBackToLocalPrefill) {
