@@ -111,6 +111,7 @@ void ToProto(const RemotePrefillRequest& in, v1::RemotePrefillRequest* out) {
   t->mutable_block_ids()->Assign(in.target.block_ids.begin(), in.target.block_ids.end());
   t->set_num_cached_tokens(in.target.num_cached_tokens);
   out->set_write_window_ms(in.write_window.count());
+  out->set_call_id(in.call_id);
 }
 
 RemotePrefillRequest FromProto(const v1::RemotePrefillRequest& in) {
@@ -127,6 +128,7 @@ RemotePrefillRequest FromProto(const v1::RemotePrefillRequest& in) {
   r.target.block_ids.assign(t.block_ids().begin(), t.block_ids().end());
   r.target.num_cached_tokens = t.num_cached_tokens();
   r.write_window = std::chrono::milliseconds(in.write_window_ms());
+  r.call_id = in.call_id();
   return r;
 }
 

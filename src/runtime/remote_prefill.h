@@ -30,13 +30,16 @@ namespace tandem::runtime {
 // The notification the prefill worker's last write for a request carries. It reaches the decode
 // worker's agent after every byte of the request's KV landed (that write is posted after all the
 // others ended, and a transfer agent delivers a notification after its data), typically before
-// the call's answer (one gRPC leg less). Format: "kv-ready <first token id> <request id>" (the
-// request id last, as is) when the first token can travel in it, i.e. no logprobs were asked for;
-// else the request id alone. A decode worker may take the first form as the call's answer and
-// start decoding at once (DecodeDisagg does); the answer still follows.
-std::string KvReadyNotification(const std::string& request_id, int32_t first_token);
+// the call's answer (one gRPC leg less), but possibly after it. Format:
+// "kv-ready <first token id> <call id> <request id>" (decimal numbers; the request id last, as is)
+// when the first token can travel in it, i.e. no logprobs were asked for; else the request id
+// alone. A decode worker may take the first form as the answer of the call with that call id
+// (RemotePrefillRequest::call_id) and start decoding at once (DecodeDisagg does); the answer
+// still follows.
+std::string KvReadyNotification(const std::string& request_id, uint64_t call_id, int32_t first_token);
 struct KvReady {
   std::string request_id;
+  uint64_t call_id = 0;
   int32_t first_token = -1;
 };
 // nullopt for anything but the first form (the bare request id included).
@@ -59,6 +62,7 @@ struct RemotePrefillRequest {
   SamplingParams params;              // the first token is sampled with these
   KVTarget target;
   std::chrono::milliseconds write_window{0};
+  uint64_t call_id = 0;  // the decode worker's number for this call (0: none); see KvReadyNotification
 };
 
 struct RemotePrefillResult {

@@ -126,10 +126,12 @@ struct PostOptions {
   // backend that can copy with the GPU's SMs or with its copy engines takes the copy engines and
   // leaves the SMs to the computation (cuda_ipc's sm_ctas).
   bool while_computing = false;
-  // Called once when the transfer ends (done or failed), on a backend thread, before Check() and
-  // Wait() can see the end (so once they do, it has returned): keep it short, and do not touch this
-  // transfer's handle from it. Not called when Post returns an error. Lets a caller that drives
-  // many transfers wake up when one ends instead of polling.
+  // Called once when the transfer ends (done or failed), before Check() and Wait() can see the end
+  // (so once they do, it has returned). Lets a caller that drives many transfers wake up when one
+  // ends instead of polling. It runs on a backend thread, or inside Post itself when the backend
+  // ends the transfer there (local: small copies), and under the transfer's own lock: keep it
+  // short, do not touch this transfer's handle from it, and do not take a lock that a caller
+  // holds around Post, Check or Wait. Not called when Post returns an error.
   std::function<void()> on_done;
 };
 

@@ -5,9 +5,7 @@
 #endif
 
 #include <algorithm>
-#include <array>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <list>
@@ -17,6 +15,7 @@
 
 #include "common/logging.h"
 #include "transfer/cuda_ipc_control.h"
+#include "transfer/cuda_ipc_trace.h"
 #include "transfer/staging.h"
 
 namespace tandem::transfer {
@@ -114,53 +113,7 @@ struct Flight {
   std::vector<std::shared_ptr<Mapping>> mappings;  // kept open until the copies landed
   std::vector<std::unique_ptr<IpcEvent>> events;
   Status status;  // the first error so far
-  // When each phase ended (TANDEM_CUDA_IPC_TRACE): posted, BEGIN acknowledged, copies planned
-  // (mappings, queues), copies launched, events recorded (enqueued), landing seen, END sent.
-  Clock::time_point posted, begun, planned, launched, enqueued, landed;
-};
-
-// TANDEM_CUDA_IPC_TRACE=1: the backend logs, at shutdown, the median time of each phase of its
-// transfers (read once).
-bool TraceEnabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("TANDEM_CUDA_IPC_TRACE");
-    return v != nullptr && v[0] == '1';
-  }();
-  return on;
-}
-
-// The phases of the traced transfers, in microseconds.
-class PhaseTrace {
- public:
-  void Add(const Flight& f, Clock::time_point ended) {
-    auto us = [](Clock::time_point a, Clock::time_point b) {
-      return std::chrono::duration<double, std::micro>(b - a).count();
-    };
-    std::lock_guard lock(mu_);
-    const uint64_t bytes = f.request->total_bytes;
-    auto& rows = rows_[bytes];
-    rows.push_back({us(f.posted, f.begun), us(f.begun, f.enqueued), us(f.enqueued, f.landed), us(f.landed, ended),
-                    us(f.posted, ended), us(f.begun, f.planned), us(f.planned, f.launched), us(f.launched, f.enqueued)});
-  }
-  void Log() {
-    std::lock_guard lock(mu_);
-    for (auto& [bytes, rows] : rows_) {
-      std::array<double, 8> med{};
-      for (size_t k = 0; k < med.size(); ++k) {
-        std::vector<double> v;
-        for (const auto& r : rows) v.push_back(r[k]);
-        std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
-        med[k] = v[v.size() / 2];
-      }
-      log::info("cuda_ipc trace, {} B x {}: median us: post->BEGIN ok {:.1f}, enqueue {:.1f} (plan {:.1f}, launch "
-                "{:.1f}, record {:.1f}), copies seen landed {:.1f}, END sent {:.1f}, total {:.1f}",
-                bytes, rows.size(), med[0], med[1], med[5], med[6], med[7], med[2], med[3], med[4]);
-    }
-  }
-
- private:
-  std::mutex mu_;
-  std::map<uint64_t, std::vector<std::array<double, 8>>> rows_;
+  ipc::PhaseTimes times;  // TANDEM_CUDA_IPC_TRACE
 };
 
 class CudaIpcBackend final : public Backend {
@@ -249,7 +202,7 @@ class CudaIpcBackend final : public Backend {
     auto it = peers_.find(req->peer);
     if (it == peers_.end()) return Err(StatusCode::kNotFound, "cuda_ipc backend does not know peer {}", req->peer);
     auto f = std::make_shared<Flight>();
-    if (TraceEnabled()) f->posted = Clock::now();
+    if (ipc::TraceEnabled()) f->times.posted = Clock::now();
     f->request = std::move(req);
     f->peer = it->second;
     submit_.push_back(std::move(f));
@@ -271,7 +224,7 @@ class CudaIpcBackend final : public Backend {
     completer_.join();  // after the copies in flight landed
     server_->Stop();
     queues_.clear();
-    if (TraceEnabled()) trace_.Log();
+    if (ipc::TraceEnabled()) trace_.Log();
   }
 
  private:
@@ -399,7 +352,7 @@ class CudaIpcBackend final : public Backend {
       req.Complete(begun);
       return;
     }
-    if (TraceEnabled()) f->begun = Clock::now();
+    if (ipc::TraceEnabled()) f->times.begun = Clock::now();
     // The copies: pieces of about total / k bytes over k queues of the local device (one queue,
     // one kernel, when the SMs copy: not while the GPU computes).
     const bool peer_gpu = req.segments.front().remote_device != req.segments.front().local_device;
@@ -453,7 +406,7 @@ class CudaIpcBackend final : public Backend {
       }
       if (!f->status.ok()) break;
     }
-    if (TraceEnabled()) f->planned = Clock::now();
+    if (ipc::TraceEnabled()) f->times.planned = Clock::now();
     if (f->status.ok()) {
       for (auto& [q, ops] : batches) {
         IpcQueue::BatchOptions options;
@@ -463,7 +416,7 @@ class CudaIpcBackend final : public Backend {
         if (!f->status.ok()) break;
       }
     }
-    if (TraceEnabled()) f->launched = Clock::now();
+    if (ipc::TraceEnabled()) f->times.launched = Clock::now();
     // An event on every queue that got a copy, even after an error: nothing may outlive the pins.
     for (auto& [key, q] : used) {
       auto e = q->Record();
@@ -477,7 +430,7 @@ class CudaIpcBackend final : public Backend {
       // No event could be recorded: wait for the copies through the queues' destructors.
       for (auto& [key, q] : used) queues_.erase(key);
     }
-    if (TraceEnabled()) f->enqueued = Clock::now();
+    if (ipc::TraceEnabled()) f->times.enqueued = Clock::now();
     {
       std::lock_guard lock(mu_);
       flights_.push_back(f);
@@ -501,7 +454,7 @@ class CudaIpcBackend final : public Backend {
         if (flights_.empty()) return;
         for (auto it = flights_.begin(); it != flights_.end();) {
           if (Landed(**it)) {
-            if (TraceEnabled()) (*it)->landed = Clock::now();
+            if (ipc::TraceEnabled()) (*it)->times.landed = Clock::now();
             landed.push_back(std::move(*it));
             it = flights_.erase(it);
           } else {
@@ -550,7 +503,7 @@ class CudaIpcBackend final : public Backend {
       const auto until = st.ok() ? req.deadline : Clock::now() + std::chrono::seconds(1);
       Status ended = f.conn->Send(MsgType::kEnd, req.id, flags, req.notification.value_or(""), until, stopping_);
       if (st.ok()) st = ended;
-      if (st.ok() && TraceEnabled()) trace_.Add(f, Clock::now());
+      if (st.ok() && ipc::TraceEnabled()) trace_.Add(req.total_bytes, f.times, Clock::now());
     } else if (st.ok()) {
       st = Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", req.peer);
     }
@@ -574,7 +527,7 @@ class CudaIpcBackend final : public Backend {
   std::list<std::shared_ptr<Flight>> flights_;
   std::map<std::pair<int32_t, int>, std::unique_ptr<IpcQueue>> queues_;  // the submitter's
   std::thread submitter_, completer_;
-  PhaseTrace trace_;
+  ipc::PhaseTrace trace_;
 };
 
 }  // namespace

@@ -42,8 +42,10 @@
 // measurements at the default in cuda_ipc_backend.cc), "sm_ctas_peer" (0: the same for copies
 // to or from another GPU, chosen by the first segment's device ordinals), "spin_us" (100; 0..10000:
 // how long the initiator polls for BEGIN's answer, the target for the next message after each, and
-// the submitting thread for the next post after the last transfer ended (and, yielding, while
-// transfers are in flight, up to 20 x spin_us), before they sleep), "connect_timeout_ms" (5000).
+// the submitting thread for the next post after the last transfer ended (and while transfers are
+// in flight, up to 20 x spin_us after its last submit), before they sleep; they yield between
+// polls. The cost: about one core of the initiator while it posts transfers back to back, e.g.
+// during a layer-wise prefill; 0 turns it off), "connect_timeout_ms" (5000).
 #pragma once
 
 #include <memory>

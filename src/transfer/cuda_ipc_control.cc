@@ -61,6 +61,10 @@ Status RecvMsg(int fd, MsgHeader* h, std::vector<Descriptor>* ranges, std::strin
   auto* bytes = reinterpret_cast<char*>(h);
   TANDEM_RETURN_IF_ERROR(tcp::RecvAll(fd, bytes, 1, first));
   TANDEM_RETURN_IF_ERROR(tcp::RecvAll(fd, bytes + 1, sizeof(*h) - 1, rest));
+  if (h->magic == kMagicV1) {
+    return Err(StatusCode::kDataLoss, "cuda_ipc control: the peer speaks the first protocol (an older tandem "
+               "build: END answered); this build speaks the second");
+  }
   if (h->magic != kMagic || h->num_ranges > kMaxRanges || h->aux_len > kMaxAux) {
     return Err(StatusCode::kDataLoss, "cuda_ipc control: malformed message");
   }
@@ -73,9 +77,10 @@ Status RecvMsg(int fd, MsgHeader* h, std::vector<Descriptor>* ranges, std::strin
   return Status::Ok();
 }
 
-// Polls `fd` for readable data for up to `spin_us` (0: not at all), so that a message arriving
-// meanwhile is read without the wake-up of a thread asleep in recv (some microseconds, more from a
-// deep idle state). Returns at once on data, end of stream or an error: the recv after it sees them.
+// Polls `fd` for readable data for up to `spin_us` (0: not at all), yielding between polls, so
+// that a message arriving meanwhile is read without the wake-up of a thread asleep in recv (some
+// microseconds, more from a deep idle state). Returns at once on data, end of stream or an error:
+// the recv after it sees them.
 void SpinForData(int fd, int spin_us) {
   if (spin_us <= 0) return;
   const auto until = Clock::now() + std::chrono::microseconds(spin_us);
@@ -83,6 +88,7 @@ void SpinForData(int fd, int spin_us) {
   do {
     const ssize_t n = ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
     if (n >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) return;
+    std::this_thread::yield();
   } while (Clock::now() < until);
 }
 
@@ -287,7 +293,10 @@ void ControlServer::Serve(int fd) {
   MsgHeader h;
   std::vector<Descriptor> ranges;
   std::string aux;
-  if (!RecvMsg(fd, &h, &ranges, &aux, stall, stall).ok() || h.type != MsgType::kHello) return;
+  if (Status hello = RecvMsg(fd, &h, &ranges, &aux, stall, stall); !hello.ok() || h.type != MsgType::kHello) {
+    if (hello.code() == StatusCode::kDataLoss) log::warn("cuda_ipc control: a peer refused: {}", hello.message());
+    return;
+  }
   const auto nl = aux.find('\n');
   const std::string peer = aux.substr(0, nl);
   if (nl == std::string::npos || aux.substr(nl + 1) != host_.instance_id()) {

@@ -28,7 +28,10 @@
 
 namespace tandem::transfer::ipc {
 
-inline constexpr uint32_t kMagic = 0x43504943;  // "CIPC"
+// "CIP2" (little-endian): this protocol, END not answered. The first one ("CIPC", END answered)
+// is not spoken: a peer of it is refused as malformed, naming both (an older tandem build).
+inline constexpr uint32_t kMagic = 0x32504943;
+inline constexpr uint32_t kMagicV1 = 0x43504943;
 inline constexpr uint32_t kMaxRanges = 1u << 22;
 inline constexpr uint32_t kMaxAux = 1u << 24;
 

@@ -52,6 +52,7 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   }
   auto pending = std::make_shared<Pending>();
   pending->done = std::move(done);
+  pending->call_id = req.call_id = next_call_id_.fetch_add(1) + 1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     pending_[id] = pending;
@@ -65,8 +66,10 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
         auto done = TakeDone(id, pending, /*erase=*/true);
         RemotePrefillOutcome outcome;
         if (!result.ok()) {
-          if (!done) {  // the KV had arrived (the notification): decoding went on
+          if (!done) {  // the KV had arrived (the notification): decoding went on, from remote KV
             log::warn("[{}] remote prefill call failed after its KV arrived: {}", id, result.status().ToString());
+            num_remote_.fetch_add(1);
+            external_hit_tokens_.fetch_add(external_tokens);
             return;
           }
           outcome.status = result.status();
@@ -118,8 +121,17 @@ std::function<void(RemotePrefillOutcome)> DecodeDisagg::TakeDone(const std::stri
 void DecodeDisagg::OnNotification(const transfer::Notification& n) {
   const std::optional<runtime::KvReady> ready = runtime::ParseKvReadyNotification(n.message);
   if (!ready) return;
-  // The call stays in flight (pending_ keeps it) until its answer: that ends the write window.
-  auto done = TakeDone(ready->request_id, nullptr, /*erase=*/false);
+  // The call stays in flight (pending_ keeps it) until its answer: that ends the write window. A
+  // notification of an earlier call of the same request id (late: its answer came first) is not
+  // this call's.
+  std::shared_ptr<Pending> p;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(ready->request_id);
+    if (it == pending_.end() || it->second->call_id != ready->call_id) return;
+    p = it->second;
+  }
+  auto done = TakeDone(ready->request_id, p, /*erase=*/false);
   if (!done) return;  // not ours, or already answered
   RemotePrefillOutcome outcome;
   outcome.first_token = ready->first_token;

@@ -23,10 +23,11 @@
 // chunk landed on the device, so the first decode step never reads KV still in flight.
 //
 // The first token may come before the call's answer: the prefill worker's last write carries a
-// "kv-ready" notification (runtime::KvReadyNotification) with it, which the agent delivers after
-// every byte of the request's KV landed. OnNotification takes it as the outcome, so decoding starts
-// one gRPC leg earlier (the answer, when it follows, only counts the transfer); a request whose
-// logprobs were asked for waits for the answer. Exactly one outcome per task either way.
+// "kv-ready" notification (runtime::KvReadyNotification) with it and this call's call id, which
+// the agent delivers after every byte of the request's KV landed. OnNotification takes it as the
+// outcome of the call in flight with that request id and call id, so decoding starts one gRPC leg
+// earlier (the answer, when it follows, only counts the transfer); a request whose logprobs were
+// asked for waits for the answer. Exactly one outcome per task either way.
 //
 // Accounting (DESIGN.md section 4): each successful remote prefill counts as one KV transfer of
 // the bytes the prefill worker reports; failures count as errors. External prefix cache hit rate =
@@ -85,6 +86,7 @@ class DecodeDisagg {
   // A task whose call is in flight; `done` runs once, from the notification or the answer.
   struct Pending {
     std::function<void(RemotePrefillOutcome)> done;
+    uint64_t call_id = 0;   // RemotePrefillRequest::call_id, echoed in the kv-ready notification
     bool answered = false;  // done has run (guarded by mu_)
   };
   // Takes `p`'s done (null `p`: the task in flight under `request_id`) if it has not run yet, and
@@ -94,6 +96,7 @@ class DecodeDisagg {
 
   mutable std::mutex mu_;
   std::map<std::string, std::shared_ptr<Pending>> pending_;  // by request id, until the call ends
+  std::atomic<uint64_t> next_call_id_{0};
   transfer::TransferStats stats_;
   std::atomic<uint64_t> external_hit_tokens_{0}, num_remote_{0}, num_fallbacks_{0};
 };

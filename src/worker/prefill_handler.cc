@@ -359,7 +359,7 @@ std::string PrefillHandler::KvReadyNotificationOf(const Job& job) {
   if (job.first_token < 0 || !job.logprobs.empty() || job.request.params.logprobs >= 0) {
     return job.request.request_id;
   }
-  return runtime::KvReadyNotification(job.request.request_id, job.first_token);
+  return runtime::KvReadyNotification(job.request.request_id, job.request.call_id, job.first_token);
 }
 
 // The answer of a job whose writes all landed.

@@ -7,8 +7,10 @@
 //      worker's prefix cache serves what it can; stop strings are dropped, every other sampling
 //      parameter is kept, so the first token is the one an aggregated worker would sample);
 //   3. on the transfer thread: WRITEs blocks [num_cached_tokens / block_size, ceil(len /
-//      block_size)) of every layer into the decode worker's block table, with the request id as
-//      the notification, bounded by the write window; then frees the held blocks and answers.
+//      block_size)) of every layer into the decode worker's block table, bounded by the write
+//      window, the last write with the notification (runtime::KvReadyNotification: the first token
+//      and the call id, or the bare request id when logprobs were asked for); then frees the held
+//      blocks and answers.
 //      Layer-wise (when the engine reports per-layer readiness, RequestOptions::on_layer_kv_ready):
 //      layer l's blocks are posted as soon as that layer's KV is in memory, while later layers
 //      still compute (one Post per layer, runs of consecutive blocks coalesced); the last layer

@@ -11,15 +11,20 @@ namespace {
 TEST(KvReadyNotificationTest, RoundTripsAndRefusesAnythingElse) {
   for (const std::string id : {"cmpl-1", "chatcmpl-abc def", "x"}) {
     for (int32_t token : {0, 7, 151643}) {
-      auto r = ParseKvReadyNotification(KvReadyNotification(id, token));
-      ASSERT_TRUE(r.has_value()) << id << " " << token;
-      EXPECT_EQ(r->request_id, id);
-      EXPECT_EQ(r->first_token, token);
+      for (uint64_t call : {uint64_t{0}, uint64_t{5}, ~uint64_t{0}}) {
+        auto r = ParseKvReadyNotification(KvReadyNotification(id, call, token));
+        ASSERT_TRUE(r.has_value()) << id << " " << token << " " << call;
+        EXPECT_EQ(r->request_id, id);
+        EXPECT_EQ(r->call_id, call);
+        EXPECT_EQ(r->first_token, token);
+      }
     }
   }
-  EXPECT_EQ(KvReadyNotification("req-9", 42), "kv-ready 42 req-9");
-  for (const char* bad : {"req-9", "kv-ready", "kv-ready 42", "kv-ready 42 ", "kv-ready -1 r", "kv-ready x r",
-                          "kv-ready 4x2 r", "kv-ready  r", "KV-READY 1 r", "kv-ready 99999999999 r"}) {
+  EXPECT_EQ(KvReadyNotification("req-9", 3, 42), "kv-ready 42 3 req-9");
+  for (const char* bad : {"req-9", "kv-ready", "kv-ready 42", "kv-ready 42 3", "kv-ready 42 3 ", "kv-ready 42 r",
+                          "kv-ready -1 3 r", "kv-ready x 3 r", "kv-ready 4x2 3 r", "kv-ready 42 -3 r",
+                          "kv-ready  3 r", "KV-READY 1 3 r", "kv-ready 99999999999 3 r",
+                          "kv-ready 1 99999999999999999999999 r"}) {
     EXPECT_FALSE(ParseKvReadyNotification(bad).has_value()) << bad;
   }
 }

@@ -6,6 +6,8 @@
 // killed mid-transfer.
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -15,6 +17,8 @@
 #include "fake_device.h"
 #include "pipe_msg.h"
 #include "transfer/cuda_ipc_backend.h"
+#include "transfer/cuda_ipc_control.h"
+#include "transfer/metadata.h"
 #include "transfer_test_util.h"
 
 namespace tandem::transfer {
@@ -173,6 +177,38 @@ TEST_F(CudaIpcTest, TheTargetGoingAwayMidTransferIsAnError) {
   dev_->set_copy_delay(0ms);
   Status again = Write(4096);
   EXPECT_EQ(again.code(), StatusCode::kNotFound) << again.ToString();  // nothing listens any more
+}
+
+// The control protocol carries its version in the magic: a hello of the first protocol (END
+// answered) is refused (the connection closes unanswered), one of this protocol is answered.
+TEST_F(CudaIpcTest, APeerOfTheFirstControlProtocolIsRefused) {
+  auto md = DecodeMetadata(b_->ExportMetadata());
+  ASSERT_TRUE(md.ok());
+  const std::string name = md->backends.at("cuda_ipc");
+  ASSERT_EQ(name[0], '@');
+  auto hello = [&](uint32_t magic) -> int {  // the answer's type, or -1 when the socket closed unanswered
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::memcpy(a.sun_path + 1, name.data() + 1, name.size() - 1);
+    const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    timeval tv{5, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&a), offsetof(sockaddr_un, sun_path) + name.size()), 0);
+    ipc::MsgHeader h;
+    h.magic = magic;
+    h.type = ipc::MsgType::kHello;
+    const std::string aux = "probe\n" + md->instance_id;
+    h.aux_len = static_cast<uint32_t>(aux.size());
+    std::string msg(reinterpret_cast<const char*>(&h), sizeof(h));
+    msg += aux;
+    EXPECT_EQ(::send(fd, msg.data(), msg.size(), MSG_NOSIGNAL), static_cast<ssize_t>(msg.size()));
+    ipc::MsgHeader r;
+    const ssize_t n = ::recv(fd, &r, sizeof(r), MSG_WAITALL);
+    ::close(fd);
+    return n == static_cast<ssize_t>(sizeof(r)) ? static_cast<int>(r.type) : -1;
+  };
+  EXPECT_EQ(hello(ipc::kMagicV1), -1);
+  EXPECT_EQ(hello(ipc::kMagic), static_cast<int>(ipc::MsgType::kOk));
 }
 
 // ---------------------------------------------------------------- across processes

@@ -91,32 +91,41 @@ Collected Generate(AsyncEngine& engine, const std::string& id, std::vector<int32
   return f.get();
 }
 
-// A prefill worker whose answers reach the gRPC layer `delay` late (its writes and their
+// A prefill worker whose answers are held until the test releases them (its writes and their
 // notifications do not wait).
-class LateAnswers final : public runtime::RemotePrefillHandler {
+class HeldAnswers final : public runtime::RemotePrefillHandler {
  public:
-  LateAnswers(std::shared_ptr<runtime::RemotePrefillHandler> inner, std::chrono::milliseconds delay)
-      : inner_(std::move(inner)), delay_(delay) {}
-  ~LateAnswers() override {
-    std::lock_guard<std::mutex> lock(mu_);
-    for (std::thread& t : threads_) t.join();
-  }
+  explicit HeldAnswers(std::shared_ptr<runtime::RemotePrefillHandler> inner) : inner_(std::move(inner)) {}
+  ~HeldAnswers() override { Release(); }
   void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override {
     inner_->Prefill(std::move(request), [this, done](Result<runtime::RemotePrefillResult> r) {
-      std::lock_guard<std::mutex> lock(mu_);
-      threads_.emplace_back([done, r, delay = delay_] {
-        std::this_thread::sleep_for(delay);
-        done(r);
-      });
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        held_.emplace_back(done, std::move(r));
+      }
+      cv_.notify_all();
     });
   }
   void Cancel(const std::string& id) override { inner_->Cancel(id); }
+  // Waits (up to 60 s) until an answer is held: the prefill and its writes are over.
+  bool WaitHeld() {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, 60s, [&] { return !held_.empty(); });
+  }
+  void Release() {
+    std::vector<std::pair<runtime::RemotePrefillDone, Result<runtime::RemotePrefillResult>>> held;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      held.swap(held_);
+    }
+    for (auto& [done, r] : held) done(std::move(r));
+  }
 
  private:
   std::shared_ptr<runtime::RemotePrefillHandler> inner_;
-  std::chrono::milliseconds delay_;
   std::mutex mu_;
-  std::vector<std::thread> threads_;
+  std::condition_variable cv_;
+  std::vector<std::pair<runtime::RemotePrefillDone, Result<runtime::RemotePrefillResult>>> held_;
 };
 
 bool Eventually(const std::function<bool()>& cond, std::chrono::milliseconds max) {
@@ -145,8 +154,8 @@ class RemotePrefillTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The prefill worker: engine, agent with its KV registered, gRPC server registered in discovery.
-  // `answer_delay` > 0: the answers go out that late (LateAnswers).
-  void StartPrefill(PrefillHandlerOptions handler_options = {}, std::chrono::milliseconds answer_delay = 0ms) {
+  // `hold_answers`: the answers wait for held_->Release() (HeldAnswers).
+  void StartPrefill(PrefillHandlerOptions handler_options = {}, bool hold_answers = false) {
     prefill_engine_ = MakeEngine(0, {});
     prefill_agent_ = MakeAgent("prefill-test");
     auto regs = RegisterKVCache(*prefill_agent_, prefill_engine_->kv_cache_layout());
@@ -154,7 +163,7 @@ class RemotePrefillTest : public ::testing::Test {
     prefill_regs_ = std::move(*regs);
     handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get(), handler_options);
     std::shared_ptr<runtime::RemotePrefillHandler> served = handler_;
-    if (answer_delay > 0ms) served = std::make_shared<LateAnswers>(handler_, answer_delay);
+    if (hold_answers) served = held_ = std::make_shared<HeldAnswers>(handler_);
     server_ = std::make_unique<runtime::WorkerServer>(
         prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, served});
     ASSERT_TRUE(server_->Start().ok());
@@ -172,6 +181,7 @@ class RemotePrefillTest : public ::testing::Test {
     lease_.reset();
     server_->Stop();
     server_.reset();
+    held_.reset();
     handler_.reset();
     prefill_regs_.clear();
     prefill_agent_.reset();
@@ -231,6 +241,7 @@ class RemotePrefillTest : public ::testing::Test {
   std::unique_ptr<transfer::Agent> prefill_agent_, decode_agent_;
   std::vector<transfer::Registration> prefill_regs_, decode_regs_;
   std::shared_ptr<PrefillHandler> handler_;
+  std::shared_ptr<HeldAnswers> held_;
   std::unique_ptr<runtime::WorkerServer> server_;
   std::unique_ptr<runtime::Lease> lease_;
   std::shared_ptr<DecodeDisagg> disagg_;
@@ -362,12 +373,11 @@ TEST_F(RemotePrefillTest, LayerwiseWritesOverlapComputeAndEqualTheWholeWrite) {
   EXPECT_EQ(Generate(*agg, "ref", prompt, 6).tokens, layerwise.tokens);
 }
 
-// The first token travels in the last write's kv-ready notification: decoding starts before the
-// call's (here 2 s late) answer, with the golden tokens; a request asking for logprobs waits for
+// The first token travels in the last write's kv-ready notification: decoding starts while the
+// call's answer is still held, with the golden tokens; a request asking for logprobs waits for
 // the answer (they do not travel in the notification).
 TEST_F(RemotePrefillTest, DecodingStartsAtTheKvReadyNotification) {
-  constexpr auto kLate = 2000ms;
-  StartPrefill({}, kLate);
+  StartPrefill({}, /*hold_answers=*/true);
   StartDecode(/*max_local=*/0);
   const auto& c = golden_["generation"][2];
   const auto greedy = c["greedy_ids"].get<std::vector<int32_t>>();
@@ -378,24 +388,26 @@ TEST_F(RemotePrefillTest, DecodingStartsAtTheKvReadyNotification) {
     r.params.temperature = 0.0f;
     r.params.max_tokens = static_cast<int>(greedy.size());
     if (logprobs) r.params.logprobs = 0;
-    auto first = std::make_shared<std::optional<std::chrono::steady_clock::time_point>>();
+    auto first = std::make_shared<std::promise<void>>();
     auto tokens = std::make_shared<std::vector<int32_t>>();
     std::promise<void> finished;
-    const auto t0 = std::chrono::steady_clock::now();
     ASSERT_TRUE(decode_engine_->Submit(std::move(r), [&finished, first, tokens](RequestOutput out) {
-      if (!out.new_token_ids.empty() && !*first) *first = std::chrono::steady_clock::now();
+      if (!out.new_token_ids.empty() && tokens->empty()) first->set_value();
       tokens->insert(tokens->end(), out.new_token_ids.begin(), out.new_token_ids.end());
       if (out.finished) finished.set_value();
     }).ok());
+    ASSERT_TRUE(held_->WaitHeld());  // the prefill worker is done and its answer held
+    auto got_first = first->get_future();
+    if (logprobs) {
+      EXPECT_EQ(got_first.wait_for(300ms), std::future_status::timeout) << "a first token without the answer";
+      held_->Release();
+    } else {
+      EXPECT_EQ(got_first.wait_for(30s), std::future_status::ready) << "the first token waited for the answer";
+      held_->Release();
+    }
     ASSERT_EQ(finished.get_future().wait_for(60s), std::future_status::ready);
     EXPECT_EQ(*tokens, greedy) << (logprobs ? "with logprobs" : "plain");
-    ASSERT_TRUE(first->has_value());
-    if (logprobs) {
-      EXPECT_GE(**first - t0, kLate);
-    } else {
-      EXPECT_LT(**first - t0, kLate) << "the first token waited for the call's answer";
-    }
-    // The answer follows and counts the transfer (one per request, no error).
+    // The answer counts the transfer (one per request, no error).
     const uint64_t want = logprobs ? 2 : 1;
     EXPECT_TRUE(Eventually([&] { return disagg_->transfer_stats().num_transfers == want; }, 10s));
     EXPECT_EQ(disagg_->transfer_stats().num_errors, 0u);
