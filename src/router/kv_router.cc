@@ -189,6 +189,13 @@ Result<ApplyEventsResult> KvRouter::ApplySnapshot(std::string_view worker_id,
   if (it == slot_of_.end()) return Err(StatusCode::kNotFound, "unknown worker '{}'", worker_id);
   const int slot = it->second;
   Worker& w = workers_[slot];
+  ApplyEventsResult result;
+  if (!w.needs_snapshot && snapshot.last_event_id + 1 < w.next_event_id) {
+    // E.g. a joining worker's snapshot, taken before its first request and applied after that
+    // request's events: the blocks here are exact and newer.
+    result.stale_snapshot = true;
+    return result;
+  }
   index_.RemoveWorker(slot);
   for (const KvCachedBlock& b : snapshot.blocks) index_.Store(slot, b.block_hash);
   w.next_event_id = snapshot.last_event_id + 1;
@@ -201,7 +208,6 @@ Result<ApplyEventsResult> KvRouter::ApplySnapshot(std::string_view worker_id,
   buffered.swap(w.buffered);
   std::stable_sort(buffered.begin(), buffered.end(),
                    [](const KvEvent& a, const KvEvent& b) { return a.event_id < b.event_id; });
-  ApplyEventsResult result;
   ApplyLocked(slot, buffered, &result);
   return result;
 }

@@ -22,7 +22,9 @@
 // Events: per worker, events apply in event_id order from 1 (a fresh worker) or from a snapshot's
 // last_event_id + 1. Lower ids are stale (ignored). A higher id is a gap: the worker's events are
 // buffered (bounded) and ApplyEvents answers needs_snapshot until ApplySnapshot, which replaces the
-// worker's blocks and replays the buffered events newer than the snapshot.
+// worker's blocks and replays the buffered events newer than the snapshot. A snapshot older than
+// the events the worker already applied in order (no gap pending) is ignored (stale_snapshot):
+// those events are not buffered, so replacing the blocks would lose them for good.
 //
 // Routable: decisions choose among the routable workers only. A worker is routable when added;
 // SetRoutable(id, false) takes it out of the choice (e.g. the frontend cannot reach it until its
@@ -78,6 +80,7 @@ struct ApplyEventsResult {
   int num_stale = 0;            // ids already applied: ignored
   int num_buffered = 0;         // kept until a snapshot
   bool needs_snapshot = false;  // a gap: call ApplySnapshot for this worker
+  bool stale_snapshot = false;  // ApplySnapshot: older than the events applied, ignored
 };
 
 // One worker as the router sees it.

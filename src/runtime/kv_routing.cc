@@ -267,7 +267,7 @@ void KvRouting::ResyncLoop() {
         }
         Result<router::ApplyEventsResult> applied = r->ApplySnapshot(id, *kv);
         if (applied.ok()) {
-          (void)r->UpdateLoad(id, kv->load);
+          if (!applied->stale_snapshot) (void)r->UpdateLoad(id, kv->load);
           if (snapshots_total_) snapshots_total_->Inc();
           std::lock_guard<std::mutex> l(mu_);
           counters_.snapshots_applied++;

@@ -343,5 +343,28 @@ TEST(KvRouterEventsTest, GapBuffersUntilSnapshotThenReplays) {
   EXPECT_EQ(router.ApplyEvents("nobody", events).status().code(), StatusCode::kNotFound);
 }
 
+// A joining worker's snapshot fetched before its first request and applied after that request's
+// events (kv_routing.cc's resync thread vs the feed thread): it must not rewind the worker.
+// Without the stale check the blocks go and next_event_id is back at 1, with no gap to heal it.
+TEST(KvRouterEventsTest, ASnapshotOlderThanTheAppliedEventsIsIgnored) {
+  KvRouter router(KvRouterConfig{});
+  ASSERT_TRUE(router.AddWorker("w").ok());
+  KvCacheSnapshot before;  // last_event_id 0, no blocks
+  const std::vector<uint64_t> chain = {1, 2, 3};
+  const KvEvent stored{1, KvStoredEvent{0, chain}};
+  ASSERT_EQ(router.ApplyEvents("w", std::span<const KvEvent>(&stored, 1))->num_applied, 1);
+  auto s = router.ApplySnapshot("w", before);
+  ASSERT_TRUE(s.ok());
+  EXPECT_TRUE(s->stale_snapshot);
+  EXPECT_EQ(router.Overlaps(chain)[0].second, 3);
+  EXPECT_EQ(router.Workers()[0].next_event_id, 2u);
+  // A snapshot as new as the events (or newer) still applies.
+  KvCacheSnapshot now;
+  now.last_event_id = 1;
+  now.blocks = {{1, 0}, {2, 1}, {3, 2}};
+  EXPECT_FALSE(router.ApplySnapshot("w", now)->stale_snapshot);
+  EXPECT_EQ(router.Overlaps(chain)[0].second, 3);
+}
+
 }  // namespace
 }  // namespace tandem::router
