@@ -149,28 +149,35 @@ Status ControlConn::Broke(Status st) {
   return st;
 }
 
-Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
-                         const std::string& aux, Clock::time_point deadline, const std::atomic<bool>& stopping) {
-  std::lock_guard lock(call_mu_);
-  if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", peer_name_);
-  auto tick = [&](int) -> Status {
+std::function<Status(int)> ControlConn::TickUntil(Clock::time_point deadline, const std::atomic<bool>& stopping,
+                                                   const char* what) const {
+  return [this, deadline, &stopping, what](int) -> Status {
     if (stopping) return Err(StatusCode::kFailedPrecondition, "cuda_ipc backend shutting down");
     if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection was closed", peer_name_);
-    if (Clock::now() > deadline) return Err(StatusCode::kInternal, "timed out waiting for peer {}", peer_name_);
+    if (Clock::now() > deadline) return Err(StatusCode::kInternal, "timed out {} peer {}", what, peer_name_);
     return Status::Ok();
   };
+}
+
+Status ControlConn::SendOne(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
+                            const std::string& aux, const std::function<Status(int)>& tick) {
   MsgHeader h;
   h.type = type;
   h.flags = flags;
   h.xfer_id = xfer_id;
+  std::lock_guard send_lock(send_mu_);
+  return SendMsg(fd_, h, ranges, aux, tick);
+}
+
+Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
+                         const std::string& aux, Clock::time_point deadline, const std::atomic<bool>& stopping) {
+  std::lock_guard lock(call_mu_);
+  if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", peer_name_);
+  const auto tick = TickUntil(deadline, stopping, "waiting for");
   MsgHeader r;
   std::vector<Descriptor> none;
   std::string answer;
-  Status st;
-  {
-    std::lock_guard send_lock(send_mu_);
-    st = SendMsg(fd_, h, ranges, aux, tick);
-  }
+  Status st = SendOne(type, xfer_id, flags, ranges, aux, tick);
   if (st.ok()) {
     SpinForData(fd_, spin_us_);  // the target answers within tens of microseconds
     st = RecvMsg(fd_, &r, &none, &answer, tick, tick);
@@ -188,21 +195,7 @@ Status ControlConn::Call(MsgType type, uint64_t xfer_id, uint16_t flags, std::sp
 Status ControlConn::Send(MsgType type, uint64_t xfer_id, uint16_t flags, const std::string& aux,
                          Clock::time_point deadline, const std::atomic<bool>& stopping) {
   if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection broke", peer_name_);
-  auto tick = [&](int) -> Status {
-    if (stopping) return Err(StatusCode::kFailedPrecondition, "cuda_ipc backend shutting down");
-    if (broken_) return Err(StatusCode::kNotFound, "peer {} is gone: its control connection was closed", peer_name_);
-    if (Clock::now() > deadline) return Err(StatusCode::kInternal, "timed out sending to peer {}", peer_name_);
-    return Status::Ok();
-  };
-  MsgHeader h;
-  h.type = type;
-  h.flags = flags;
-  h.xfer_id = xfer_id;
-  Status st;
-  {
-    std::lock_guard send_lock(send_mu_);
-    st = SendMsg(fd_, h, {}, aux, tick);
-  }
+  Status st = SendOne(type, xfer_id, flags, {}, aux, TickUntil(deadline, stopping, "sending to"));
   return st.ok() ? st : Broke(std::move(st));
 }
 

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -87,6 +88,13 @@ class ControlConn {
       : fd_(fd), peer_name_(std::move(peer_name)), spin_us_(spin_us) {}
   // A failed send or receive: the connection is broken; a closed one is NotFound "peer ... gone".
   Status Broke(Status st);
+  // The wait of one Call or Send: ends it when stopping, broken or past `deadline` ("timed out
+  // <what> peer ...").
+  std::function<Status(int)> TickUntil(Clock::time_point deadline, const std::atomic<bool>& stopping,
+                                       const char* what) const;
+  // One whole message on the socket (under send_mu_).
+  Status SendOne(MsgType type, uint64_t xfer_id, uint16_t flags, std::span<const Descriptor> ranges,
+                 const std::string& aux, const std::function<Status(int)>& tick);
   int fd_;
   const std::string peer_name_;
   const int spin_us_;
