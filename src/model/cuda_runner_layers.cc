@@ -1,0 +1,211 @@
+// The CUDA runner's forward pass (RunModel: cuda_runner_impl.h), enqueued on the runner's stream:
+// embedding, then per layer fused-add RMSNorm, one cuBLAS GEMM per projection for all of the
+// step's tokens (qkv, o, gate_up, down), q/k norm + RoPE with the K/V write into the paged pool,
+// attention over the pool (PagedDecode when every slice has one token, else PagedPrefill), SiLU*mul;
+// then the final norm, the logit rows and, for picks, argmax / log-sum-exp on the GPU. Layer-wise
+// KV readiness for the prefill worker's transfer (ReportLayerKV) is reported after each layer's
+// K/V write. The step around it (inputs, graphs, sampling): cuda_runner_step.cc.
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/qk_norm_rope.h"
+#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/sampling.h"
+#include "kernels/cuda/silu_mul.h"
+#include "model/cuda_runner_impl.h"
+#include "model/cuda_runner_step.h"
+
+namespace tandem {
+namespace {
+
+using bf16 = __nv_bfloat16;
+using cuda_step::Align16;
+using cuda_step::MetaLayout;
+
+}  // namespace
+
+Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, nh = c.num_attention_heads, nkv = c.num_key_value_heads;
+  const int hd = c.head_dim, inter = c.intermediate_size, vocab = c.vocab_size;
+  const int q_dim = nh * hd, qkv_dim = (nh + 2 * nkv) * hd;
+  const float eps = static_cast<float>(c.rms_norm_eps);
+  const int T = p.T;
+  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0);
+  const auto* d_slots = reinterpret_cast<const int64_t*>(meta + lay.slots);
+  const auto* d_ids = reinterpret_cast<const int32_t*>(meta + lay.ids);
+  const auto* d_pos = reinterpret_cast<const int32_t*>(meta + lay.pos);
+  const auto* d_qsl = reinterpret_cast<const int32_t*>(meta + lay.qsl);
+  const auto* d_start = reinterpret_cast<const int32_t*>(meta + lay.start);
+  const auto* d_ctx = reinterpret_cast<const int32_t*>(meta + lay.ctx);
+  const auto* d_tables = reinterpret_cast<const int32_t*>(meta + lay.tables);
+  const auto* d_rows = reinterpret_cast<const int32_t*>(meta + lay.rows);
+  bf16* x = residual_.as<bf16>();       // [T, hidden] residual stream
+  bf16* h = hidden_.as<bf16>();         // [T, hidden] normed input / projection output
+  bf16* qkv = qkv_.as<bf16>();          // [T, qkv_dim]: q [nh, hd], k [nkv, hd], v [nkv, hd]
+  bf16* attn = attn_.as<bf16>();        // [T, nh, hd]
+  bf16* gate_up = gate_up_.as<bf16>();  // [T, 2 * inter]
+  bf16* act = act_.as<bf16>();          // [T, inter]
+
+  auto linear = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out,
+                    int n, cuda::OutDtype dtype, int rows) {
+    cuda::LinearArgs a;
+    a.x = in;
+    a.ldx = k;
+    a.w = w.as<bf16>();
+    a.bias = bias.bytes() > 0 ? bias.as<bf16>() : nullptr;
+    a.y = out;
+    a.ldy = n;
+    a.out_dtype = dtype;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    return cuda::Linear(cublas_, a, stream_);
+  };
+  auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
+    cuda::RmsNormArgs a;
+    a.x = in;
+    a.x_stride = hidden;
+    a.residual = fused ? x : nullptr;
+    a.res_stride = hidden;
+    a.weight = w.as<bf16>();
+    a.y = out;
+    a.y_stride = hidden;
+    a.num_rows = T;
+    a.dim = hidden;
+    a.eps = eps;
+    return fused ? cuda::FusedAddRmsNorm(a, stream_) : cuda::RmsNorm(a, stream_);
+  };
+  // What PagedDecodeArgs and PagedPrefillArgs share (same field names): q in the fused qkv rows,
+  // the output rows, layer l's pool, the block tables, the shapes.
+  auto attention_args = [&](auto& a, int l) {
+    a.q = qkv;
+    a.q_stride = qkv_dim;
+    a.out = attn;
+    a.out_stride = q_dim;
+    a.kv_pool = kv_[l].as<bf16>();
+    a.block_tables = d_tables;
+    a.block_table_stride = p.stride;
+    a.num_seqs = p.num_seqs;
+    a.block_size = block_size_;
+    a.num_heads = nh;
+    a.num_kv_heads = nkv;
+    a.head_dim = hd;
+    a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  };
+  const DeviceArray kNone;
+
+  TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, w_.embed.as<bf16>(), vocab, hidden, x, stream_));
+  for (int l = 0; l < c.num_hidden_layers; ++l) {
+    const DeviceLayer& w = w_.layers[l];
+    // h holds the previous layer's MLP output: residual += h; h = norm(residual).
+    TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
+                                  : norm(h, w.input_norm, h, true));
+    TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
+    // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
+    cuda::QkNormRopeCacheArgs r;
+    r.rope.q = qkv;
+    r.rope.q_stride = qkv_dim;
+    r.rope.k = qkv + q_dim;
+    r.rope.k_stride = qkv_dim;
+    r.rope.q_norm = w.q_norm.bytes() > 0 ? w.q_norm.as<bf16>() : nullptr;
+    r.rope.k_norm = w.k_norm.bytes() > 0 ? w.k_norm.as<bf16>() : nullptr;
+    r.rope.positions = d_pos;
+    r.rope.inv_freq = w_.inv_freq.as<float>();
+    r.rope.num_tokens = T;
+    r.rope.num_heads = nh;
+    r.rope.num_kv_heads = nkv;
+    r.rope.head_dim = hd;
+    r.rope.eps = eps;
+    r.v = qkv + q_dim + nkv * hd;
+    r.v_stride = qkv_dim;
+    r.slot_mapping = d_slots;
+    r.kv_pool = kv_[l].as<bf16>();
+    r.block_size = block_size_;
+    TANDEM_RETURN_IF_ERROR(cuda::QkNormRopeCache(r, stream_));
+    if (layer_hook_ != nullptr) TANDEM_RETURN_IF_ERROR(ReportLayerKV(l));
+    if (p.decode) {
+      cuda::PagedDecodeArgs a;
+      attention_args(a, l);
+      a.context_lens = d_ctx;
+      a.max_context_len = p.max_context_len;
+      a.num_splits = p.num_splits;
+      a.workspace = workspace_.as<void>();
+      a.workspace_bytes = workspace_.bytes();
+      a.workspace_initialized = true;  // PagedDecodeInitWorkspace ran when it was allocated
+      TANDEM_RETURN_IF_ERROR(cuda::PagedDecode(a, stream_));
+    } else {
+      cuda::PagedPrefillArgs a;
+      attention_args(a, l);
+      a.query_start_loc = d_qsl;
+      a.start_pos = d_start;
+      a.max_query_len = p.max_query_len;
+      TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
+    }
+    TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
+    TANDEM_RETURN_IF_ERROR(
+        linear(h, hidden, w.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T));
+    cuda::SiluMulArgs sm;
+    sm.gate = gate_up;
+    sm.gate_stride = 2 * inter;
+    sm.up = gate_up + inter;
+    sm.up_stride = 2 * inter;
+    sm.out = act;
+    sm.out_stride = inter;
+    sm.num_tokens = T;
+    sm.dim = inter;
+    TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
+    TANDEM_RETURN_IF_ERROR(linear(act, inter, w.down, kNone, h, hidden, cuda::OutDtype::kBf16, T));
+  }
+  if (p.rows == 0) return Status::Ok();
+  // residual += last MLP out; final norm; the logit rows gathered (Embedding as a row gather).
+  TANDEM_RETURN_IF_ERROR(norm(h, w_.final_norm, h, true));
+  const bf16* head_in = h;
+  if (p.gather) {
+    TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_rows, p.rows, h, T, hidden, sel_.as<bf16>(), stream_));
+    head_in = sel_.as<bf16>();
+  }
+  TANDEM_RETURN_IF_ERROR(linear(head_in, hidden, w_.lm_head_or_embed(), kNone, logits_.as<float>(),
+                                vocab, cuda::OutDtype::kFloat32, p.rows));
+  if (p.sample_rows > 0) {
+    char* base = picks_.as<char>();
+    const size_t col = Align16(sizeof(float) * p.picks_cap);
+    TANDEM_RETURN_IF_ERROR(cuda::ArgmaxLogSumExp(
+        logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab, vocab, p.sample_rows,
+        vocab, reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + col),
+        reinterpret_cast<float*>(base + 2 * col), stream_));
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::ReportLayerKV(int layer) {
+  if (layer_events_.size() != static_cast<size_t>(config_.num_hidden_layers)) {
+    layer_events_.assign(config_.num_hidden_layers, nullptr);
+  }
+  cudaEvent_t& ev = layer_events_[layer];
+  if (ev == nullptr) TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(ev, stream_));
+  const cudaEvent_t event = ev;
+  const int device = device_id_;
+  // Queried from the transfer thread: make this runner's device current there first (a query
+  // from a thread on another device would create a context on it). An error other than "not
+  // ready" also ends the wait; the transfer then reads what is there and the step reports it.
+  (*layer_hook_)(LayerKVReady{layer, [event, device] {
+                                cudaSetDevice(device);
+                                return cudaEventQuery(event) != cudaErrorNotReady;
+                              }, {}});
+  return Status::Ok();
+}
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA

@@ -1,0 +1,69 @@
+// Private to the CUDA runner's step (cuda_runner_step.cc: planning, upload, sampling) and its
+// layers (cuda_runner_layers.cc: the forward pass RunModel enqueues): the shape of one step and
+// where its inputs lie in the one upload.
+#pragma once
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "model/cuda_decode_graphs.h"
+#include "model/cuda_runner_impl.h"
+
+namespace tandem {
+namespace cuda_step {
+
+inline size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Byte offsets of a step's inputs in one upload (16-byte aligned): slots int64 [T], ids [T],
+// positions [T], query_start_loc [S + 1], start_pos [S], context_lens [S], block_tables
+// [S, stride], logit_rows [R]; all int32 but the slots.
+struct MetaLayout {
+  size_t slots, ids, pos, qsl, start, ctx, tables, rows, total;
+  MetaLayout(int T, int S, int stride, int R) {
+    size_t o = 0;
+    auto take = [&o](size_t bytes) { const size_t at = o; o = Align16(o + bytes); return at; };
+    slots = take(sizeof(int64_t) * T);
+    ids = take(sizeof(int32_t) * T);
+    pos = take(sizeof(int32_t) * T);
+    qsl = take(sizeof(int32_t) * (S + 1));
+    start = take(sizeof(int32_t) * S);
+    ctx = take(sizeof(int32_t) * S);
+    tables = take(sizeof(int32_t) * S * static_cast<size_t>(stride));
+    rows = take(sizeof(int32_t) * R);
+    total = o;
+  }
+};
+
+// Device results of the picks: ids int32, max logits (after a sampled pick: the chosen token's raw
+// logit), log-sum-exps, SampleRows' status int32, each [cap] (cap >= kMaxDecodeGraphBatch so graph
+// steps always find them at the same place).
+inline size_t PicksBytes(int cap) { return 4 * Align16(sizeof(float) * cap); }
+
+}  // namespace cuda_step
+
+// The shape of one step (host).
+struct CudaModelRunner::StepPlan {
+  int T = 0;         // token rows through the layers (the padded batch in a graph step)
+  int num_seqs = 0;  // sequences (padded likewise)
+  int stride = 1;    // block-table row stride
+  int max_query_len = 0, max_context_len = 0;
+  bool decode = true;   // every slice has one token
+  bool padded = false;  // a decode-graph step (rows = token rows, padding rows at the end)
+  int rows = 0;         // logits rows computed
+  bool gather = false;  // rows gathered by logit_rows (else token rows 0..rows-1)
+  int num_splits = 0;   // PagedDecode splits (0: automatic)
+  int sample_begin = 0, sample_rows = 0;     // rows ArgmaxLogSumExp covers
+  int picks_cap = kMaxDecodeGraphBatch;      // rows the picks buffer holds
+  std::vector<std::pair<int, int>> out_runs;  // (row, count) of logits returned, in order
+  std::vector<int> arg_rows;  // logits row of each kPick slice, in batch order
+  std::vector<int> arg_k;     // its num_logprobs
+  std::vector<const PickSpec*> arg_pick;  // its PickSpec (null: greedy)
+  bool sampled = false;       // SampleOnDevice ran: the status column is valid
+};
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA
