@@ -121,13 +121,19 @@ ApiError SubmitError(const Status& st) {
   return e;
 }
 
-ApiError EngineFailure(const RequestOutput& out) {
+// The client sees a generic 500 naming the request id; the engine's text (which for a remote
+// worker names its address) goes to the log only.
+ApiError EngineFailure(const std::string& id, const RequestOutput& out) {
   ApiError e;
   e.status = 500;
   e.type = "server_error";
-  e.message = out.finish_reason == FinishReason::kError
-                  ? (out.error.empty() ? std::string("The engine failed.") : out.error)
-                  : std::string("The request was aborted by the engine.");
+  if (out.finish_reason == FinishReason::kError) {
+    log::warn("[{}] {} failed: {}", id, out.request_id,
+              out.error.empty() ? std::string("(no message)") : out.error);
+    e.message = fmt::format("The server had an error while processing your request ({}).", id);
+  } else {
+    e.message = "The request was aborted by the engine.";
+  }
   return e;
 }
 
@@ -397,7 +403,7 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
       std::optional<RequestOutput> out = co_await flight->Receive();
       if (!out) break;
       if (gen.Apply(*out) < 0) continue;
-      if (Failed(*out) && !failure) failure = EngineFailure(*out);
+      if (Failed(*out) && !failure) failure = EngineFailure(id, *out);
       if (failure || w.client_gone()) break;
     }
     if (w.client_gone()) co_return client_gone();
@@ -417,13 +423,13 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
     index = gen.Apply(*out);
   }
   if (w.client_gone()) co_return client_gone();
-  if (Failed(*out)) co_return co_await reject(EngineFailure(*out));
+  if (Failed(*out)) co_return co_await reject(EngineFailure(id, *out));
   headers["cache-control"] = "no-cache";
   if (!co_await w.StartStream(200, "text/event-stream", headers)) co_return client_gone();
   std::string data = gen.OpeningChunks();
   while (true) {
     if (Failed(*out)) {
-      ApiError e = EngineFailure(*out);
+      ApiError e = EngineFailure(id, *out);
       status = e.status;
       log::warn("[{}] failed mid-stream: {}", id, e.message);
       data += "data: " + e.Body() + "\n\n";

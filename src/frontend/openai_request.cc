@@ -102,21 +102,27 @@ int ClampToInt(int64_t v) {
                                               std::numeric_limits<int>::max()));
 }
 
-// A number in [lo, hi] (open ends when lo_open / hi_open).
+// A number in [lo, hi] (open ends when lo_open / hi_open), checked both as given and as the
+// 32-bit float the engine will see: 1e308 overflows to inf and 5e-324 rounds to 0.0f, which pass a
+// check on the double but not the engine's on the float. `hi` infinite: no upper bound.
 std::optional<ApiError> ReadRange(const ojson& obj, const char* key, double lo, bool lo_open,
                                   double hi, bool hi_open, float* out) {
   std::optional<double> v;
   TANDEM_TRY(ReadNumber(obj, key, &v));
   if (!v) return std::nullopt;
-  bool ok = (lo_open ? *v > lo : *v >= lo) && (hi_open ? *v < hi : *v <= hi);
-  if (!std::isfinite(*v) || !ok) {
-    if (hi == std::numeric_limits<double>::max())
-      return InvalidValue(key, fmt::format("'{}' must be {} {}, got {}.", key,
-                                           lo_open ? "greater than" : "at least", lo, *v));
-    return InvalidValue(key, fmt::format("'{}' must be in {}{}, {}{}, got {}.", key, lo_open ? "(" : "[",
-                                         lo, hi, hi_open ? ")" : "]", *v));
+  auto in_range = [&](double x) {
+    return std::isfinite(x) && (lo_open ? x > lo : x >= lo) && (hi_open ? x < hi : x <= hi);
+  };
+  const float f = static_cast<float>(*v);  // inf when beyond FLT_MAX
+  if (!in_range(*v) || !in_range(static_cast<double>(f))) {
+    if (std::isinf(hi))
+      return InvalidValue(key, fmt::format("'{}' must be a finite number {} {} (as a 32-bit float), "
+                                           "got {}.", key, lo_open ? "greater than" : "at least",
+                                           lo, *v));
+    return InvalidValue(key, fmt::format("'{}' must be in {}{}, {}{} (as a 32-bit float), got {}.",
+                                         key, lo_open ? "(" : "[", lo, hi, hi_open ? ")" : "]", *v));
   }
-  *out = static_cast<float>(*v);
+  *out = f;
   return std::nullopt;
 }
 
@@ -173,8 +179,8 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
   TANDEM_TRY(ReadRange(body, "min_p", 0.0, false, 1.0, false, &p.min_p));
   TANDEM_TRY(ReadRange(body, "frequency_penalty", -2.0, false, 2.0, false, &p.frequency_penalty));
   TANDEM_TRY(ReadRange(body, "presence_penalty", -2.0, false, 2.0, false, &p.presence_penalty));
-  TANDEM_TRY(ReadRange(body, "repetition_penalty", 0.0, true, std::numeric_limits<double>::max(),
-                       false, &p.repetition_penalty));
+  TANDEM_TRY(ReadRange(body, "repetition_penalty", 0.0, true,
+                       std::numeric_limits<double>::infinity(), false, &p.repetition_penalty));
   std::optional<int64_t> top_k;
   TANDEM_TRY(ReadInt(body, "top_k", &top_k));
   if (top_k) {

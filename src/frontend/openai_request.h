@@ -11,7 +11,8 @@
 //     stop (string or list of strings), stop_token_ids (vLLM), max_tokens, temperature [0,2],
 //     top_p (0,1], top_k (-1 or >= 0), min_p [0,1], seed (integer; choice i of n uses seed + i),
 //     frequency_penalty and presence_penalty [-2,2], repetition_penalty (> 0), ignore_eos,
-//     skip_special_tokens, user (ignored).
+//     skip_special_tokens, user (ignored). Ranges are checked on the value as given and as the
+//     32-bit float the engine uses (1e308 -> inf and top_p 5e-324 -> 0.0f are 400s).
 //   chat: messages (roles system, developer (rendered as system), user, assistant, tool; content a
 //     string, null or absent (assistant only; rendered as "") or a list of {"type":"text","text"}
 //     parts joined with "\n"),

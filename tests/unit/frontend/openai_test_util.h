@@ -41,6 +41,7 @@ struct FakeScript {
   std::chrono::milliseconds delay{0};                  // before each output
   bool hang = false;             // after the tokens, wait for Cancel (then kAbort)
   std::optional<int> fail_after;  // a final kError output after this many tokens
+  std::string error = "fake engine failure";  // its text
   std::optional<Status> submit_error;
   int num_cached_tokens = 0;
 };
@@ -123,7 +124,7 @@ class FakeEngineClient final : public EngineClient {
         RequestOutput o = base(i);
         o.finished = true;
         o.finish_reason = FinishReason::kError;
-        o.error = "fake engine failure";
+        o.error = s.error;
         cb(std::move(o));
         return;
       }

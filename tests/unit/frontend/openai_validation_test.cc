@@ -73,6 +73,13 @@ std::vector<BadCase> Cases() {
       {"presence_penalty", kCompl, ComplBody(R"("presence_penalty":-3)"), 400, "presence_penalty"},
       {"repetition_penalty", kChat, ChatBody(R"("repetition_penalty":0)"), 400,
        "repetition_penalty"},
+      // Valid doubles that the engine's 32-bit floats cannot hold: inf, or 0 where > 0 is needed.
+      {"repetition_penalty_overflow", kCompl, ComplBody(R"("repetition_penalty":1e308)"), 400,
+       "repetition_penalty", "invalid_value"},
+      {"repetition_penalty_to_zero", kCompl, ComplBody(R"("repetition_penalty":5e-324)"), 400,
+       "repetition_penalty", "invalid_value"},
+      {"top_p_to_zero", kChat, ChatBody(R"("top_p":5e-324)"), 400, "top_p", "invalid_value"},
+      {"top_p_tiny", kChat, ChatBody(R"("top_p":1e-50)"), 400, "top_p", "invalid_value"},
       {"seed_string", kChat, ChatBody(R"("seed":"x")"), 400, "seed"},
       {"stop_number", kChat, ChatBody(R"("stop":5)"), 400, "stop"},
       {"stop_list_of_numbers", kChat, ChatBody(R"("stop":["a",1])"), 400, "stop"},
@@ -200,6 +207,14 @@ TEST_F(OpenAITest, SamplingParamsReachTheEngine) {
   EXPECT_FALSE(p.skip_special_tokens);
   EXPECT_EQ(p.max_tokens, 9);  // max_completion_tokens wins
   EXPECT_EQ(p.logprobs, 3);
+}
+
+// Tiny values that round to 0.0f are fine where 0 is allowed.
+TEST_F(OpenAITest, TinyFloatsWhereZeroIsAllowed) {
+  auto w = Complete(json{{"prompt", "hi"}, {"temperature", 5e-324}, {"min_p", 5e-324},
+                         {"presence_penalty", -5e-324}, {"frequency_penalty", 1e-300}});
+  ASSERT_EQ(w->status, 200) << w->body;
+  EXPECT_EQ(engine->submitted()[0].params.temperature, 0.0f);
 }
 
 TEST_F(OpenAITest, NullFieldsMeanDefaults) {
