@@ -126,6 +126,38 @@ std::optional<ApiError> ReadRange(const ojson& obj, const char* key, double lo, 
   return std::nullopt;
 }
 
+ApiError NotSupported(const std::string& param, const std::string& what) {
+  return InvalidValue(param, fmt::format("{} is not supported.", what));
+}
+
+// Parameters the engine has no implementation for: 400 unless in the no-op form clients send by
+// default (logit_bias {}, response_format {"type":"text"}, min_tokens 0,
+// include_stop_str_in_output false), rather than accepting and ignoring them.
+std::optional<ApiError> RejectUnsupported(const ojson& body) {
+  if (const ojson* lb = Field(body, "logit_bias")) {
+    if (!lb->is_object()) return InvalidType("logit_bias", "an object", *lb);
+    if (!lb->empty()) return NotSupported("logit_bias", "'logit_bias'");
+  }
+  if (const ojson* rf = Field(body, "response_format")) {
+    if (!rf->is_object()) return InvalidType("response_format", "an object", *rf);
+    const ojson* type = Field(*rf, "type");
+    if (!type || !type->is_string())
+      return InvalidType("response_format.type", "a string", type ? *type : ojson());
+    if (type->get_ref<const std::string&>() != "text")
+      return NotSupported("response_format", "'response_format' other than {\"type\": \"text\"}");
+  }
+  std::optional<int64_t> min_tokens;
+  TANDEM_TRY(ReadInt(body, "min_tokens", &min_tokens));
+  if (min_tokens && *min_tokens < 0)
+    return InvalidValue("min_tokens", fmt::format("'min_tokens' must be at least 0, got {}.", *min_tokens));
+  if (min_tokens && *min_tokens > 0) return NotSupported("min_tokens", "'min_tokens' above 0");
+  bool include_stop = false;
+  TANDEM_TRY(ReadBool(body, "include_stop_str_in_output", &include_stop));
+  if (include_stop)
+    return NotSupported("include_stop_str_in_output", "'include_stop_str_in_output': true");
+  return std::nullopt;
+}
+
 std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& options,
                                     ParsedRequest* out) {
   if (const ojson* m = Field(body, "model")) {
@@ -216,7 +248,7 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
   TANDEM_TRY(ReadBool(body, "skip_special_tokens", &p.skip_special_tokens));
   if (const ojson* user = Field(body, "user"); user && !user->is_string())
     return InvalidType("user", "a string", *user);
-  return std::nullopt;
+  return RejectUnsupported(body);
 }
 
 const char* const kRoles[] = {"system", "developer", "user", "assistant", "tool"};
@@ -288,6 +320,21 @@ std::optional<ApiError> ParseChat(const ojson& body, ParsedRequest* out) {
   if (const ojson* tools = Field(body, "tools")) {
     if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
     if (!tools->empty()) out->chat_options.tools = *tools;
+  }
+  // Tools only reach the chat template; no tool call is parsed out of the output, so nothing can
+  // force one: "none" and "auto" (the defaults) are accepted, "required" or a named function not.
+  if (const ojson* tc = Field(body, "tool_choice")) {
+    if (tc->is_string()) {
+      const std::string& v = tc->get_ref<const std::string&>();
+      if (v == "required") return NotSupported("tool_choice", "'tool_choice': \"required\"");
+      if (v != "none" && v != "auto")
+        return InvalidValue("tool_choice", "'tool_choice' must be \"none\", \"auto\", "
+                                           "\"required\" or an object.");
+    } else if (tc->is_object()) {
+      return NotSupported("tool_choice", "'tool_choice' naming a function");
+    } else {
+      return InvalidType("tool_choice", "a string or an object", *tc);
+    }
   }
   if (const ojson* kw = Field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);

@@ -19,6 +19,9 @@
 //     max_completion_tokens (wins over max_tokens), logprobs (bool), top_logprobs (0..20, needs
 //     logprobs), tools (list, passed to the template), chat_template_kwargs (object, passed as
 //     extra template variables), add_generation_prompt (vLLM, default true).
+//   Accepted only in their no-op form (else 400 "... is not supported", param set): logit_bias
+//     ({} or null), response_format ({"type":"text"}), min_tokens (0), include_stop_str_in_output
+//     (false), chat tool_choice ("none" or "auto"; tool calls are not parsed from the output).
 //   completions: prompt (a string, a list of one string, a list of token ids, or a list of one such
 //     list), echo, logprobs (integer 0..20).
 #pragma once

@@ -80,6 +80,26 @@ std::vector<BadCase> Cases() {
        "repetition_penalty", "invalid_value"},
       {"top_p_to_zero", kChat, ChatBody(R"("top_p":5e-324)"), 400, "top_p", "invalid_value"},
       {"top_p_tiny", kChat, ChatBody(R"("top_p":1e-50)"), 400, "top_p", "invalid_value"},
+      // Accepted and ignored before: 400 "not supported".
+      {"logit_bias", kChat, ChatBody(R"("logit_bias":{"42":100})"), 400, "logit_bias"},
+      {"logit_bias_list", kCompl, ComplBody(R"("logit_bias":[1])"), 400, "logit_bias",
+       "invalid_type"},
+      {"response_format_json", kChat, ChatBody(R"("response_format":{"type":"json_object"})"), 400,
+       "response_format"},
+      {"response_format_schema", kCompl,
+       ComplBody(R"("response_format":{"type":"json_schema","json_schema":{}})"), 400,
+       "response_format"},
+      {"response_format_string", kChat, ChatBody(R"("response_format":"json")"), 400,
+       "response_format", "invalid_type"},
+      {"tool_choice_required", kChat, ChatBody(R"("tool_choice":"required")"), 400, "tool_choice"},
+      {"tool_choice_function", kChat,
+       ChatBody(R"("tool_choice":{"type":"function","function":{"name":"f"}})"), 400,
+       "tool_choice"},
+      {"tool_choice_unknown", kChat, ChatBody(R"("tool_choice":"maybe")"), 400, "tool_choice"},
+      {"min_tokens", kCompl, ComplBody(R"("min_tokens":5)"), 400, "min_tokens"},
+      {"min_tokens_negative", kChat, ChatBody(R"("min_tokens":-1)"), 400, "min_tokens"},
+      {"include_stop_str_in_output", kChat, ChatBody(R"("include_stop_str_in_output":true)"), 400,
+       "include_stop_str_in_output"},
       {"seed_string", kChat, ChatBody(R"("seed":"x")"), 400, "seed"},
       {"stop_number", kChat, ChatBody(R"("stop":5)"), 400, "stop"},
       {"stop_list_of_numbers", kChat, ChatBody(R"("stop":["a",1])"), 400, "stop"},
@@ -215,6 +235,22 @@ TEST_F(OpenAITest, TinyFloatsWhereZeroIsAllowed) {
                          {"presence_penalty", -5e-324}, {"frequency_penalty", 1e-300}});
   ASSERT_EQ(w->status, 200) << w->body;
   EXPECT_EQ(engine->submitted()[0].params.temperature, 0.0f);
+}
+
+// The no-op forms of unsupported parameters that clients send by default stay accepted.
+TEST_F(OpenAITest, NoOpFormsOfUnsupportedParametersAreAccepted) {
+  auto w = Chat(json{{"messages", UserMessages("hi")}, {"logit_bias", json::object()},
+                     {"response_format", {{"type", "text"}}}, {"tool_choice", "auto"},
+                     {"min_tokens", 0}, {"include_stop_str_in_output", false}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  w = Chat(json{{"messages", UserMessages("hi")}, {"logit_bias", nullptr},
+                {"response_format", nullptr}, {"tool_choice", "none"}, {"min_tokens", nullptr}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  w = Complete(json{{"prompt", "hi"}, {"logit_bias", json::object()}, {"min_tokens", 0}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  w = Chat(json{{"messages", UserMessages("hi")}, {"logit_bias", {{"42", 100}}}});
+  EXPECT_NE(w->Json()["error"]["message"].get<std::string>().find("not supported"),
+            std::string::npos) << w->body;
 }
 
 TEST_F(OpenAITest, NullFieldsMeanDefaults) {
