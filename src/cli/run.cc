@@ -180,6 +180,10 @@ int RunAggregated(const RunOptions& opt) {
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
+  // More choices than the engine can ever hold (running + waiting) could only ever be refused as
+  // "queue full" (503, retried by clients forever): a 400 naming the limit instead.
+  service_options.max_n = std::max(1, std::min(service_options.max_n,
+                                               config.max_num_seqs + opt.engine.max_waiting_requests));
   auto service = std::make_shared<OpenAIService>(engine, bundle->tokenizer, bundle->renderer,
                                                  service_options);
   service->Register([&routes](std::string method, std::string path, http::Handler handler) {

@@ -47,7 +47,8 @@ namespace tandem {
 struct OpenAIServiceOptions {
   std::string served_model_name;  // empty: EngineClient::model_info().name
   std::string api_key;            // empty: no authentication
-  int max_n = 16;                 // largest accepted `n`
+  int max_n = 16;                 // largest accepted `n` (tandem run: at most max_num_seqs +
+                                  // max_waiting_requests, what its engine can ever hold)
 };
 
 // Registers a handler for an exact (method, path), e.g. HttpServer::Route.

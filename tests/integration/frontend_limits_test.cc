@@ -1,0 +1,78 @@
+// The HTTP frontend of `tandem run --mode agg` (the bundled tiny model on the CPU) at its limits,
+// one server for the suite: an `n` beyond what the engine can ever hold (max_num_seqs +
+// max_waiting_requests) is a 400 naming the limit, not a 503 "queue full".
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "http_util.h"
+#include "process_util.h"
+#include "subprocess.h"
+
+namespace tandem {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using testing::ChildProcess;
+using testing::Curl;
+using testing::HttpResult;
+using testing::ShellQuote;
+
+class FrontendLimitsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = fs::temp_directory_path() / ("tandem-frontend-limits-" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    const int port = testing::FreePort();
+    base_ = "http://127.0.0.1:" + std::to_string(port);
+    server_ = ChildProcess::Start({TANDEM_BINARY, "run", "--mode", "agg", "--port",
+                                   std::to_string(port), "--num-kv-blocks", "64", "--max-num-seqs",
+                                   "2", "--max-waiting-requests", "1"},
+                                  {}, (dir_ / "run.log").string());
+    ready_ = server_ && testing::Eventually([] { return Curl(ShellQuote(base_ + "/health"), 5).status == 200; },
+                                            120s);
+  }
+  static void TearDownTestSuite() {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  void SetUp() override {
+    ASSERT_TRUE(ready_) << "tandem run did not start\n" << testing::ReadText(dir_ / "run.log");
+  }
+  void TearDown() override {
+    if (HasFailure()) std::cerr << "---- run.log\n" << testing::ReadText(dir_ / "run.log");
+  }
+
+  // curl with extra arguments (shell words) and a JSON body.
+  static HttpResult PostJson(const std::string& path, const json& body, const std::string& args = "") {
+    return Curl(args + " -H 'Content-Type: application/json' --data-binary " +
+                    ShellQuote(body.dump()) + " " + ShellQuote(base_ + path), 60);
+  }
+
+  static inline fs::path dir_;
+  static inline std::string base_;
+  static inline std::unique_ptr<ChildProcess> server_;
+  static inline bool ready_ = false;
+};
+
+TEST_F(FrontendLimitsTest, MoreChoicesThanTheEngineCanHoldIsA400) {
+  HttpResult r = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"n", 4}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  json e = json::parse(r.body, nullptr, false)["error"];
+  EXPECT_EQ(e["param"], "n") << r.body;
+  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(e["message"].get<std::string>().find("3"), std::string::npos) << r.body;  // 2 + 1
+  r = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"n", 3}});
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+}  // namespace
+}  // namespace tandem
