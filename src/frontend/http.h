@@ -1,7 +1,8 @@
 // The HTTP layer's contract with request handlers (Boost.Beast/Asio, C++20 coroutines).
 //
 // The server reads a whole request (body limit -> 413), routes by exact path (unknown path -> 404,
-// known path with another method -> 405, both with OpenAI-style JSON error bodies), and calls the
+// known path with another method -> 405, both with OpenAI-style JSON error bodies; HEAD on a GET
+// route -> the GET handler, its body not sent), and calls the
 // handler as a coroutine on the connection's executor. A handler writes either one full response
 // or a stream (Server-Sent Events for OpenAI streaming).
 #pragma once

@@ -65,8 +65,10 @@ class ConnectionWriter final : public ResponseWriter {
  public:
   enum class State { kNone, kFull, kStreaming, kEnded };
 
-  ConnectionWriter(Connection& connection, unsigned version, bool keep_alive)
-      : conn_(connection), version_(version), keep_alive_(keep_alive) {}
+  // `head`: a HEAD request served by a GET handler: the same status and headers (Content-Length
+  // of the body it would have had), no body.
+  ConnectionWriter(Connection& connection, unsigned version, bool keep_alive, bool head = false)
+      : conn_(connection), version_(version), keep_alive_(keep_alive), head_(head) {}
 
   asio::awaitable<bool> WriteFull(int status, std::string content_type, std::string body,
                                   std::map<std::string, std::string> extra_headers) override {
@@ -81,6 +83,11 @@ class ConnectionWriter final : public ResponseWriter {
     res.prepare_payload();
     if (gone_) co_return false;
     conn_.stream_.expires_after(conn_.state_.config.write_timeout);
+    if (head_) {
+      bhttp::response_serializer<bhttp::string_body> serializer{res};
+      auto [ec, n] = co_await bhttp::async_write_header(conn_.stream_, serializer, kUseTuple);
+      co_return Written(ec);
+    }
     auto [ec, n] = co_await bhttp::async_write(conn_.stream_, res, kUseTuple);
     co_return Written(ec);
   }
@@ -107,7 +114,7 @@ class ConnectionWriter final : public ResponseWriter {
   asio::awaitable<bool> WriteChunk(std::string data) override {
     if (state_ != State::kStreaming) throw std::logic_error("WriteChunk outside a stream");
     if (gone_) co_return false;
-    if (data.empty()) co_return true;  // an empty chunk would end the stream
+    if (data.empty() || head_) co_return true;  // an empty chunk would end the stream
     conn_.stream_.expires_after(conn_.state_.config.write_timeout);
     if (chunked_) {
       auto [ec, n] = co_await asio::async_write(
@@ -121,7 +128,7 @@ class ConnectionWriter final : public ResponseWriter {
   asio::awaitable<void> EndStream() override {
     if (state_ != State::kStreaming) co_return;
     state_ = State::kEnded;
-    if (gone_ || !chunked_) co_return;
+    if (gone_ || !chunked_ || head_) co_return;
     conn_.stream_.expires_after(conn_.state_.config.write_timeout);
     auto [ec, n] = co_await asio::async_write(conn_.stream_, bhttp::make_chunk_last(), kUseTuple);
     Written(ec);
@@ -177,6 +184,7 @@ class ConnectionWriter final : public ResponseWriter {
   Connection& conn_;
   unsigned version_;
   bool keep_alive_;
+  const bool head_;
   bool chunked_ = false;
   bool failed_ = false;
   State state_ = State::kNone;
@@ -247,9 +255,20 @@ asio::awaitable<bool> Connection::ServeOne() {
     log::debug("http: {} {} {} {:.1f} ms", request.method, request.target, status, ms);
   };
 
+  // HEAD is answered by the GET handler (without the body) unless a HEAD handler is registered.
   auto path = state_.routes.find(request.target);
-  if (path == state_.routes.end() || path->second.count(request.method) == 0) {
-    ConnectionWriter writer(*this, version, keep_alive);
+  const Handler* handler = nullptr;
+  bool head = false;
+  if (path != state_.routes.end()) {
+    auto it = path->second.find(request.method);
+    if (it == path->second.end() && request.method == "HEAD") {
+      it = path->second.find("GET");
+      head = it != path->second.end();
+    }
+    if (it != path->second.end()) handler = &it->second;
+  }
+  if (handler == nullptr) {
+    ConnectionWriter writer(*this, version, keep_alive, request.method == "HEAD");
     int status = 404;
     std::map<std::string, std::string> extra;
     std::string body;
@@ -259,9 +278,10 @@ asio::awaitable<bool> Connection::ServeOne() {
     } else {
       status = 405;
       std::string allow;
-      for (const auto& [method, handler] : path->second) {
+      for (const auto& [method, unused] : path->second) {
         allow += (allow.empty() ? "" : ", ") + method;
       }
+      if (path->second.count("GET") && !path->second.count("HEAD")) allow += ", HEAD";
       extra["Allow"] = allow;
       body = OpenAIErrorBody("Method " + request.method + " is not allowed for " + request.target +
                                  " (allowed: " + allow + ")",
@@ -271,7 +291,7 @@ asio::awaitable<bool> Connection::ServeOne() {
     log_line(status);
     co_return writer.reusable();
   }
-  co_return co_await RunHandler(path->second.at(request.method), request, version, keep_alive);
+  co_return co_await RunHandler(*handler, request, version, keep_alive, head);
 }
 
 asio::awaitable<bool> Connection::AnswerReadError(boost::system::error_code ec) {
@@ -313,9 +333,9 @@ asio::awaitable<void> Connection::LingerClose() {
 }
 
 asio::awaitable<bool> Connection::RunHandler(const Handler& handler, const Request& request,
-                                             unsigned version, bool keep_alive) {
+                                             unsigned version, bool keep_alive, bool head) {
   auto started = std::chrono::steady_clock::now();
-  ConnectionWriter writer(*this, version, keep_alive);
+  ConnectionWriter writer(*this, version, keep_alive, head);
   writer_ = &writer;
   handler_done_ = false;
   co_await (CallHandler(handler, request, writer) && WatchPeer());

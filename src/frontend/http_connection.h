@@ -72,8 +72,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // Reads, routes and answers one request; false when the connection should close.
   boost::asio::awaitable<bool> ServeOne();
   boost::asio::awaitable<bool> AnswerReadError(boost::system::error_code ec);
+  // `head`: a HEAD request given to the GET handler (headers written, body dropped).
   boost::asio::awaitable<bool> RunHandler(const Handler& handler, const Request& request,
-                                          unsigned version, bool keep_alive);
+                                          unsigned version, bool keep_alive, bool head);
   boost::asio::awaitable<void> CallHandler(const Handler& handler, const Request& request,
                                            ConnectionWriter& writer);
   // While the handler runs: reads ahead (pipelined bytes go to buffer_) to see EOF or a reset.

@@ -2,7 +2,8 @@
 //
 // Keep-alive; one whole request read at a time (headers + body within `read_timeout`; a body over
 // `max_body_bytes` -> 413, a malformed request -> 400, headers over 64 KiB -> 431); routing by exact
-// path (unknown -> 404, other method -> 405 with Allow); all error bodies OpenAI-style JSON
+// path (unknown -> 404, other method -> 405 with Allow; HEAD on a GET route runs the GET handler
+// and sends its status and headers without the body); all error bodies OpenAI-style JSON
 // (errors.h). Each connection runs on its own strand; the handler runs there as a coroutine while
 // the server watches the socket, so ResponseWriter::OnDisconnect fires when the peer closes even
 // if the handler is only waiting. A client that half-closes its sending side counts as gone (as

@@ -176,6 +176,44 @@ TEST_F(HttpServerTest, UnknownPathIs404AndWrongMethodIs405) {
   EXPECT_TRUE(ErrorOf(cr.body).is_object()) << cr.body;
 }
 
+// HEAD on a GET route: the GET handler's status and headers (Content-Length of its body), no body;
+// the connection stays usable. HEAD on a POST-only route: 405, and Allow lists HEAD beside GET.
+TEST_F(HttpServerTest, HeadIsGetWithoutTheBody) {
+  StartServer();
+  TestClient c(port_);
+  ASSERT_TRUE(c.WriteRaw("HEAD /hello HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"
+                         "GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+  std::string raw = c.ReadToEof();
+  ASSERT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  size_t end = raw.find("\r\n\r\n");
+  ASSERT_NE(end, std::string::npos) << raw;
+  std::string head = raw.substr(0, end);
+  EXPECT_NE(head.find("Content-Length: 5"), std::string::npos) << raw;
+  EXPECT_NE(head.find("x-test: 1"), std::string::npos) << raw;
+  // Right after the HEAD response's headers comes the GET's response, not a body.
+  EXPECT_EQ(raw.compare(end + 4, 12, "HTTP/1.1 200"), 0) << raw;
+  EXPECT_EQ(raw.substr(raw.size() - 5), "hello") << raw;
+
+  TestClient c2(port_);
+  ASSERT_TRUE(c2.WriteRaw("HEAD /stream HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+  raw = c2.ReadToEof();
+  EXPECT_EQ(raw.rfind("HTTP/1.1 200", 0), 0u) << raw;
+  EXPECT_EQ(raw.find("data:"), std::string::npos) << raw;
+
+  TestClient c3(port_);
+  ASSERT_TRUE(c3.WriteRaw("HEAD /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"));
+  raw = c3.ReadToEof();
+  EXPECT_EQ(raw.rfind("HTTP/1.1 405", 0), 0u) << raw;
+  EXPECT_EQ(raw.size(), raw.find("\r\n\r\n") + 4) << "a body after HEAD: " << raw;
+  TestClient c4(port_);
+  auto r = c4.Send("DELETE", "/hello");
+  ASSERT_TRUE(r);
+  EXPECT_EQ((*r)[bhttp::field::allow], "GET, HEAD");
+
+  CurlResult cr = Curl("-I " + Url("/hello"));
+  EXPECT_EQ(cr.code, 200);
+}
+
 TEST_F(HttpServerTest, OversizedBodyIs413AndServerKeepsServing) {
   HttpServer::Options o;
   o.max_body_bytes = 1024;
