@@ -192,6 +192,9 @@ int RunWorker(const WorkerOptions& opt) {
                                              std::function<void(RemotePrefillOutcome)> done) {
       disagg->Start(std::move(task), std::move(done));
     };
+    engine_options.cancel_remote_prefill = [disagg](const std::string& request_id) {
+      disagg->Cancel(request_id);
+    };
   }
   auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
   kv_publisher->AttachEngine(engine);

@@ -155,8 +155,12 @@ void AsyncEngine::Loop() {
     }
     for (const std::string& id : cancels) {
       auto it = remote_in_flight_.find(id);
-      if (it != remote_in_flight_.end()) it->second = true;  // aborted when its outcome arrives
-      else engine_->AbortRequest(id);
+      if (it == remote_in_flight_.end()) {
+        engine_->AbortRequest(id);
+      } else if (!it->second) {
+        it->second = true;  // aborted when its outcome arrives
+        if (options_.cancel_remote_prefill) options_.cancel_remote_prefill(id);
+      }
     }
     if (engine_->HasUnfinishedRequests()) {
       std::vector<RequestOutput> step = engine_->Step();

@@ -10,7 +10,7 @@
 // thread: CompleteRemotePrefill, or FailRemotePrefill (local prefill; the outcome's error is
 // logged). A request cancelled while its remote prefill is in flight is aborted only when the
 // outcome arrives, so that a prefill worker still writing never writes into blocks that were
-// given to another request.
+// given to another request; cancel_remote_prefill tells the prefill worker to stop meanwhile.
 //
 // KV events (AsyncEngineOptions::kv_event_sink set): the engine hands each step's events and load to
 // the sink on the engine thread; SnapshotCachedBlocks asks the engine thread for a snapshot (for a
@@ -50,6 +50,11 @@ struct AsyncEngineOptions {
   // any thread, when it ended. Unset: every prompt is prefilled here.
   std::function<void(RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done)>
       remote_prefill{};
+  // Disaggregated decode: a request whose remote prefill is in flight was cancelled; ask the
+  // prefill worker to stop (called once per request, on the engine thread; must not block). The
+  // request still ends only when the outcome of `remote_prefill` arrives. Unset: the remote
+  // prefill runs to its end.
+  std::function<void(const std::string& request_id)> cancel_remote_prefill{};
   // KV events and load for a router (Engine::SetKvEventSink); OnStep must not block. Unset: none.
   std::shared_ptr<KvEventSink> kv_event_sink{};
 };

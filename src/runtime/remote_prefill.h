@@ -85,7 +85,8 @@ class RemotePrefillHandler {
   // FailedPrecondition (the write window closed first; nothing written), Internal/others from the
   // engine or the transfer.
   virtual void Prefill(RemotePrefillRequest request, RemotePrefillDone done) = 0;
-  // The caller went away: stop computing if still computing. `done` still comes (with an error
+  // The caller went away (the call was cancelled, or Worker.CancelRemotePrefill named the
+  // request): stop computing if still computing, or drop it if still queued. `done` still comes (with an error
   // or a result); writes already started end within the window.
   virtual void Cancel(const std::string& request_id) = 0;
 };

@@ -31,11 +31,20 @@ std::shared_ptr<PrefillWorker> ConnectPrefill(const InstanceInfo& instance) {
 }
 
 struct Call {
+  std::string request_id;  // set before the call is listed in Impl::calls
   grpc::ClientContext context;
   v1::RemotePrefillRequest request;
   v1::RemotePrefillResponse response;
   std::shared_ptr<PrefillWorker> worker;  // keeps the stub alive for the call
   RemotePrefillDone done;
+};
+
+// One CancelRemotePrefill call (fire and forget).
+struct CancelCall {
+  grpc::ClientContext context;
+  v1::CancelRemotePrefillRequest request;
+  v1::CancelRemotePrefillResponse response;
+  std::shared_ptr<PrefillWorker> worker;
 };
 
 }  // namespace
@@ -48,6 +57,7 @@ struct RemotePrefillClient::Impl {
   size_t next = 0;
   uint64_t next_call_id = 0;
   std::unordered_map<uint64_t, std::shared_ptr<Call>> calls;  // in flight
+  int cancels_in_flight = 0;                                   // CancelRemotePrefill calls
   std::unique_ptr<Discovery::Watch> watch;
 
   void SetInstances(const std::vector<InstanceInfo>& instances) {
@@ -92,7 +102,37 @@ RemotePrefillClient::~RemotePrefillClient() {
   impl_->watch.reset();
   std::unique_lock<std::mutex> lock(impl_->mu);
   for (auto& [id, call] : impl_->calls) call->context.TryCancel();
-  impl_->cv.wait_for(lock, std::chrono::seconds(5), [&] { return impl_->calls.empty(); });
+  impl_->cv.wait_for(lock, std::chrono::seconds(5),
+                     [&] { return impl_->calls.empty() && impl_->cancels_in_flight == 0; });
+}
+
+void RemotePrefillClient::Cancel(const std::string& request_id) {
+  auto cancel = std::make_shared<CancelCall>();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    for (const auto& [id, call] : impl_->calls) {
+      if (call->request_id == request_id) cancel->worker = call->worker;
+    }
+    if (!cancel->worker) return;
+    ++impl_->cancels_in_flight;
+  }
+  cancel->request.set_request_id(request_id);
+  cancel->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  std::weak_ptr<Impl> weak = impl_;
+  CancelCall* raw = cancel.get();
+  cancel->worker->stub->async()->CancelRemotePrefill(
+      &raw->context, &raw->request, &raw->response, [weak, cancel, request_id](grpc::Status status) {
+        if (!status.ok()) {
+          log::debug("[{}] cancelling the remote prefill on {} failed: {}: {}", request_id,
+                     cancel->worker->instance.instance_id, GrpcCodeName(status.error_code()),
+                     status.error_message());
+        }
+        if (auto impl = weak.lock()) {
+          std::lock_guard<std::mutex> lock(impl->mu);
+          --impl->cancels_in_flight;
+          impl->cv.notify_all();
+        }
+      });
 }
 
 int RemotePrefillClient::num_workers() const {
@@ -134,6 +174,7 @@ void RemotePrefillClient::Prefill(const RemotePrefillRequest& request,
       }
       if (!call->worker) call->worker = impl_->workers[impl_->next++ % impl_->workers.size()];
       call_id = ++impl_->next_call_id;
+      call->request_id = request.request_id;
       impl_->calls.emplace(call_id, call);
     }
   }

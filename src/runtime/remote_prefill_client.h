@@ -11,6 +11,10 @@
 //            level with the reason). A hint does not advance the round-robin position.
 //            Call errors keep their meaning: UNAVAILABLE / DEADLINE_EXCEEDED / CANCELLED become
 //            FailedPrecondition with a message naming the worker and the gRPC code.
+//   Cancel   the request of a call in flight was cancelled: tells its prefill worker
+//            (Worker.CancelRemotePrefill, 2 s deadline, not waited for) to stop computing it. The
+//            call goes on and its `done` still comes, with the worker's answer: only that says
+//            nothing more is written into the blocks. No call in flight for the id: nothing.
 //   ~        cancels calls in flight and waits (up to 5 s) for their `done`.
 // Thread-safe.
 #pragma once
@@ -43,6 +47,8 @@ class RemotePrefillClient {
   void Prefill(const RemotePrefillRequest& request, std::chrono::milliseconds timeout,
                RemotePrefillDone done, std::string* worker = nullptr,
                const std::string& prefill_worker_id = {});
+  // See above. Thread-safe; does not block on the network.
+  void Cancel(const std::string& request_id);
   // Whether `instance_id` is a live worker of this client now (what Prefill honours as a hint).
   bool HasWorker(const std::string& instance_id) const;
   int num_workers() const;

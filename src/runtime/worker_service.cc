@@ -156,6 +156,20 @@ grpc::ServerUnaryReactor* WorkerService::RemotePrefill(grpc::CallbackServerConte
   return new RemotePrefillReactor(remote_prefill_, *request, response);
 }
 
+grpc::ServerUnaryReactor* WorkerService::CancelRemotePrefill(
+    grpc::CallbackServerContext* context, const v1::CancelRemotePrefillRequest* request,
+    v1::CancelRemotePrefillResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  if (!remote_prefill_) {
+    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                                 "this worker does not serve remote prefill (not --mode prefill)"));
+    return reactor;
+  }
+  remote_prefill_->Cancel(request->request_id());
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
 grpc::ServerWriteReactor<v1::GenerateOutput>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   return new GenerateReactor(engine_, *request);

@@ -29,6 +29,9 @@ class WorkerService final : public v1::Worker::CallbackService {
   grpc::ServerUnaryReactor* RemotePrefill(grpc::CallbackServerContext* context,
                                           const v1::RemotePrefillRequest* request,
                                           v1::RemotePrefillResponse* response) override;
+  grpc::ServerUnaryReactor* CancelRemotePrefill(grpc::CallbackServerContext* context,
+                                                const v1::CancelRemotePrefillRequest* request,
+                                                v1::CancelRemotePrefillResponse* response) override;
   // The event plane's RPCs (worker_events_service.cc).
   grpc::ServerWriteReactor<v1::EventMessage>* SubscribeEvents(
       grpc::CallbackServerContext* context, const v1::SubscribeEventsRequest* request) override;

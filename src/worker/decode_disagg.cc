@@ -73,10 +73,17 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
             return;
           }
           outcome.status = result.status();
-          num_fallbacks_.fetch_add(1);
+          bool cancelled;
           {
             std::lock_guard<std::mutex> lock(mu_);
-            stats_.num_errors += 1;
+            cancelled = pending->cancelled;
+            if (!cancelled) stats_.num_errors += 1;
+          }
+          if (cancelled) {
+            log::info("[{}] remote prefill stopped: the request was cancelled ({})", id,
+                      result.status().ToString());
+          } else {
+            num_fallbacks_.fetch_add(1);
           }
           done(std::move(outcome));
           return;
@@ -136,6 +143,18 @@ void DecodeDisagg::OnNotification(const transfer::Notification& n) {
   RemotePrefillOutcome outcome;
   outcome.first_token = ready->first_token;
   done(std::move(outcome));
+}
+
+void DecodeDisagg::Cancel(const std::string& request_id) {
+  std::shared_ptr<runtime::RemotePrefillClient> client;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = pending_.find(request_id);
+    if (it == pending_.end() || it->second->answered) return;
+    it->second->cancelled = true;
+    client = client_;
+  }
+  if (client) client->Cancel(request_id);
 }
 
 void DecodeDisagg::Shutdown() {

@@ -66,6 +66,11 @@ class DecodeDisagg {
   // The agent's notifications (AgentOptions::on_notification, through a NotificationRelay): a
   // kv-ready one for a task in flight is its outcome; anything else is ignored.
   void OnNotification(const transfer::Notification& n);
+  // AsyncEngineOptions::cancel_remote_prefill: the request's call in flight (if its outcome has
+  // not come yet) asks its prefill worker to stop (RemotePrefillClient::Cancel). The outcome still
+  // comes, from the call's answer; a failed one then counts as neither an error nor a fallback
+  // (the request is aborted, not prefilled here). Does not block on the network.
+  void Cancel(const std::string& request_id);
   // Cancels the calls in flight and waits for their outcomes (errors: local prefill); later
   // Starts fail at once. Call it before the agent's KV registrations go away.
   void Shutdown();
@@ -88,6 +93,7 @@ class DecodeDisagg {
     std::function<void(RemotePrefillOutcome)> done;
     uint64_t call_id = 0;   // RemotePrefillRequest::call_id, echoed in the kv-ready notification
     bool answered = false;  // done has run (guarded by mu_)
+    bool cancelled = false;  // Cancel asked the prefill worker to stop (guarded by mu_)
   };
   // Takes `p`'s done (null `p`: the task in flight under `request_id`) if it has not run yet, and
   // marks it run; null otherwise. `erase`: `p`'s call ended, forget it.

@@ -4,6 +4,7 @@
 // KV written through two transfer agents with the tcp backend (loopback). Greedy tokens equal the
 // golden file's; bytes moved equal blocks x layers x block bytes; failures fall back locally;
 // KV blocks return to 0 on both sides.
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
@@ -128,6 +129,31 @@ class HeldAnswers final : public runtime::RemotePrefillHandler {
   std::vector<std::pair<runtime::RemotePrefillDone, Result<runtime::RemotePrefillResult>>> held_;
 };
 
+// A prefill worker that records the request ids it is told to cancel.
+class CancelSpy final : public runtime::RemotePrefillHandler {
+ public:
+  explicit CancelSpy(std::shared_ptr<runtime::RemotePrefillHandler> inner) : inner_(std::move(inner)) {}
+  void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override {
+    inner_->Prefill(std::move(request), std::move(done));
+  }
+  void Cancel(const std::string& id) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelled_.push_back(id);
+    }
+    inner_->Cancel(id);
+  }
+  std::vector<std::string> cancelled() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cancelled_;
+  }
+
+ private:
+  std::shared_ptr<runtime::RemotePrefillHandler> inner_;
+  mutable std::mutex mu_;
+  std::vector<std::string> cancelled_;
+};
+
 bool Eventually(const std::function<bool()>& cond, std::chrono::milliseconds max) {
   const auto end = std::chrono::steady_clock::now() + max;
   while (std::chrono::steady_clock::now() < end) {
@@ -154,8 +180,10 @@ class RemotePrefillTest : public ::testing::Test {
   void TearDown() override { fs::remove_all(dir_); }
 
   // The prefill worker: engine, agent with its KV registered, gRPC server registered in discovery.
-  // `hold_answers`: the answers wait for held_->Release() (HeldAnswers).
-  void StartPrefill(PrefillHandlerOptions handler_options = {}, bool hold_answers = false) {
+  // `hold_answers`: the answers wait for held_->Release() (HeldAnswers). `spy_cancels`: the
+  // cancellations it receives are recorded in spy_ (CancelSpy).
+  void StartPrefill(PrefillHandlerOptions handler_options = {}, bool hold_answers = false,
+                    bool spy_cancels = false) {
     prefill_engine_ = MakeEngine(0, {});
     prefill_agent_ = MakeAgent("prefill-test");
     auto regs = RegisterKVCache(*prefill_agent_, prefill_engine_->kv_cache_layout());
@@ -164,6 +192,7 @@ class RemotePrefillTest : public ::testing::Test {
     handler_ = std::make_shared<PrefillHandler>(prefill_engine_, prefill_agent_.get(), handler_options);
     std::shared_ptr<runtime::RemotePrefillHandler> served = handler_;
     if (hold_answers) served = held_ = std::make_shared<HeldAnswers>(handler_);
+    if (spy_cancels) served = spy_ = std::make_shared<CancelSpy>(served);
     server_ = std::make_unique<runtime::WorkerServer>(
         prefill_engine_, runtime::WorkerServerOptions{"127.0.0.1", 0, served});
     ASSERT_TRUE(server_->Start().ok());
@@ -182,6 +211,7 @@ class RemotePrefillTest : public ::testing::Test {
     server_->Stop();
     server_.reset();
     held_.reset();
+    spy_.reset();
     handler_.reset();
     prefill_regs_.clear();
     prefill_agent_.reset();
@@ -202,6 +232,7 @@ class RemotePrefillTest : public ::testing::Test {
                                  std::function<void(RemotePrefillOutcome)> done) {
       (*holder)->Start(std::move(task), std::move(done));
     };
+    eo.cancel_remote_prefill = [holder](const std::string& id) { (*holder)->Cancel(id); };
     decode_engine_ = MakeEngine(max_local, eo);
     auto regs = RegisterKVCache(*decode_agent_, decode_engine_->kv_cache_layout());
     ASSERT_TRUE(regs.ok());
@@ -242,6 +273,7 @@ class RemotePrefillTest : public ::testing::Test {
   std::vector<transfer::Registration> prefill_regs_, decode_regs_;
   std::shared_ptr<PrefillHandler> handler_;
   std::shared_ptr<HeldAnswers> held_;
+  std::shared_ptr<CancelSpy> spy_;
   std::unique_ptr<runtime::WorkerServer> server_;
   std::unique_ptr<runtime::Lease> lease_;
   std::shared_ptr<DecodeDisagg> disagg_;
@@ -450,6 +482,50 @@ TEST_F(RemotePrefillTest, CancelWhileRemotePrefillInFlightReturnsBlocks) {
   auto f = done.get_future();
   ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
   EXPECT_EQ(f.get(), FinishReason::kAbort);
+  EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
+  EXPECT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
+  StopDecode();
+  StopPrefill();
+}
+
+// A client that goes away while its prompt waits for (or is in) the prefill worker's engine:
+// the cancel reaches the prefill worker, which drops the queued prompts instead of computing and
+// transferring each of them; every request ends with kAbort and no block stays used on either
+// side; neither a transfer error nor a fallback is counted.
+TEST_F(RemotePrefillTest, ACancelledRequestStopsItsPrefillOnThePrefillWorker) {
+  StartPrefill({}, /*hold_answers=*/false, /*spy_cancels=*/true);
+  StartDecode(/*max_local=*/0);
+  // 900 tokens (57 blocks) each: all four fit in either engine's 256 blocks; a prefill step
+  // (2048 tokens) computes two of them and part of a third.
+  constexpr int kRequests = 4;
+  std::vector<std::future<FinishReason>> finished;
+  for (int n = 0; n < kRequests; ++n) {
+    std::vector<int32_t> prompt;
+    for (int i = 0; i < 900; ++i) prompt.push_back(100 + (i * 91 + n * 7) % 9000);
+    GenerateRequest r;
+    r.request_id = "c" + std::to_string(n);
+    r.prompt_token_ids = std::move(prompt);
+    r.params.temperature = 0.0f;
+    r.params.max_tokens = 50;
+    auto done = std::make_shared<std::promise<FinishReason>>();
+    finished.push_back(done->get_future());
+    ASSERT_TRUE(decode_engine_->Submit(std::move(r), [done](RequestOutput out) {
+      if (out.finished) done->set_value(out.finish_reason);
+    }).ok());
+  }
+  ASSERT_TRUE(Eventually([&] { return prefill_engine_->Stats().num_pending == kRequests; }, 20s));
+  for (int n = 0; n < kRequests; ++n) decode_engine_->Cancel("c" + std::to_string(n));
+  for (auto& f : finished) {
+    ASSERT_EQ(f.wait_for(60s), std::future_status::ready);
+    EXPECT_EQ(f.get(), FinishReason::kAbort);
+  }
+  std::vector<std::string> cancelled = spy_->cancelled();
+  std::sort(cancelled.begin(), cancelled.end());
+  EXPECT_EQ(cancelled, (std::vector<std::string>{"c0", "c1", "c2", "c3"}));
+  // At most the prompts of the step running when the cancels came were computed and written.
+  EXPECT_LE(disagg_->transfer_stats().num_transfers, 2u);
+  EXPECT_EQ(disagg_->transfer_stats().num_errors, 0u);
+  EXPECT_EQ(disagg_->num_fallbacks(), 0u);
   EXPECT_TRUE(Eventually([&] { return decode_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
   EXPECT_TRUE(Eventually([&] { return prefill_engine_->Stats().engine.num_kv_blocks_used == 0; }, 10s));
   StopDecode();
