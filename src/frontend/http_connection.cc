@@ -7,6 +7,7 @@
 #include <functional>
 #include <stdexcept>
 #include <utility>
+#include <vector>
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/experimental/awaitable_operators.hpp>
@@ -55,6 +56,37 @@ Request ToRequest(bhttp::request<bhttp::string_body>&& msg) {
   }
   r.body = std::move(msg.body());
   return r;
+}
+
+// The comma-separated tokens of a header value, trimmed and lower-case.
+std::vector<std::string> Tokens(std::string_view value) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos <= value.size()) {
+    size_t comma = value.find(',', pos);
+    if (comma == std::string_view::npos) comma = value.size();
+    std::string_view t = value.substr(pos, comma - pos);
+    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
+    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
+    if (!t.empty()) out.push_back(Lower(t));
+    pos = comma + 1;
+  }
+  return out;
+}
+
+// A body the server cannot read as sent: a Content-Encoding other than identity (415) or a
+// Transfer-Encoding other than chunked / identity (501). Status 0: fine.
+std::pair<int, std::string> UnsupportedEncoding(const Request& request) {
+  for (const std::string& t : Tokens(request.Header("content-encoding"))) {
+    if (t != "identity")
+      return {415, "Content-Encoding '" + t.substr(0, 64) + "' is not supported; send the body "
+                   "uncompressed."};
+  }
+  for (const std::string& t : Tokens(request.Header("transfer-encoding"))) {
+    if (t != "chunked" && t != "identity")
+      return {501, "Transfer-Encoding '" + t.substr(0, 64) + "' is not supported (only chunked)."};
+  }
+  return {0, ""};
 }
 
 }  // namespace
@@ -290,6 +322,14 @@ asio::awaitable<bool> Connection::ServeOne() {
     co_await writer.WriteFull(status, kJson, std::move(body), std::move(extra));
     log_line(status);
     co_return writer.reusable();
+  }
+  if (auto [status, message] = UnsupportedEncoding(request); status != 0) {
+    // The body was not understood: what follows it on the connection may not be a request.
+    ConnectionWriter writer(*this, version, false, head);
+    co_await writer.WriteFull(status, kJson, OpenAIErrorBody(message, "invalid_request_error"), {});
+    log_line(status);
+    co_await LingerClose();
+    co_return false;
   }
   co_return co_await RunHandler(*handler, request, version, keep_alive, head);
 }

@@ -1,7 +1,9 @@
 // HttpServer: the HTTP/1.1 server core (Boost.Beast + Asio, C++20 coroutines) behind http.h.
 //
 // Keep-alive; one whole request read at a time (headers + body within `read_timeout`; a body over
-// `max_body_bytes` -> 413, a malformed request -> 400, headers over 64 KiB -> 431); routing by exact
+// `max_body_bytes` -> 413, a malformed request -> 400, headers over 64 KiB -> 431, a
+// Content-Encoding other than identity -> 415, a Transfer-Encoding other than chunked or identity
+// -> 501, these two closing the connection); routing by exact
 // path (unknown -> 404, other method -> 405 with Allow; HEAD on a GET route runs the GET handler
 // and sends its status and headers without the body); all error bodies OpenAI-style JSON
 // (errors.h). Each connection runs on its own strand; the handler runs there as a coroutine while

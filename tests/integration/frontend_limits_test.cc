@@ -1,6 +1,7 @@
 // The HTTP frontend of `tandem run --mode agg` (the bundled tiny model on the CPU) at its limits,
 // one server for the suite: an `n` beyond what the engine can ever hold (max_num_seqs +
-// max_waiting_requests) is a 400 naming the limit, not a 503 "queue full".
+// max_waiting_requests) is a 400 naming the limit, not a 503 "queue full"; HEAD on the GET routes;
+// a compressed body is a 415.
 #include <unistd.h>
 
 #include <filesystem>
@@ -72,6 +73,22 @@ TEST_F(FrontendLimitsTest, MoreChoicesThanTheEngineCanHoldIsA400) {
   EXPECT_NE(e["message"].get<std::string>().find("3"), std::string::npos) << r.body;  // 2 + 1
   r = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"n", 3}});
   EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// HEAD on the GET routes answers like GET without a body (it was 405).
+TEST_F(FrontendLimitsTest, HeadOnGetRoutes) {
+  for (const char* path : {"/health", "/v1/models", "/metrics"}) {
+    HttpResult r = Curl("-I " + ShellQuote(base_ + path), 10);
+    EXPECT_EQ(r.status, 200) << path << "\n" << r.body;
+  }
+}
+
+// A gzip body is not parsed as JSON (it was answered 200 as if it were plain).
+TEST_F(FrontendLimitsTest, CompressedBodyIs415) {
+  HttpResult r = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}},
+                          "-H 'Content-Encoding: gzip'");
+  EXPECT_EQ(r.status, 415) << r.body;
+  EXPECT_TRUE(json::parse(r.body, nullptr, false).contains("error")) << r.body;
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <boost/asio/as_tuple.hpp>
@@ -212,6 +213,42 @@ TEST_F(HttpServerTest, HeadIsGetWithoutTheBody) {
 
   CurlResult cr = Curl("-I " + Url("/hello"));
   EXPECT_EQ(cr.code, 200);
+}
+
+// A compressed body is not read as plain JSON: 415; a transfer coding other than chunked: 501.
+TEST_F(HttpServerTest, UnsupportedEncodingsAreRefused) {
+  StartServer();
+  const std::string body = R"({"a":1})";
+  auto post = [&](const std::string& headers, const std::string& payload) {
+    TestClient c(port_);
+    EXPECT_TRUE(c.WriteRaw("POST /echo HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: "
+                           "application/json\r\n" + headers + "\r\n" + payload));
+    std::string raw = c.ReadToEof();
+    size_t end = raw.find("\r\n\r\n");
+    int status = raw.size() > 12 ? std::atoi(raw.c_str() + 9) : 0;
+    return std::make_pair(status, end == std::string::npos ? std::string() : raw.substr(end + 4));
+  };
+  const std::string len = "Content-Length: " + std::to_string(body.size()) + "\r\n";
+  auto [status, reply] = post("Content-Encoding: gzip\r\n" + len, body);
+  EXPECT_EQ(status, 415) << reply;
+  auto e = ErrorOf(reply);
+  ASSERT_TRUE(e.is_object()) << reply;
+  EXPECT_EQ(e["type"], "invalid_request_error");
+  EXPECT_NE(e["message"].get<std::string>().find("gzip"), std::string::npos) << reply;
+  std::tie(status, reply) = post("Content-Encoding: identity\r\n" + len, body);
+  EXPECT_EQ(status, 200) << reply;
+  EXPECT_EQ(reply, body);
+
+  const std::string chunked = "7\r\n" + body + "\r\n0\r\n\r\n";
+  std::tie(status, reply) = post("Transfer-Encoding: gzip, chunked\r\n", chunked);
+  EXPECT_EQ(status, 501) << reply;
+  EXPECT_TRUE(ErrorOf(reply).is_object()) << reply;
+  std::tie(status, reply) = post("Transfer-Encoding: chunked\r\n", chunked);
+  EXPECT_EQ(status, 200) << reply;
+  EXPECT_EQ(reply, body);
+
+  CurlResult cr = Curl("-H 'Content-Encoding: br' --data-binary '{}' " + Url("/echo"));
+  EXPECT_EQ(cr.code, 415);
 }
 
 TEST_F(HttpServerTest, OversizedBodyIs413AndServerKeepsServing) {
