@@ -13,4 +13,10 @@ namespace tandem::http {
 std::string OpenAIErrorBody(std::string_view message, std::string_view type,
                             std::string_view param = {}, std::string_view code = {});
 
+// Client-provided text made safe to echo into a log line or an error message: at most `max_bytes`
+// of it (cut on a UTF-8 boundary, then "..."), with control characters (C0, DEL, C1) escaped as
+// \n, \r, \t, \xHH or \u00HH and bytes that are not UTF-8 as \xHH, so that it can neither forge a
+// log line nor a terminal escape nor blow up the log.
+std::string ClientText(std::string_view text, size_t max_bytes = 256);
+
 }  // namespace tandem::http

@@ -79,12 +79,12 @@ std::vector<std::string> Tokens(std::string_view value) {
 std::pair<int, std::string> UnsupportedEncoding(const Request& request) {
   for (const std::string& t : Tokens(request.Header("content-encoding"))) {
     if (t != "identity")
-      return {415, "Content-Encoding '" + t.substr(0, 64) + "' is not supported; send the body "
+      return {415, "Content-Encoding '" + ClientText(t, 64) + "' is not supported; send the body "
                    "uncompressed."};
   }
   for (const std::string& t : Tokens(request.Header("transfer-encoding"))) {
     if (t != "chunked" && t != "identity")
-      return {501, "Transfer-Encoding '" + t.substr(0, 64) + "' is not supported (only chunked)."};
+      return {501, "Transfer-Encoding '" + ClientText(t, 64) + "' is not supported (only chunked)."};
   }
   return {0, ""};
 }
@@ -284,7 +284,8 @@ asio::awaitable<bool> Connection::ServeOne() {
   auto log_line = [&](int status) {
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
                                                           started).count();
-    log::debug("http: {} {} {} {:.1f} ms", request.method, request.target, status, ms);
+    log::debug("http: {} {} {} {:.1f} ms", ClientText(request.method), ClientText(request.target),
+               status, ms);
   };
 
   // HEAD is answered by the GET handler (without the body) unless a HEAD handler is registered.
@@ -305,8 +306,8 @@ asio::awaitable<bool> Connection::ServeOne() {
     std::map<std::string, std::string> extra;
     std::string body;
     if (path == state_.routes.end()) {
-      body = OpenAIErrorBody(
-          "Invalid URL (" + request.method + " " + request.target + ")", "invalid_request_error");
+      body = OpenAIErrorBody("Invalid URL (" + ClientText(request.method) + " " +
+                                 ClientText(request.target) + ")", "invalid_request_error");
     } else {
       status = 405;
       std::string allow;
@@ -315,7 +316,8 @@ asio::awaitable<bool> Connection::ServeOne() {
       }
       if (path->second.count("GET") && !path->second.count("HEAD")) allow += ", HEAD";
       extra["Allow"] = allow;
-      body = OpenAIErrorBody("Method " + request.method + " is not allowed for " + request.target +
+      body = OpenAIErrorBody("Method " + ClientText(request.method) + " is not allowed for " +
+                                 ClientText(request.target) +
                                  " (allowed: " + allow + ")",
                              "invalid_request_error");
     }
@@ -383,7 +385,8 @@ asio::awaitable<bool> Connection::RunHandler(const Handler& handler, const Reque
   writer.Detach();
   double ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - started).count();
-  log::debug("http: {} {} {} {:.1f} ms{}", request.method, request.target, writer.status(), ms,
+  log::debug("http: {} {} {} {:.1f} ms{}", ClientText(request.method), ClientText(request.target),
+             writer.status(), ms,
              writer.client_gone() ? " (client gone)" : "");
   co_return writer.reusable() && !peer_closed_ && !closing_;
 }
@@ -399,7 +402,8 @@ asio::awaitable<void> Connection::CallHandler(const Handler& handler, const Requ
     error = "unknown exception";
   }
   if (!error.empty()) {
-    log::error("http: handler for {} {} threw: {}", request.method, request.target, error);
+    log::error("http: handler for {} {} threw: {}", ClientText(request.method),
+               ClientText(request.target), error);
   }
   try {
     switch (writer.state()) {
@@ -409,7 +413,8 @@ asio::awaitable<void> Connection::CallHandler(const Handler& handler, const Requ
           break;
         }
         if (error.empty()) {
-          log::error("http: handler for {} {} wrote no response", request.method, request.target);
+          log::error("http: handler for {} {} wrote no response", ClientText(request.method),
+                     ClientText(request.target));
         }
         writer.ForbidReuse();
         co_await writer.WriteFull(

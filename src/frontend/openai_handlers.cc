@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "frontend/errors.h"
 #include "frontend/openai_response.h"
 
 namespace tandem::openai {
@@ -349,7 +350,7 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
 
   auto reject = [&](const ApiError& e) -> asio::awaitable<void> {
     status = e.status;
-    log::info("[{}] {} {}: {}", id, path, e.status, e.message);
+    log::info("[{}] {} {}: {}", id, path, e.status, http::ClientText(e.message, 1024));
     co_await WriteError(w, e, headers);
   };
 

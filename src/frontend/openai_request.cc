@@ -166,7 +166,7 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
     if (name != options.served_model_name) {
       ApiError e;
       e.status = 404;
-      e.message = fmt::format("The model `{}` does not exist.", name);
+      e.message = fmt::format("The model `{}` does not exist.", http::ClientText(name));
       e.param = "model";
       e.code = "model_not_found";
       return e;
@@ -272,7 +272,7 @@ std::optional<ApiError> ParseMessages(const ojson& body, ParsedRequest* out) {
     if (!known)
       return InvalidValue(where + ".role",
                           fmt::format("Invalid role '{}' in {}: expected one of system, developer, "
-                                      "user, assistant, tool.", r, where));
+                                      "user, assistant, tool.", http::ClientText(r), where));
     ojson msg = m;
     if (r == "developer") msg["role"] = "system";  // OpenAI's newer name for system
     const ojson* content = Field(m, "content");
@@ -429,7 +429,7 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
     auto rendered = renderer->Render(request->messages, request->chat_options);
     if (!rendered.ok())
       return InvalidValue("messages", fmt::format("Could not apply the chat template: {}",
-                                                  rendered.status().message()));
+                                                  http::ClientText(rendered.status().message(), 1024)));
     *prompt_ids = EncodeChatPrompt(tokenizer, *rendered);
   } else if (request->prompt_ids) {
     *prompt_ids = *request->prompt_ids;

@@ -157,6 +157,27 @@ TEST_F(OpenAITest, UnknownRoleIsNamed) {
   EXPECT_NE(w->Json()["error"]["message"].get<std::string>().find("wizard"), std::string::npos);
 }
 
+// Client text in error messages (and the log) is escaped and bounded: a model name with a newline
+// and a terminal escape cannot forge a log line, a 7 MB one does not make a 7 MB answer.
+TEST_F(OpenAITest, ClientTextInErrorsIsEscapedAndTruncated) {
+  const std::string forged = "x\n2026-12-01T00:00:00.000 error FAKE LOG LINE \x1b[31mred";
+  auto w = Complete(json{{"prompt", "hi"}, {"model", forged}});
+  EXPECT_EQ(w->status, 404);
+  std::string msg = w->Json()["error"]["message"];
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\x1b'), std::string::npos) << msg;
+  EXPECT_NE(msg.find("x\\n2026"), std::string::npos) << msg;
+
+  const std::string big(7u << 20, 'm');
+  w = Complete(json{{"prompt", "hi"}, {"model", big}});
+  EXPECT_EQ(w->status, 404);
+  EXPECT_LT(w->body.size(), 1000u);
+  w = Chat(json{{"messages", json::array({json{{"role", big}, {"content", "hi"}}})}});
+  EXPECT_EQ(w->status, 400);
+  EXPECT_LT(w->body.size(), 1000u);
+  EXPECT_EQ(w->Json()["error"]["param"], "messages[0].role");
+}
+
 TEST_F(OpenAITest, ContextErrorsNameTheNumbers) {
   auto w = Post(kCompl, R"({"prompt":"hello there","max_tokens":300})");
   std::string prompt_len = std::to_string(tokenizer_->Encode("hello there").size());
