@@ -363,7 +363,7 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
   std::string echo_text;
   const int max_model_len = s->engine->model_info().max_model_len;
   if (auto e = TokenizePrompt(&req, *s->tokenizer, s->renderer.get(), max_model_len, &prompt_ids,
-                              &echo_text))
+                              &echo_text, s->max_token_bytes))
     co_return co_await reject(*e);
 
   std::vector<std::string> ids;

@@ -28,6 +28,7 @@ struct OpenAIService::State {
   OpenAIServiceOptions options;  // served_model_name resolved
   openai::ServiceMetrics metrics;
   std::atomic<bool> ready{false};
+  int max_token_bytes = 0;  // openai::MaxTokenBytes(*tokenizer), for early context checks
 };
 
 namespace openai {

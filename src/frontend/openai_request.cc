@@ -397,7 +397,43 @@ std::optional<ApiError> ParseCompletion(const ojson& body, ParsedRequest* out) {
   return std::nullopt;
 }
 
+// A lower bound on the number of tokens of `text`: each token covers at most max_token_bytes bytes
+// of the normalized text, plus whitespace (an added token with lstrip / rstrip swallows
+// whitespace around it), and the NF* normalizers keep each ASCII byte other than whitespace as at
+// least one byte (one followed by a combining mark may become a 2-byte character). Non-ASCII bytes
+// are not counted (NFKC may turn a 3-byte character into 1 byte).
+int64_t MinTokens(std::string_view text, int max_token_bytes) {
+  int64_t n = 0;
+  for (char c : text) {
+    const auto b = static_cast<unsigned char>(c);
+    n += b < 0x80 && b != ' ' && b != '\t' && b != '\n' && b != '\r' && b != '\v' && b != '\f';
+  }
+  return (n + max_token_bytes - 1) / max_token_bytes;
+}
+
+std::optional<ApiError> TooLongBeforeTokenizing(std::string_view text, int max_token_bytes,
+                                                int max_model_len, bool chat) {
+  if (max_token_bytes <= 0) return std::nullopt;
+  const int64_t min_tokens = MinTokens(text, max_token_bytes);
+  if (min_tokens < max_model_len) return std::nullopt;
+  const char* where = chat ? "messages" : "prompt";
+  ApiError e = InvalidValue(where,
+      fmt::format("This model's maximum context length is {} tokens. However, your request has "
+                  "at least {} input tokens in the {} ({} bytes), leaving no room for the "
+                  "completion. Please reduce the length of the {}.", max_model_len, min_tokens,
+                  where, text.size(), where));
+  e.code = "context_length_exceeded";
+  return e;
+}
+
 }  // namespace
+
+int MaxTokenBytes(const Tokenizer& tokenizer) {
+  size_t longest = 0;
+  for (int32_t id = 0; id < tokenizer.vocab_size(); ++id)
+    longest = std::max(longest, tokenizer.TokenBytes(id).size());
+  return static_cast<int>(std::min<size_t>(longest, std::numeric_limits<int>::max()));
+}
 
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      const ParseOptions& options, ParsedRequest* out) {
@@ -421,7 +457,8 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
 
 std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& tokenizer,
                                        const ChatRenderer* renderer, int max_model_len,
-                                       std::vector<int32_t>* prompt_ids, std::string* echo_text) {
+                                       std::vector<int32_t>* prompt_ids, std::string* echo_text,
+                                       int max_token_bytes) {
   const bool chat = request->endpoint == Endpoint::kChatCompletions;
   const char* prompt_param = chat ? "messages" : "prompt";
   if (chat) {
@@ -430,6 +467,7 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
     if (!rendered.ok())
       return InvalidValue("messages", fmt::format("Could not apply the chat template: {}",
                                                   http::ClientText(rendered.status().message(), 1024)));
+    TANDEM_TRY(TooLongBeforeTokenizing(rendered->text, max_token_bytes, max_model_len, true));
     *prompt_ids = EncodeChatPrompt(tokenizer, *rendered);
   } else if (request->prompt_ids) {
     *prompt_ids = *request->prompt_ids;
@@ -439,6 +477,7 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
                                                   id, tokenizer.vocab_size()));
     if (request->echo) *echo_text = tokenizer.Decode(*prompt_ids, false);
   } else {
+    TANDEM_TRY(TooLongBeforeTokenizing(request->prompt_text, max_token_bytes, max_model_len, false));
     *prompt_ids = tokenizer.Encode(request->prompt_text, false);
     if (request->echo) *echo_text = request->prompt_text;
   }

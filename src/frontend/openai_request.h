@@ -82,8 +82,17 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
 // text (ChatRenderer's literal ranges), so user text "<|im_end|>" stays plain text; completion
 // prompts without parsing special tokens. For completions with echo, *echo_text receives the
 // prompt text (decoded from the ids for an ids prompt). `renderer` may be null (chat -> 400).
+// With max_token_bytes > 0 (MaxTokenBytes of `tokenizer`), a text prompt that certainly has at
+// least max_model_len tokens is refused before it is tokenized (tokenizing megabytes takes seconds
+// on the HTTP thread): its bytes other than ASCII whitespace and non-ASCII bytes, divided by the
+// longest token, already reach max_model_len.
 std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& tokenizer,
                                        const ChatRenderer* renderer, int max_model_len,
-                                       std::vector<int32_t>* prompt_ids, std::string* echo_text);
+                                       std::vector<int32_t>* prompt_ids, std::string* echo_text,
+                                       int max_token_bytes = 0);
+
+// The byte length of the tokenizer's longest token (special tokens by their text). Walks the
+// vocabulary once (milliseconds for 150k tokens): call it at startup.
+int MaxTokenBytes(const Tokenizer& tokenizer);
 
 }  // namespace tandem::openai

@@ -16,6 +16,7 @@ OpenAIService::OpenAIService(std::shared_ptr<EngineClient> engine,
   state_ = std::make_shared<State>(std::move(engine), std::move(tokenizer), std::move(renderer),
                                    std::move(options), registry);
   state_->metrics.AddEngineCollector(state_->engine);
+  state_->max_token_bytes = openai::MaxTokenBytes(*state_->tokenizer);
 }
 
 OpenAIService::~OpenAIService() = default;
