@@ -131,7 +131,9 @@ ApiError EngineFailure(const std::string& id, const RequestOutput& out) {
   if (out.finish_reason == FinishReason::kError) {
     log::warn("[{}] {} failed: {}", id, out.request_id,
               out.error.empty() ? std::string("(no message)") : out.error);
-    e.message = fmt::format("The server had an error while processing your request ({}).", id);
+    e.message = out.worker_lost
+                    ? fmt::format("The worker serving your request went away ({}).", id)
+                    : fmt::format("The server had an error while processing your request ({}).", id);
   } else {
     e.message = "The request was aborted by the engine.";
   }

@@ -157,6 +157,14 @@ TEST_F(OpenAITest, EngineErrorTextIsNotShownToTheClient) {
   auto w = Chat(json{{"messages", UserMessages("hi")}, {"stream", true}});
   EXPECT_EQ(w->status, 200);
   EXPECT_EQ(w->body.find("127.0.0.1"), std::string::npos) << w->body;
+  // A worker that went away is named as the cause, without its address.
+  engine->script.fail_after = 0;
+  engine->script.worker_lost = true;
+  engine->script.error = "worker w1 (127.0.0.1:41327) went away during the request (UNAVAILABLE)";
+  w = Chat(json{{"messages", UserMessages("hi")}});
+  EXPECT_EQ(w->status, 500);
+  EXPECT_NE(w->body.find("worker"), std::string::npos) << w->body;
+  EXPECT_EQ(w->body.find("127.0.0.1"), std::string::npos) << w->body;
 }
 
 TEST_F(OpenAITest, EngineErrorMidStreamIsAnSseEvent) {

@@ -42,6 +42,7 @@ struct FakeScript {
   bool hang = false;             // after the tokens, wait for Cancel (then kAbort)
   std::optional<int> fail_after;  // a final kError output after this many tokens
   std::string error = "fake engine failure";  // its text
+  bool worker_lost = false;                    // and its RequestOutput::worker_lost
   std::optional<Status> submit_error;
   int num_cached_tokens = 0;
 };
@@ -125,6 +126,7 @@ class FakeEngineClient final : public EngineClient {
         o.finished = true;
         o.finish_reason = FinishReason::kError;
         o.error = s.error;
+        o.worker_lost = s.worker_lost;
         cb(std::move(o));
         return;
       }
