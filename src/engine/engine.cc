@@ -122,7 +122,7 @@ class EngineImpl final : public Engine {
     }
     TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(params, vocab, tokenizer_ != nullptr));
     if (kv_.BlocksFor(num_prompt) > kv_.num_blocks()) {
-      return Err(StatusCode::kResourceExhausted,
+      return Err(StatusCode::kInvalidArgument,
                  "the prompt has {} tokens, which need {} KV blocks of {} tokens, but the KV pool "
                  "has only {} blocks",
                  num_prompt, kv_.BlocksFor(num_prompt), config_.block_size, kv_.num_blocks());

@@ -139,7 +139,8 @@ class Engine {
 
   // Queues a request. InvalidArgument: empty prompt, a token id outside the vocab, a prompt
   // longer than max_model_len (naming both lengths), max_tokens < 1, bad sampling values,
-  // a duplicate request id. ResourceExhausted: the KV pool can never hold this request.
+  // a duplicate request id, a prompt the whole KV pool cannot hold (it never could: not a
+  // transient ResourceExhausted).
   virtual Status AddRequest(const std::string& request_id, std::vector<int32_t> prompt_token_ids,
                             const SamplingParams& params) = 0;
   // The same with disaggregation roles.

@@ -43,7 +43,7 @@ class EngineClient {
   // Queues a request. Errors returned here are synchronous and final (no callback follows):
   // ResourceExhausted when the waiting queue is full (HTTP 503), InvalidArgument for requests the
   // engine rejects up front (prompt longer than the context naming both lengths, bad token ids,
-  // KV pool too small for the request: ResourceExhausted with a message).
+  // a prompt the whole KV pool cannot hold, naming both block counts).
   virtual Status Submit(GenerateRequest request, OutputCallback on_output) = 0;
   // Ends a request (e.g. the client disconnected) within one engine step; its KV blocks return
   // to the pool; its callback gets a final kAbort output. Unknown ids are ignored.

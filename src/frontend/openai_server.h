@@ -17,7 +17,7 @@
 // reproducible). Request parameters and validation: frontend/openai_request.h; response shapes:
 // frontend/openai_response.h; metric names: frontend/openai_metrics.h.
 //
-// Errors of EngineClient::Submit: ResourceExhausted (queue full, KV pool too small) -> 503
+// Errors of EngineClient::Submit: ResourceExhausted (queue full) -> 503
 // {"type":"server_error","code":"engine_overloaded"}; InvalidArgument, OutOfRange, Unimplemented
 // -> 400 invalid_request_error; NotFound -> 404; FailedPrecondition -> 503; others -> 500
 // server_error. An engine error (or an abort the client did not cause) before the first output

@@ -1,12 +1,13 @@
 // The HTTP frontend of `tandem run --mode agg` (the bundled tiny model on the CPU) at its limits,
 // one server for the suite: an `n` beyond what the engine can ever hold (max_num_seqs +
 // max_waiting_requests) is a 400 naming the limit, not a 503 "queue full"; HEAD on the GET routes;
-// a compressed body is a 415.
+// a compressed body is a 415; a prompt larger than the whole KV pool is a 400.
 #include <unistd.h>
 
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -72,6 +73,20 @@ TEST_F(FrontendLimitsTest, MoreChoicesThanTheEngineCanHoldIsA400) {
   EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
   EXPECT_NE(e["message"].get<std::string>().find("3"), std::string::npos) << r.body;  // 2 + 1
   r = PostJson("/v1/completions", {{"prompt", "hi"}, {"max_tokens", 2}, {"n", 3}});
+  EXPECT_EQ(r.status, 200) << r.body;
+}
+
+// A prompt the whole KV pool (64 blocks of 16 tokens) can never hold, though within the context,
+// is a 400: it was a 503 engine_overloaded, which clients retry for ever.
+TEST_F(FrontendLimitsTest, APromptLargerThanTheKvPoolIsA400) {
+  std::vector<int> ids(1100, 1000);  // 69 blocks
+  HttpResult r = PostJson("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
+  EXPECT_EQ(r.status, 400) << r.body;
+  json e = json::parse(r.body, nullptr, false)["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(e["message"].get<std::string>().find("64 blocks"), std::string::npos) << r.body;
+  ids.resize(1000);  // 63 blocks: fits
+  r = PostJson("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
   EXPECT_EQ(r.status, 200) << r.body;
 }
 

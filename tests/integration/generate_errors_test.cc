@@ -110,7 +110,7 @@ TEST_F(GenerateErrors, KvPoolTooSmallForOneRequest) {
   auto r = RunCommand(std::string(TANDEM_BINARY) + " generate --prompt " + ShellQuote(prompt) +
                           " --max-tokens 4 --num-kv-blocks 2 --block-size 16",
                       120);
-  EXPECT_CLEAN_ERROR(r, "ResourceExhausted");
+  EXPECT_CLEAN_ERROR(r, "InvalidArgument");
 }
 
 }  // namespace

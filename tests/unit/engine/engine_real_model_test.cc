@@ -226,7 +226,7 @@ TEST(EngineRealModel, Errors) {
   auto tiny = MakeEngine(Config(2048, 16, 1));
   ASSERT_NE(tiny, nullptr);
   s = tiny->AddRequest("big", LongPrompt(29), Greedy(4));
-  EXPECT_EQ(s.code(), StatusCode::kResourceExhausted) << s.ToString();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument) << s.ToString();
   EXPECT_EQ(tiny->Stats().num_kv_blocks_used, 0);
 
   EngineConfig no_room = Config();
