@@ -112,6 +112,12 @@ struct RequestOutput {
   // UNAVAILABLE, left discovery), not a refusal of its engine nor a deadline: the request may be
   // retried elsewhere (runtime/migrating_engine_client.h). Set by RemoteEngineClient.
   bool worker_lost = false;
+  // kError only: the worker refused the request up front for a cause of the client's (INVALID_
+  // ARGUMENT, OUT_OF_RANGE, UNIMPLEMENTED, NOT_FOUND) or of load (RESOURCE_EXHAUSTED), as its
+  // engine's Submit would have said it: the code and the engine's own text, without the worker's
+  // name or address (those stay in `error`). OK otherwise. Set by RemoteEngineClient; the
+  // frontend answers it like a Submit error (400 / 404 / 503).
+  Status refusal;
   int num_prompt_tokens = 0;
   int num_cached_tokens = 0;    // prompt tokens served from the prefix cache
   int num_output_tokens = 0;    // total so far

@@ -125,6 +125,9 @@ ApiError SubmitError(const Status& st) {
 // The client sees a generic 500 naming the request id; the engine's text (which for a remote
 // worker names its address) goes to the log only.
 ApiError EngineFailure(const std::string& id, const RequestOutput& out) {
+  if (out.finish_reason == FinishReason::kError && !out.refusal.ok()) {
+    return SubmitError(out.refusal);  // the engine's own words (RemoteEngineClient logged `error`)
+  }
   ApiError e;
   e.status = 500;
   e.type = "server_error";

@@ -21,7 +21,8 @@
 // {"type":"server_error","code":"engine_overloaded"}; InvalidArgument, OutOfRange, Unimplemented
 // -> 400 invalid_request_error; NotFound -> 404; FailedPrecondition -> 503; others -> 500
 // server_error. An engine error (or an abort the client did not cause) before the first output
-// is an HTTP error (500, a generic message naming the response id; the engine's own text, which
+// is an HTTP error (a remote worker's refusal, RequestOutput::refusal, maps like a Submit error
+// with the engine's own words; else 500, a generic message naming the response id; the engine's own text, which
 // for a remote worker names its address, is logged instead); after a stream started it is an SSE event `data: {"error":{...}}`
 // followed by `data: [DONE]`. A client that disconnects (ResponseWriter::OnDisconnect or a failed
 // write) has its engine requests cancelled, so their KV blocks return to the pool.

@@ -158,6 +158,17 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
         // The worker died or went away (not its engine's refusal, not the deadline): retriable.
         out.worker_lost = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                           status.error_code() == grpc::StatusCode::CANCELLED;
+        switch (status.error_code()) {
+          case grpc::StatusCode::INVALID_ARGUMENT:
+          case grpc::StatusCode::OUT_OF_RANGE:
+          case grpc::StatusCode::UNIMPLEMENTED:
+          case grpc::StatusCode::NOT_FOUND:
+          case grpc::StatusCode::RESOURCE_EXHAUSTED:
+            out.refusal = FromGrpcStatus(status);
+            break;
+          default:
+            break;
+        }
         log::warn("[{}] {}", request_id_, out.error);
         // Before the final output: a retry (migration) or the next request must not pick it.
         if (status.error_code() == grpc::StatusCode::UNAVAILABLE) owner_->MarkLost(worker_);

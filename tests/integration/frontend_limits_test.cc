@@ -90,6 +90,35 @@ TEST_F(FrontendLimitsTest, APromptLargerThanTheKvPoolIsA400) {
   EXPECT_EQ(r.status, 200) << r.body;
 }
 
+// The same through a remote worker (`tandem run`'s default graph: frontend, decode and prefill
+// workers in their own processes): the decode worker's refusal reaches the client as the same 400,
+// without the worker's address (it was a 500).
+TEST(FrontendLimitsRemoteTest, APromptLargerThanTheWorkersKvPoolIsA400) {
+  const fs::path dir = fs::temp_directory_path() / ("tandem-limits-remote-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "discovery");
+  const int port = testing::FreePort();
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  auto server = ChildProcess::Start({TANDEM_BINARY, "run", "--port", std::to_string(port),
+                                     "--num-kv-blocks", "64"},
+                                    {{"TANDEM_DISCOVERY_DIR", (dir / "discovery").string()}},
+                                    (dir / "run.log").string());
+  ASSERT_TRUE(server);
+  ASSERT_TRUE(testing::Eventually([&] { return Curl(ShellQuote(base + "/health"), 5).status == 200; }, 120s))
+      << testing::ReadText(dir / "run.log");
+  std::vector<int> ids(1100, 1000);
+  const json body = {{"prompt", ids}, {"max_tokens", 1}};
+  HttpResult r = Curl("-H 'Content-Type: application/json' --data-binary " + ShellQuote(body.dump()) +
+                          " " + ShellQuote(base + "/v1/completions"), 60);
+  EXPECT_EQ(r.status, 400) << r.body;
+  json e = json::parse(r.body, nullptr, false)["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(e["message"].get<std::string>().find("64 blocks"), std::string::npos) << r.body;
+  EXPECT_EQ(r.body.find("127.0.0.1"), std::string::npos) << r.body;
+  server.reset();
+  fs::remove_all(dir);
+}
+
 // HEAD on the GET routes answers like GET without a body (it was 405).
 TEST_F(FrontendLimitsTest, HeadOnGetRoutes) {
   for (const char* path : {"/health", "/v1/models", "/metrics"}) {

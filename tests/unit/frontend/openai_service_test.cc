@@ -167,6 +167,27 @@ TEST_F(OpenAITest, EngineErrorTextIsNotShownToTheClient) {
   EXPECT_EQ(w->body.find("127.0.0.1"), std::string::npos) << w->body;
 }
 
+// A remote worker's refusal (its engine's Submit error, carried as RequestOutput::refusal) is
+// answered like a local Submit error: the status of its code and the engine's own words.
+TEST_F(OpenAITest, AWorkersRefusalIsAnsweredLikeASubmitError) {
+  engine->script.fail_after = 0;
+  engine->script.error = "worker w1 (127.0.0.1:41327) failed the request (INVALID_ARGUMENT: "
+                         "the prompt has 1100 tokens, which need 69 KV blocks)";
+  engine->script.refusal = Status(StatusCode::kInvalidArgument,
+                                  "the prompt has 1100 tokens, which need 69 KV blocks");
+  for (bool stream : {false, true}) {
+    auto w = Chat(json{{"messages", UserMessages("hi")}, {"stream", stream}});
+    EXPECT_EQ(w->status, 400) << w->body;
+    auto e = json::parse(w->body, nullptr, false)["error"];
+    EXPECT_EQ(e["type"], "invalid_request_error") << w->body;
+    EXPECT_EQ(e["message"], "the prompt has 1100 tokens, which need 69 KV blocks") << w->body;
+  }
+  engine->script.refusal = Status(StatusCode::kResourceExhausted, "the waiting queue is full");
+  auto w = Chat(json{{"messages", UserMessages("hi")}});
+  EXPECT_EQ(w->status, 503) << w->body;
+  EXPECT_EQ(json::parse(w->body, nullptr, false)["error"]["code"], "engine_overloaded") << w->body;
+}
+
 TEST_F(OpenAITest, EngineErrorMidStreamIsAnSseEvent) {
   engine->script.fail_after = 3;
   auto w = Chat(json{{"messages", UserMessages("hi")}, {"stream", true}});

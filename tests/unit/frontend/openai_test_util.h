@@ -43,6 +43,7 @@ struct FakeScript {
   std::optional<int> fail_after;  // a final kError output after this many tokens
   std::string error = "fake engine failure";  // its text
   bool worker_lost = false;                    // and its RequestOutput::worker_lost
+  Status refusal;                              // and its RequestOutput::refusal
   std::optional<Status> submit_error;
   int num_cached_tokens = 0;
 };
@@ -127,6 +128,7 @@ class FakeEngineClient final : public EngineClient {
         o.finish_reason = FinishReason::kError;
         o.error = s.error;
         o.worker_lost = s.worker_lost;
+        o.refusal = s.refusal;
         cb(std::move(o));
         return;
       }
