@@ -220,6 +220,13 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
       return InvalidValue("top_k", fmt::format("'top_k' must be -1 (disabled) or at least 0, got {}.", *top_k));
     p.top_k = ClampToInt(*top_k);
   }
+  // A 64-bit signed integer, as vLLM takes it; beyond, every value would clamp to the same seed.
+  if (const ojson* s = Field(body, "seed"); s && s->is_number_unsigned() &&
+                                            s->get<uint64_t>() > static_cast<uint64_t>(
+                                                                     std::numeric_limits<int64_t>::max())) {
+    return InvalidValue("seed", fmt::format("'seed' must be at most {}, got {}.",
+                                            std::numeric_limits<int64_t>::max(), s->get<uint64_t>()));
+  }
   std::optional<int64_t> seed;
   TANDEM_TRY(ReadInt(body, "seed", &seed));
   if (seed) p.seed = static_cast<uint64_t>(*seed);

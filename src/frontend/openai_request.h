@@ -9,7 +9,7 @@
 // Accepted (others are ignored, as vLLM ignores unknown fields):
 //   common: model, stream, stream_options.include_usage (ignored without stream), n (1..max_n),
 //     stop (string or list of strings), stop_token_ids (vLLM), max_tokens, temperature [0,2],
-//     top_p (0,1], top_k (-1 or >= 0), min_p [0,1], seed (integer; choice i of n uses seed + i),
+//     top_p (0,1], top_k (-1 or >= 0), min_p [0,1], seed (64-bit signed integer; choice i of n uses seed + i),
 //     frequency_penalty and presence_penalty [-2,2], repetition_penalty (> 0), ignore_eos,
 //     skip_special_tokens, user (ignored). Ranges are checked on the value as given and as the
 //     32-bit float the engine uses (1e308 -> inf and top_p 5e-324 -> 0.0f are 400s).

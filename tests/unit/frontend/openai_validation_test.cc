@@ -102,6 +102,7 @@ std::vector<BadCase> Cases() {
       {"include_stop_str_in_output", kChat, ChatBody(R"("include_stop_str_in_output":true)"), 400,
        "include_stop_str_in_output"},
       {"seed_string", kChat, ChatBody(R"("seed":"x")"), 400, "seed"},
+      {"seed_above_int64", kCompl, ComplBody(R"("seed":9223372036854775808)"), 400, "seed"},
       {"stop_number", kChat, ChatBody(R"("stop":5)"), 400, "stop"},
       {"stop_list_of_numbers", kChat, ChatBody(R"("stop":["a",1])"), 400, "stop"},
       {"logprobs_string", kChat, ChatBody(R"("logprobs":"yes")"), 400, "logprobs"},
