@@ -169,7 +169,11 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
           default:
             break;
         }
-        log::warn("[{}] {}", request_id_, out.error);
+        if (out.refusal.ok()) {
+          log::warn("[{}] {}", request_id_, out.error);
+        } else {
+          log::info("[{}] {}", request_id_, out.error);  // the client's request, not a fault
+        }
         // Before the final output: a retry (migration) or the next request must not pick it.
         if (status.error_code() == grpc::StatusCode::UNAVAILABLE) owner_->MarkLost(worker_);
       }
