@@ -512,8 +512,11 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
       return e;
     }
     request->params.max_tokens = *request->max_tokens;
-  } else {
+  } else if (chat) {
     request->params.max_tokens = max_model_len - prompt_len;
+  } else {
+    // OpenAI's and vLLM's default for completions (chat: up to the context).
+    request->params.max_tokens = std::min(kDefaultCompletionMaxTokens, max_model_len - prompt_len);
   }
   return std::nullopt;
 }

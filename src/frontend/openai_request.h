@@ -40,6 +40,9 @@
 
 namespace tandem::openai {
 
+// max_tokens of a /v1/completions request that gives none (OpenAI's API reference and vLLM: 16).
+inline constexpr int kDefaultCompletionMaxTokens = 16;
+
 struct ApiError {
   int status = 400;
   std::string message;
@@ -61,7 +64,9 @@ struct ParsedRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int n = 1;
-  std::optional<int> max_tokens;  // absent: up to the context (max_model_len - prompt length)
+  // Absent: chat up to the context (max_model_len - prompt length); completions
+  // kDefaultCompletionMaxTokens (16, as OpenAI and vLLM), or less when the context ends sooner.
+  std::optional<int> max_tokens;
   std::string max_tokens_param = "max_tokens";  // the field it came from (for errors)
   SamplingParams params;          // max_tokens set by Tokenize(); logprobs -1 when not asked
   // Chat only.

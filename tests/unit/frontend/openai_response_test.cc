@@ -155,6 +155,7 @@ TEST_F(OpenAITest, StreamEqualsNonStream) {
     bool chat = std::string(path) == "/v1/chat/completions";
     json req = chat ? json{{"messages", UserMessages("hi")}} : json{{"prompt", "hi"}};
     req["n"] = 2;
+    req["max_tokens"] = 200;  // the whole script (completions stop at 16 without it)
     auto full = Post(path, req.dump());
     ASSERT_EQ(full->status, 200) << full->body;
     req["stream"] = true;

@@ -227,15 +227,23 @@ TEST_F(OpenAITest, HugePromptIsRefusedBeforeTokenizing) {
   EXPECT_EQ(w->Json()["error"]["code"], "context_length_exceeded");
 }
 
-TEST_F(OpenAITest, MaxTokensUpToTheContext) {
+// Without max_tokens: chat goes up to the context (max_model_len 256 here); completions stop at
+// 16 as OpenAI's and vLLM's do, or sooner when the context ends.
+TEST_F(OpenAITest, MaxTokensDefaults) {
   auto w = Complete(json{{"prompt", "hello there"}, {"max_tokens", 256 - 2}});
   EXPECT_EQ(w->status, 200) << w->body;
   w = Complete(json{{"prompt", "hello there"}});
   EXPECT_EQ(w->status, 200) << w->body;
+  w = Chat(json{{"messages", UserMessages("hello there")}});
+  EXPECT_EQ(w->status, 200) << w->body;
+  w = Complete(json{{"prompt", std::vector<int>(250, 1000)}});
+  EXPECT_EQ(w->status, 200) << w->body;
   auto subs = engine->submitted();
-  ASSERT_EQ(subs.size(), 2u);
+  ASSERT_EQ(subs.size(), 4u);
   EXPECT_EQ(subs[0].params.max_tokens, 254);
-  EXPECT_EQ(subs[1].params.max_tokens, 256 - static_cast<int>(subs[1].prompt_token_ids.size()));
+  EXPECT_EQ(subs[1].params.max_tokens, 16);
+  EXPECT_EQ(subs[2].params.max_tokens, 256 - static_cast<int>(subs[2].prompt_token_ids.size()));
+  EXPECT_EQ(subs[3].params.max_tokens, 6);
 }
 
 TEST_F(OpenAITest, SamplingParamsReachTheEngine) {
