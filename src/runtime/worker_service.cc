@@ -117,6 +117,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
   std::string request_id_;
 };
 
+// The answer of RemotePrefill and CancelRemotePrefill on a worker without a RemotePrefillHandler.
+grpc::Status NotAPrefillWorker() {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "this worker does not serve remote prefill (not --mode prefill)");
+}
+
 // One RemotePrefill call: the handler's `done` finishes it; a cancelled call (caller gone,
 // deadline) tells the handler to stop computing. Finish is called exactly once, from `done`; the
 // reactor is deleted in OnDone, which comes after Finish.
@@ -149,8 +155,7 @@ grpc::ServerUnaryReactor* WorkerService::RemotePrefill(grpc::CallbackServerConte
                                                        v1::RemotePrefillResponse* response) {
   if (!remote_prefill_) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "this worker does not serve remote prefill (not --mode prefill)"));
+    reactor->Finish(NotAPrefillWorker());
     return reactor;
   }
   return new RemotePrefillReactor(remote_prefill_, *request, response);
@@ -161,8 +166,7 @@ grpc::ServerUnaryReactor* WorkerService::CancelRemotePrefill(
     v1::CancelRemotePrefillResponse* response) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!remote_prefill_) {
-    reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                                 "this worker does not serve remote prefill (not --mode prefill)"));
+    reactor->Finish(NotAPrefillWorker());
     return reactor;
   }
   remote_prefill_->Cancel(request->request_id());
