@@ -27,6 +27,21 @@ using testing::Curl;
 using testing::HttpResult;
 using testing::ShellQuote;
 
+// curl with extra arguments (shell words) and a JSON body, to base + path.
+HttpResult PostJsonTo(const std::string& base, const std::string& path, const json& body,
+                    const std::string& args = "") {
+  return Curl(args + " -H 'Content-Type: application/json' --data-binary " +
+                  ShellQuote(body.dump()) + " " + ShellQuote(base + path), 60);
+}
+
+// The 400 for a 1100-token prompt on a pool of 64 blocks of 16 tokens (69 needed).
+void ExpectKvPoolTooSmall(const HttpResult& r) {
+  EXPECT_EQ(r.status, 400) << r.body;
+  json e = json::parse(r.body, nullptr, false)["error"];
+  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+  EXPECT_NE(e["message"].get<std::string>().find("64 blocks"), std::string::npos) << r.body;
+}
+
 class FrontendLimitsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -53,10 +68,8 @@ class FrontendLimitsTest : public ::testing::Test {
     if (HasFailure()) std::cerr << "---- run.log\n" << testing::ReadText(dir_ / "run.log");
   }
 
-  // curl with extra arguments (shell words) and a JSON body.
   static HttpResult PostJson(const std::string& path, const json& body, const std::string& args = "") {
-    return Curl(args + " -H 'Content-Type: application/json' --data-binary " +
-                    ShellQuote(body.dump()) + " " + ShellQuote(base_ + path), 60);
+    return PostJsonTo(base_, path, body, args);
   }
 
   static inline fs::path dir_;
@@ -81,10 +94,7 @@ TEST_F(FrontendLimitsTest, MoreChoicesThanTheEngineCanHoldIsA400) {
 TEST_F(FrontendLimitsTest, APromptLargerThanTheKvPoolIsA400) {
   std::vector<int> ids(1100, 1000);  // 69 blocks
   HttpResult r = PostJson("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
-  EXPECT_EQ(r.status, 400) << r.body;
-  json e = json::parse(r.body, nullptr, false)["error"];
-  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
-  EXPECT_NE(e["message"].get<std::string>().find("64 blocks"), std::string::npos) << r.body;
+  ExpectKvPoolTooSmall(r);
   ids.resize(1000);  // 63 blocks: fits
   r = PostJson("/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
   EXPECT_EQ(r.status, 200) << r.body;
@@ -107,13 +117,8 @@ TEST(FrontendLimitsRemoteTest, APromptLargerThanTheWorkersKvPoolIsA400) {
   ASSERT_TRUE(testing::Eventually([&] { return Curl(ShellQuote(base + "/health"), 5).status == 200; }, 120s))
       << testing::ReadText(dir / "run.log");
   std::vector<int> ids(1100, 1000);
-  const json body = {{"prompt", ids}, {"max_tokens", 1}};
-  HttpResult r = Curl("-H 'Content-Type: application/json' --data-binary " + ShellQuote(body.dump()) +
-                          " " + ShellQuote(base + "/v1/completions"), 60);
-  EXPECT_EQ(r.status, 400) << r.body;
-  json e = json::parse(r.body, nullptr, false)["error"];
-  EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
-  EXPECT_NE(e["message"].get<std::string>().find("64 blocks"), std::string::npos) << r.body;
+  HttpResult r = PostJsonTo(base, "/v1/completions", {{"prompt", ids}, {"max_tokens", 1}});
+  ExpectKvPoolTooSmall(r);
   EXPECT_EQ(r.body.find("127.0.0.1"), std::string::npos) << r.body;
   server.reset();
   fs::remove_all(dir);
