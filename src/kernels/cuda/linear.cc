@@ -1,10 +1,10 @@
 #include "kernels/cuda/linear.h"
 
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/gemv.h"
 
 namespace tandem::cuda {
@@ -45,22 +45,7 @@ Status CheckArgs(const LinearArgs& a) {
   return Status::Ok();
 }
 
-// SM count of the current device, cached per device (cudaDeviceGetAttribute is not a stream
-// operation, so this is safe during graph capture; the cache avoids the call per launch).
-int NumSms() {
-  constexpr int kMaxDevices = 64;
-  static std::atomic<int> cache[kMaxDevices];
-  int dev = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= kMaxDevices) return 132;
-  int sms = cache[dev].load(std::memory_order_relaxed);
-  if (sms > 0) return sms;
-  if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms <= 0) {
-    (void)cudaGetLastError();
-    return 132;
-  }
-  cache[dev].store(sms, std::memory_order_relaxed);
-  return sms;
-}
+int NumSms() { return CurrentDeviceLimits().sm_count; }
 
 }  // namespace
 

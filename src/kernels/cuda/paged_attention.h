@@ -34,10 +34,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/device_limits.h"
+
 namespace tandem::cuda {
 
-// Which prefill kernel: kAuto (TANDEM_PREFILL_KERNEL if set, else kMma128), the mma.sync kernel
-// with 128- or 64-query tiles (8 or 4 warps), or the first WMMA kernel (64-query tiles).
+// Which prefill kernel: kAuto (TANDEM_PREFILL_KERNEL if set, else by the device and the batch:
+// detail::ChoosePagedPrefillKernel), the mma.sync kernel with 128- or 64-query tiles (8 or 4
+// warps), or the first WMMA kernel (64-query tiles).
 enum class PrefillKernel { kAuto, kMma128, kMma64, kWmma };
 
 struct PagedPrefillArgs {
@@ -130,6 +133,12 @@ size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& args);
 
 namespace detail {
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
+// The kernel PagedPrefill launches for `args` on a device with `limits` (kAuto resolved: the
+// environment, the device's shared memory per block and SM count; PagedPrefill passes the current
+// device's CurrentDeviceLimits()), and the dynamic shared memory of a kernel at head_dim 64 or 128
+// (bytes; 0 for kAuto or another head_dim).
+PrefillKernel ChoosePagedPrefillKernel(const PagedPrefillArgs& args, const DeviceLimits& limits);
+size_t PagedPrefillSmemBytes(PrefillKernel kernel, int head_dim);
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail

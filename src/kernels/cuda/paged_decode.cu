@@ -17,6 +17,7 @@
 // them (kFill: a ticket counter per group in the workspace, reset by that CTA) or the reduce kernel
 // does (kLegacy, a workspace not initialized, or more groups than counters); log-sum-exp weights
 // either way.
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
 
@@ -39,17 +40,7 @@ int NumChunks(int num_heads, int num_kv_heads) {
   return group > kMaxGroup ? (group + kMaxGroup - 1) / kMaxGroup : 1;
 }
 
-int NumSms() {
-  static const int sms = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
-      return 132;
-    }
-    return n;
-  }();
-  return sms;
-}
+int NumSms() { return CurrentDeviceLimits().sm_count; }
 
 // TANDEM_DECODE_SPLITS, read once: the policy and a fixed split count (0: none).
 struct EnvChoice {

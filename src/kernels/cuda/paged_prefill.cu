@@ -19,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
@@ -492,25 +493,31 @@ cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
 }
 }  // namespace fa2
 
-int NumSms() {
-#ifdef TANDEM_CUDA_EMU
-  return 132;
-#else
-  static const int sms = [] {
-    int device = 0, n = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device) != cudaSuccess || n <= 0) {
-      return 132;
-    }
-    return n;
-  }();
-  return sms;
-#endif
+template <int HD>
+size_t SmemBytes(PrefillKernel k) {
+  switch (k) {
+    case PrefillKernel::kWmma: return wmma_kernel::WmmaSmem<HD>::kBytes;
+    case PrefillKernel::kMma64: return fa2::Smem<HD, 64>::kBytes;
+    case PrefillKernel::kMma128: return fa2::Smem<HD, 128>::kBytes;
+    default: return 0;
+  }
 }
 
-// kAuto: TANDEM_PREFILL_KERNEL if set; else 128-query tiles unless they would not make two waves
-// of CTAs (one per SM each), where 64-query tiles (two per SM) finish sooner.
-PrefillKernel Choose(const PagedPrefillArgs& a) {
+size_t SmemBytesHd(PrefillKernel k, int head_dim) {
+  return head_dim == 64 ? SmemBytes<64>(k) : head_dim == 128 ? SmemBytes<128>(k) : 0;
+}
+
+bool Fits(PrefillKernel k, int head_dim, const DeviceLimits& d) {
+  const size_t bytes = SmemBytesHd(k, head_dim);
+  return bytes > 0 && bytes <= d.smem_per_block_optin;
+}
+
+// kAuto: TANDEM_PREFILL_KERNEL if set; else, among the kernels whose shared memory fits the
+// device's per-block limit, 128-query tiles unless they would not make two waves of CTAs (one per
+// SM each), where 64-query tiles (two per SM where they fit twice) finish sooner. On GPUs with
+// 99 KiB per block (sm_86, sm_89, sm_120) the 128-query tiles (136 KiB at head_dim 128) do not fit
+// and every prefill takes 64-query tiles (85 KiB).
+PrefillKernel Choose(const PagedPrefillArgs& a, const DeviceLimits& d) {
   if (a.kernel != PrefillKernel::kAuto) return a.kernel;
   static const PrefillKernel from_env = [] {
     const char* k = std::getenv("TANDEM_PREFILL_KERNEL");
@@ -521,13 +528,18 @@ PrefillKernel Choose(const PagedPrefillArgs& a) {
     return PrefillKernel::kAuto;
   }();
   if (from_env != PrefillKernel::kAuto) return from_env;
+  const bool fits128 = Fits(PrefillKernel::kMma128, a.head_dim, d);
+  const bool fits64 = Fits(PrefillKernel::kMma64, a.head_dim, d);
+  if (!fits128 && !fits64) return PrefillKernel::kWmma;
+  if (!fits128) return PrefillKernel::kMma64;
   const int64_t ctas128 = int64_t{(a.max_query_len + 127) / 128} * a.num_heads * a.num_seqs;
-  return ctas128 < 2 * int64_t{NumSms()} ? PrefillKernel::kMma64 : PrefillKernel::kMma128;
+  return fits64 && ctas128 < 2 * int64_t{d.sm_count} ? PrefillKernel::kMma64
+                                                      : PrefillKernel::kMma128;
 }
 
 template <int HD>
 cudaError_t LaunchHd(const PagedPrefillArgs& a, cudaStream_t stream) {
-  switch (Choose(a)) {
+  switch (Choose(a, CurrentDeviceLimits())) {
     case PrefillKernel::kWmma: return wmma_kernel::Launch<HD>(a, stream);
     case PrefillKernel::kMma64: return fa2::Launch<HD, 64>(a, stream);
     default: return fa2::Launch<HD, 128>(a, stream);
@@ -535,6 +547,14 @@ cudaError_t LaunchHd(const PagedPrefillArgs& a, cudaStream_t stream) {
 }
 
 }  // namespace
+
+PrefillKernel ChoosePagedPrefillKernel(const PagedPrefillArgs& a, const DeviceLimits& limits) {
+  return Choose(a, limits);
+}
+
+size_t PagedPrefillSmemBytes(PrefillKernel kernel, int head_dim) {
+  return SmemBytesHd(kernel, head_dim);
+}
 
 cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0 || a.max_query_len == 0) return cudaSuccess;
