@@ -28,10 +28,15 @@ Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_
 
 namespace {
 
-Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id) {
+Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id,
+                                                const EngineConfig& config) {
   if (device_id < 0) return LoadCpuModelRunner(model_dir);
 #ifdef TANDEM_HAVE_CUDA
-  return LoadCudaModelRunner(model_dir, device_id);
+  CudaRunnerOptions options;
+  // The weights must leave room for the margin and an explicitly sized KV pool.
+  options.gpu_memory_utilization = config.gpu_memory_utilization;
+  options.reserve_bytes = kDeviceMemoryMarginBytes + config.kv_cache_bytes;
+  return LoadCudaModelRunner(model_dir, device_id, options);
 #else
   return Err(StatusCode::kFailedPrecondition,
              "--device cuda:{}: this tandem was built without CUDA; use --device cpu", device_id);
@@ -43,7 +48,7 @@ Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, in
 Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
                                     bool need_chat_template, int device_id) {
   TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, need_chat_template));
-  TANDEM_ASSIGN_OR_RETURN(auto runner, LoadRunner(model_dir, device_id));
+  TANDEM_ASSIGN_OR_RETURN(auto runner, LoadRunner(model_dir, device_id, config));
   TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
   return bundle;
 }

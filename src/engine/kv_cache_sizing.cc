@@ -85,17 +85,20 @@ Result<int> ComputeNumKVBlocks(ModelRunner& runner, const EngineConfig& c) {
   const double total = static_cast<double>(mem.total_bytes);
   const double used = static_cast<double>(mem.used_bytes);
   const double free = static_cast<double>(mem.free_bytes);
+  const double pending =
+      static_cast<double>(runner.PendingDeviceBytes(c.max_num_seqs, c.max_model_len));
   const double budget = std::min(c.gpu_memory_utilization * total - used, free) -
-                        static_cast<double>(kDeviceMemoryMarginBytes);
+                        static_cast<double>(kDeviceMemoryMarginBytes) - pending;
   const int blocks_per_request = CeilDiv(c.max_model_len, c.block_size);
   const double request_bytes = static_cast<double>(blocks_per_request) * block_bytes;
   const std::string where = fmt::format(
       "gpu_memory_utilization {} of {:.2f} GiB = {:.2f} GiB; this worker holds {:.2f} GiB after "
-      "loading the weights ({:.2f} GiB) and a profile step of {} tokens; {:.2f} GiB free on the "
-      "device; {:.2f} GiB margin",
+      "loading the weights ({:.2f} GiB) and a profile step of {} tokens; {:.2f} GiB held back "
+      "for decode graphs and sampler buffers still to come; {:.2f} GiB free on the device; "
+      "{:.2f} GiB margin",
       c.gpu_memory_utilization, GiB(total), GiB(c.gpu_memory_utilization * total), GiB(used),
-      GiB(static_cast<double>(mem.weights_bytes)), c.max_num_batched_tokens, GiB(free),
-      GiB(static_cast<double>(kDeviceMemoryMarginBytes)));
+      GiB(static_cast<double>(mem.weights_bytes)), c.max_num_batched_tokens, GiB(pending),
+      GiB(free), GiB(static_cast<double>(kDeviceMemoryMarginBytes)));
   if (budget < request_bytes) {
     if (budget < static_cast<double>(block_bytes)) {
       return Err(StatusCode::kResourceExhausted,

@@ -7,9 +7,11 @@
 //      up to max_num_seqs sequences (every logits row kept), then one decode step of max_num_seqs
 //      sequences at position max_model_len - 1 (greedy, 20 logprobs): the runner's scratch grows
 //      to the largest step the scheduler can build (every block table points at block 0);
-//   2. kv bytes = min(gpu_memory_utilization * total - used, free) - kDeviceMemoryMarginBytes,
-//      where `used` is what this runner holds (DeviceMemoryInfo: weights, the profile's scratch)
-//      and `free` what the device has left (other processes included);
+//   2. kv bytes = min(gpu_memory_utilization * total - used, free) - kDeviceMemoryMarginBytes
+//      - pending, where `used` is what this runner holds (DeviceMemoryInfo: weights, the
+//      profile's scratch, the decode graph it captured), `free` what the device has left (other
+//      processes included) and `pending` what the runner will still allocate while serving
+//      (ModelRunner::PendingDeviceBytes: the other decode graphs, the sampler's buffers);
 // and on a host runner kDefaultHostKVCacheBytes. Counting only this runner's memory against the
 // fraction lets several workers share one GPU (vLLM v1 does the same).
 #pragma once

@@ -3,9 +3,11 @@
 
 #include "model/cuda_decode_graphs.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 
 #include "kernels/cuda/cuda_check.h"
@@ -52,6 +54,20 @@ int DecodeStrideBucket(int blocks, int max_blocks) {
   return b < max_blocks ? b : max_blocks;
 }
 
+int CountDecodeGraphKeys(int max_num_seqs, int max_model_len, int block_size, int max_blocks) {
+  if (max_num_seqs <= 0 || max_model_len <= 0 || block_size <= 0) return 0;
+  std::set<int> batches, strides;
+  for (int n = 1; n <= std::min(max_num_seqs, kMaxDecodeGraphBatch); ++n) {
+    batches.insert(DecodeBatchBucket(n));
+  }
+  const int blocks = (max_model_len + block_size - 1) / block_size;
+  for (int b = 1; b <= blocks; ++b) {
+    const int s = DecodeStrideBucket(b, max_blocks);
+    if (s > 0) strides.insert(s);
+  }
+  return static_cast<int>(batches.size() * strides.size());
+}
+
 DecodeGraphMode DecodeGraphModeFromEnv() {
   const char* v = std::getenv("TANDEM_CUDA_GRAPHS");
   if (v == nullptr) return DecodeGraphMode::kOn;
@@ -87,6 +103,8 @@ Status DecodeGraphCache::Run(std::pair<int, int> key, uint64_t generation, cudaS
     mode_ = DecodeGraphMode::kPadOnly;
     return Status::Ok();
   };
+  size_t free_before = 0, free_after = 0, total = 0;
+  const bool measured = cudaMemGetInfo(&free_before, &total) == cudaSuccess;
   cudaError_t err = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal);
   if (err != cudaSuccess) return give_up("cudaStreamBeginCapture", cudaGetErrorString(err));
   const Status captured = body();
@@ -102,6 +120,11 @@ Status DecodeGraphCache::Run(std::pair<int, int> key, uint64_t generation, cudaS
   cudaGraphDestroy(graph);
   if (err != cudaSuccess) return give_up("cudaGraphInstantiate", cudaGetErrorString(err));
   graphs_.emplace(key, exec);
+  if (measured && cudaMemGetInfo(&free_after, &total) == cudaSuccess && free_after < free_before) {
+    max_graph_bytes_ = std::max(max_graph_bytes_, free_before - free_after);
+    total_graph_bytes_ += free_before - free_after;
+  }
+  cudaGetLastError();
   return Status::Ok();
 }
 

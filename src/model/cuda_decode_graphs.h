@@ -54,6 +54,12 @@ int DecodeBatchBucket(int num_seqs);
 // max_blocks (the blocks of the longest possible sequence); 0 when blocks > max_blocks.
 int DecodeStrideBucket(int blocks, int max_blocks);
 
+// The distinct (batch bucket, stride bucket) keys of decode steps of 1..max_num_seqs sequences
+// (at most kMaxDecodeGraphBatch: larger steps run eagerly) whose longest sequence holds
+// 1..ceil(max_model_len / block_size) blocks, with max_blocks the model's longest sequence in
+// blocks: the decode graphs a server can capture (one variant per key when every row is picked).
+int CountDecodeGraphKeys(int max_num_seqs, int max_model_len, int block_size, int max_blocks);
+
 enum class DecodeGraphMode { kOff, kPadOnly, kOn };
 // From TANDEM_CUDA_GRAPHS: "0" kOff, "pad" kPadOnly, anything else (or unset) kOn.
 DecodeGraphMode DecodeGraphModeFromEnv();
@@ -80,12 +86,17 @@ class DecodeGraphCache {
   void Clear();
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int replays() const { return replays_; }
+  // The device memory one capture took, measured as the drop in the device's free memory across
+  // it (cudaMemGetInfo; the largest seen; 0 before the first capture), and all captures together.
+  size_t max_graph_bytes() const { return max_graph_bytes_; }
+  size_t total_graph_bytes() const { return total_graph_bytes_; }
 
  private:
   DecodeGraphMode mode_;
   uint64_t generation_ = 0;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   int replays_ = 0;
+  size_t max_graph_bytes_ = 0, total_graph_bytes_ = 0;
 };
 
 }  // namespace tandem

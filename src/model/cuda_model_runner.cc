@@ -10,11 +10,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 #include <vector>
 
+#include "common/logging.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_report.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/sampling_filter.h"
 #include "model/cuda_runner_impl.h"
 #include "model/cuda_weights.h"
 #include "model/safetensors.h"
@@ -60,13 +64,39 @@ KVCacheLayout CudaModelRunner::kv_cache_layout() {
   return layout;
 }
 
+size_t CudaModelRunner::PendingDeviceBytes(int max_num_seqs, int max_model_len) const {
+  if (max_num_seqs <= 0 || max_model_len <= 0) return 0;
+  size_t pending = 0;
+  if (graphs_.mode() == DecodeGraphMode::kOn && block_size_ > 0) {
+    const int model_blocks = (config_.max_position_embeddings + block_size_ - 1) / block_size_;
+    const int keys = CountDecodeGraphKeys(max_num_seqs, max_model_len, block_size_, model_blocks);
+    const size_t left = static_cast<size_t>(std::max(0, keys - graphs_.num_graphs()));
+    pending += left * graphs_.max_graph_bytes();
+  }
+  auto align16 = [](size_t b) { return (b + 15) / 16 * 16; };
+  auto more = [](size_t want, const DeviceArray& a) { return want > a.bytes() ? want - a.bytes() : 0; };
+  const size_t rows = static_cast<size_t>(
+      std::max(max_num_seqs, DecodeBatchBucket(std::min(max_num_seqs, kMaxDecodeGraphBatch))));
+  const size_t entries =
+      static_cast<size_t>(max_num_seqs) * std::min(config_.vocab_size, max_model_len);
+  // SampleOnDevice's layout: specs, penalty entries, their saved logits.
+  pending += more(align16(sizeof(cuda::SampleRowSpec) * rows) +
+                      align16(sizeof(cuda::PenaltyRowEntry) * entries) +
+                      align16(sizeof(float) * entries),
+                  sample_);
+  constexpr size_t kMaxLogprobs = 20;  // the API's most top_logprobs
+  pending += more(rows * kMaxLogprobs * (sizeof(int32_t) + sizeof(float)), topk_);
+  return pending;
+}
+
 Status CudaModelRunner::Validate(const ForwardBatch& batch) const {
   if (kv_.empty()) return Err(StatusCode::kFailedPrecondition, "Forward before AllocateKVCache");
   return ValidateForwardBatch(batch, config_, block_size_, num_blocks_);
 }
 
 Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& model_dir,
-                                                         int device_id) {
+                                                         int device_id,
+                                                         const CudaRunnerOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   if (config.head_dim != 64 && config.head_dim != 128) {
     return Err(StatusCode::kUnimplemented, "CUDA runner: head_dim {} (the prefill kernel has 64 "
@@ -79,8 +109,25 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
                device_id, count);
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id));
+  TANDEM_ASSIGN_OR_RETURN(const std::string device, cuda::DescribeDevice(device_id));
+  log::info("{}", device);
+  cuda::KernelShapes shapes;
+  shapes.head_dim = config.head_dim;
+  shapes.num_heads = config.num_attention_heads;
+  shapes.num_kv_heads = config.num_key_value_heads;
+  for (const std::string& line : cuda::DescribeKernels(cuda::CurrentDeviceLimits(), shapes)) {
+    log::info("kernels on cuda:{}: {}", device_id, line);
+  }
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-  TANDEM_ASSIGN_OR_RETURN(CudaWeights weights, LoadCudaWeights(st, config));
+  CudaWeightsLoadOptions load;
+  load.gpu_memory_utilization = options.gpu_memory_utilization;
+  // cuBLAS's workspace (cuda_runner_step.cc) and one 16-token KV block besides the caller's part.
+  const size_t kv_block = static_cast<size_t>(config.num_hidden_layers) * 2 * 16 *
+                          config.num_key_value_heads * config.head_dim * sizeof(bf16);
+  load.reserve_bytes = options.reserve_bytes + (size_t{32} << 20) + kv_block;
+  load.model_name = std::filesystem::path(model_dir).filename().string();
+  if (load.model_name.empty()) load.model_name = model_dir;
+  TANDEM_ASSIGN_OR_RETURN(CudaWeights weights, LoadCudaWeights(st, config, load));
   TANDEM_ASSIGN_OR_RETURN(cuda::CublasHandle cublas, cuda::CublasHandle::Create());
   cudaStream_t stream = nullptr;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));

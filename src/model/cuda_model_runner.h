@@ -18,9 +18,21 @@
 
 namespace tandem {
 
-// Errors: those of LoadCpuModelRunner (files, tensors, config), Internal (no such CUDA device, a
-// CUDA error), ResourceExhausted (the weights do not fit on the GPU).
+struct CudaRunnerOptions {
+  // The weights must fit in this share of the device's memory (and in what is free) with
+  // reserve_bytes + the runner's own minimum (cuBLAS's workspace, one KV block) to spare; else
+  // ResourceExhausted naming the sizes before anything is copied (device_memory_plan.h).
+  double gpu_memory_utilization = 1.0;
+  size_t reserve_bytes = 0;
+};
+
+// Logs the GPU (name, compute capability, memory and bandwidth class, the code loaded for it) and
+// the kernel family of each op on it (kernels/cuda/device_report.h), then loads the weights.
+// Errors: those of LoadCpuModelRunner (files, tensors, config), InvalidArgument (no such CUDA
+// device), FailedPrecondition (this build has no code for the device's compute capability),
+// Internal (a CUDA error), ResourceExhausted (the weights do not fit on the GPU).
 Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& model_dir,
-                                                         int device_id);
+                                                         int device_id,
+                                                         const CudaRunnerOptions& options = {});
 
 }  // namespace tandem

@@ -65,6 +65,10 @@ class CudaModelRunner final : public ModelRunner {
     return m;
   }
   static constexpr size_t kContextAllowance = size_t{1} << 30;
+  // The decode graphs of the keys not yet captured (CountDecodeGraphKeys minus those captured, at
+  // the largest capture measured so far) and the sampler's device buffers at max_num_seqs rows of
+  // min(vocab, max_model_len) penalty tokens and 20 log-probabilities each, less what they hold.
+  size_t PendingDeviceBytes(int max_num_seqs, int max_model_len) const override;
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
   bool SamplesOnDevice() const override { return true; }

@@ -14,6 +14,7 @@
 #include "common/logging.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/cuda_check.h"
+#include "model/device_memory_plan.h"
 #include "model/weight_plan.h"
 
 namespace tandem {
@@ -126,6 +127,21 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
   CudaWeights out;
   size_t total = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&out.device_free_before_load, &total));
+  {
+    int device = 0;
+    cudaDeviceProp prop{};
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+    WeightsFitInput fit;
+    fit.model = options.model_name;
+    fit.device = fmt::format("cuda:{} ({})", device, prop.name);
+    fit.weights_bytes = plan.total_bytes();
+    fit.reserve_bytes = options.reserve_bytes;
+    fit.gpu_memory_utilization = options.gpu_memory_utilization;
+    fit.total_bytes = total;
+    fit.free_bytes = out.device_free_before_load;
+    TANDEM_RETURN_IF_ERROR(CheckWeightsFit(fit));
+  }
   out.layers = std::vector<DeviceLayer>(c.num_hidden_layers);
   std::map<const DeviceTensorPlan*, DeviceArray*> device;
   for (const auto& [t, d] : Bind(plan, &out)) {

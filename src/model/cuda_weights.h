@@ -17,6 +17,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 #include <vector>
 
 #include "common/status.h"
@@ -84,12 +85,18 @@ struct CudaWeights {
 struct CudaWeightsLoadOptions {
   size_t staging_bytes = 128u << 20;  // each of the two pinned staging buffers
   int num_threads = 0;                // host threads filling a chunk; 0: min(8, cores)
+  // Checked before the first copy (device_memory_plan.h CheckWeightsFit): the weights plus
+  // reserve_bytes must fit in gpu_memory_utilization x the device's memory and in what is free.
+  double gpu_memory_utilization = 1.0;
+  size_t reserve_bytes = 0;
+  std::string model_name = "the model";  // for that error
 };
 
 // Loads every tensor the config calls for onto the current CUDA device as bf16 (weight_plan.h),
 // logging the time and rate. Errors: those of LoadModelWeights with the same messages
 // (InvalidArgument naming a missing or misshapen tensor, Unimplemented dtype), ResourceExhausted
-// (device memory, naming the tensor), Internal (CUDA).
+// (the weights do not fit the budget, naming the sizes; device memory, naming the tensor),
+// Internal (CUDA).
 Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& config,
                                     const CudaWeightsLoadOptions& options = {});
 

@@ -132,6 +132,13 @@ class ModelRunner {
   // batch before this call counts in it). Unimplemented for a host runner (the default): the
   // engine then sizes the KV pool from EngineConfig::kv_cache_bytes alone.
   virtual Result<DeviceMemoryInfo> GetDeviceMemoryInfo();
+  // Device memory (bytes) the runner will still allocate while serving steps of at most
+  // max_num_seqs sequences and max_model_len tokens, beyond what GetDeviceMemoryInfo reports after
+  // the profile run (engine/kv_cache_sizing.h): the CUDA runner's decode graphs for the batch and
+  // context buckets the profile did not capture (graphs measured in the profile, times the buckets
+  // left) and its sampler's buffers at max_num_seqs rows of max_model_len penalty tokens. The KV
+  // pool is sized with this held back. 0 on a host runner.
+  virtual size_t PendingDeviceBytes(int max_num_seqs, int max_model_len) const { return 0; }
 };
 
 // Checks a batch against a KV pool of `num_blocks` blocks of `block_size` tokens (both runners call

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -30,6 +31,7 @@ class FakeDeviceRunner : public FakeModelRunner {
   size_t KVBlockBytes(int block_size) const override { return kMiB * block_size; }
   Status AllocateKVCache(int num_blocks, int block_size) override {
     kv_bytes_ = static_cast<size_t>(num_blocks) * KVBlockBytes(block_size);
+    block_size_ = block_size;
     allocated.push_back(num_blocks);
     if (num_blocks > 4096) return Status::Ok();  // keep the fake's slots small
     return FakeModelRunner::AllocateKVCache(num_blocks, block_size);
@@ -43,7 +45,7 @@ class FakeDeviceRunner : public FakeModelRunner {
       rows += s.logits != SequenceSlice::Logits::kNone ? 1 : 0;
       argmax += s.logits == SequenceSlice::Logits::kArgmax ? 1 : 0;
       max_end = std::max(max_end, s.start_pos + static_cast<int>(s.token_ids.size()));
-      EXPECT_GE(s.block_table.size() * 4, s.start_pos + s.token_ids.size());
+      EXPECT_GE(s.block_table.size() * block_size_, s.start_pos + s.token_ids.size());
     }
     profile_tokens.push_back(tokens);
     profile_seqs.push_back(static_cast<int>(batch.seqs.size()));
@@ -62,13 +64,21 @@ class FakeDeviceRunner : public FakeModelRunner {
     return m;
   }
   size_t scratch() const { return scratch_; }
+  // What the runner says it will still allocate; records the limits it was asked for.
+  size_t PendingDeviceBytes(int max_num_seqs, int max_model_len) const override {
+    pending_asked = {max_num_seqs, max_model_len};
+    return pending;
+  }
 
   std::vector<int> allocated, profile_tokens, profile_seqs, profile_argmax;
   int max_end = 0;
+  size_t pending = 0;
+  mutable std::pair<int, int> pending_asked{0, 0};
 
  private:
   size_t total_, weights_, other_;
   size_t scratch_ = 0, kv_bytes_ = 0;
+  int block_size_ = 4;
 };
 
 EngineConfig Config() {
@@ -177,6 +187,49 @@ TEST(KVCacheSizing, TooLittleMemoryForOneRequestNamesTheLargestThatFits) {
   ASSERT_EQ(n.status().code(), StatusCode::kResourceExhausted);
   EXPECT_NE(n.status().message().find("no device memory is left"), std::string::npos)
       << n.status().message();
+}
+
+TEST(KVCacheSizing, WhatTheRunnerWillStillAllocateIsHeldBack) {
+  FakeDeviceRunner plain(16 * kGiB, 3 * kGiB);
+  FakeDeviceRunner graphs(16 * kGiB, 3 * kGiB);
+  graphs.pending = 40 * kMiB + 1;  // ten 4 MiB blocks and a byte
+  auto a = ComputeNumKVBlocks(plain, Config());
+  auto b = ComputeNumKVBlocks(graphs, Config());
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(graphs.pending_asked, std::make_pair(8, 1000));  // max_num_seqs, max_model_len
+  // floor((x - 40 MiB - 1) / 4 MiB) is 10 or 11 blocks fewer than floor(x / 4 MiB).
+  EXPECT_GE(*a - *b, 10);
+  EXPECT_LE(*a - *b, 11);
+}
+
+// Qwen3-8B bf16 on an L40S (44.99 GiB as the runtime reports it): 36 layers x 8 KV heads x 128
+// x 2 (K, V) x 2 bytes = 147456 bytes of KV per token, 16.38 GB of weights. With the default
+// --gpu-memory-utilization 0.9, a 2 GiB profile step and 0.25 GiB of graphs still to come the pool
+// holds what the formula of kv_cache_sizing.h gives: about 22.5 GiB, more than three 40960-token
+// requests.
+class L40sQwen3_8b : public FakeDeviceRunner {
+ public:
+  L40sQwen3_8b() : FakeDeviceRunner(46068 * kMiB, 16380000000ull) {}
+  size_t KVBlockBytes(int block_size) const override { return 147456ull * block_size; }
+};
+
+TEST(KVCacheSizing, Qwen3_8bOnAnL40sGetsAPoolFromTheUtilization) {
+  L40sQwen3_8b runner;
+  runner.pending = kGiB / 4;
+  EngineConfig c;
+  c.block_size = 16;
+  c.max_num_seqs = 64;
+  c.max_num_batched_tokens = 2048;
+  c.max_model_len = 40960;
+  c.gpu_memory_utilization = 0.9;
+  auto n = ComputeNumKVBlocks(runner, c);
+  ASSERT_TRUE(n.ok()) << n.status().ToString();
+  const double used = 16380000000.0 + runner.scratch() + 147456.0 * 16;  // + the 1-block pool
+  const double budget = 0.9 * 46068.0 * kMiB - used - kDeviceMemoryMarginBytes - kGiB / 4;
+  EXPECT_EQ(*n, static_cast<int>(budget / (147456.0 * 16)));
+  const double tokens = static_cast<double>(*n) * 16;
+  EXPECT_GT(tokens, 3 * 40960.0);      // room for several full-length requests
+  EXPECT_LT(tokens * 147456.0, 30e9);  // and not more than the card has
 }
 
 TEST(KVCacheSizing, UtilizationOutOfRange) {
