@@ -14,6 +14,8 @@
 #                               stages of GPU_CHECK_STAGES in order, then the summary (last).
 #
 # Stages (GPU_CHECK_STAGES, comma separated; default ops,runner,golden,peer,bench,hf):
+#   archs     the SASS and PTX each carried binary holds: tests/tools/fatbin_archs.py beside
+#             cuobjdump --list-elf / --list-ptx
 #   ops       cuda_op_check: every CUDA op against its CPU reference, timed (GPU_CHECK_ARGS passes
 #             arguments, e.g. "--only decode"); built on the device from dev/kernels/CMakeLists.txt
 #             when the carried binary is missing or cannot load
@@ -41,30 +43,37 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-CARRY=$ROOT/.device-carry
+# GPU_CHECK_CARRY: the pack's folder (default .device-carry); GPU_CHECK_BUILD: the build folder
+# `pack` uses (default build-cuda); GPU_CHECK_ARCHS: TANDEM_CUDA_ARCHS for that build (default:
+# CMake's, every supported GPU), e.g. 80-virtual for a build whose CUDA code is compute_80 PTX only.
+CARRY=$ROOT/${GPU_CHECK_CARRY:-.device-carry}
+BUILD=${GPU_CHECK_BUILD:-build-cuda}
 BINS="cuda_op_check cuda_runner_check cuda_peer_dump cuda_engine_bench"
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1
 
 pack() {
   set -e
-  grep -qxF '/.device-carry/' .git/info/exclude 2>/dev/null || echo '/.device-carry/' >> .git/info/exclude
-  cmake -S . -B build-cuda -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON > /dev/null
+  local ignore="/$(basename "$CARRY")/"
+  grep -qxF "$ignore" .git/info/exclude 2>/dev/null || echo "$ignore" >> .git/info/exclude
+  local archs=()
+  [ -n "${GPU_CHECK_ARCHS:-}" ] && archs=("-DTANDEM_CUDA_ARCHS=$GPU_CHECK_ARCHS")
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DTANDEM_CUDA=ON "${archs[@]}" > /dev/null
   # shellcheck disable=SC2086
-  nice -n 10 cmake --build build-cuda -j2 --target $BINS
+  nice -n 10 cmake --build "$BUILD" -j2 --target $BINS
   # Only this script's files: .device-carry/e2e (scripts/gpu-e2e.sh) stays.
   mkdir -p "$CARRY"
   rm -rf "$CARRY/lib" "$CARRY/include" "$CARRY/golden" "$CARRY/BUILD_INFO"
   for b in $BINS; do rm -f "$CARRY/$b.xz"; done
   mkdir -p "$CARRY/lib" "$CARRY/include" "$CARRY/golden"
   for b in $BINS; do
-    strip -o "$CARRY/$b" "build-cuda/$b"
+    strip -o "$CARRY/$b" "$BUILD/$b"
     xz -T2 -6 "$CARRY/$b"
   done
   # Every shared library but the C/C++ runtime and the CUDA driver / cuBLAS (the device has its
   # own, found by find_cublas): fmt, spdlog, pcre2, utf8proc, xxhash, cudart ...
   # shellcheck disable=SC2086
-  for lib in $(cd build-cuda && ldd $BINS | awk '/=>/ {print $3}' | sort -u); do
+  for lib in $(cd "$BUILD" && ldd $BINS | awk '/=>/ {print $3}' | sort -u); do
     case "$(basename "$lib")" in
       libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
       libcuda.so.*|libcublas*.so.*|libnvidia*) ;;
@@ -77,7 +86,8 @@ pack() {
   local golden=/work/shared/golden
   [ -d "$golden" ] || golden=$ROOT/../shared/golden
   cp "$golden"/tiny-qwen3.json "$golden"/tiny-qwen3-long.json "$CARRY/golden/"
-  { echo "built $(date -u +%FT%TZ) on $(uname -n) from $(git rev-parse --short HEAD)"
+  { echo "built $(date -u +%FT%TZ) on $(uname -n) from $(git rev-parse --short HEAD) in $BUILD," \
+      "TANDEM_CUDA_ARCHS=$(sed -n 's/^TANDEM_CUDA_ARCHS:STRING=//p' "$BUILD/CMakeCache.txt")"
     git status --short -- src dev/kernels | head -20; } > "$CARRY/BUILD_INFO"
   du -sh "$CARRY"; ls -la "$CARRY" "$CARRY/lib"
 }
@@ -111,7 +121,7 @@ build_test() {
   fi
 }
 
-BIN=/tmp/gpu-check
+BIN=/tmp/gpu-check/$(basename "$CARRY")
 # Unpacks a carried binary into $BIN; 0 when it starts (prints its usage or runs with no GPU), else 1.
 unpack() {
   local name=$1
@@ -222,6 +232,29 @@ device() {
     note sanitize "memcheck rc $mem_rc ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/memcheck.log")), racecheck prefill rc $race_rc ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT_DIR/racecheck.log"))"
   fi
 
+  if want archs; then
+    # What each binary holds (issue 19): this repo's parser of .nv_fatbin beside cuobjdump's lists.
+    local b f archs_log="$RES/archs.log"
+    : > "$archs_log"
+    local targets=()
+    for b in $BINS; do unpack "$b" > /dev/null 2>&1 && targets+=("$BIN/$b"); done
+    if [ -e "$ROOT/.device-carry/e2e/tandem-e2e.tar.xz" ]; then
+      mkdir -p "$BIN/e2e" && xz -dc "$ROOT/.device-carry/e2e/tandem-e2e.tar.xz" | tar -C "$BIN/e2e" -xf - tandem \
+        && targets+=("$BIN/e2e/tandem")
+    fi
+    for f in "${targets[@]}"; do
+      {
+        echo "--- $f"
+        python3 tests/tools/fatbin_archs.py "$f" --quiet
+        if command -v cuobjdump > /dev/null; then
+          echo "cuobjdump --list-elf: $(cuobjdump --list-elf "$f" 2>&1 | grep -o 'sm_[0-9a-z]*' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
+          echo "cuobjdump --list-ptx: $(cuobjdump --list-ptx "$f" 2>&1 | grep -o 'sm_[0-9a-z]*' | sort | uniq -c | tr -s ' ' | tr '\n' ' ')"
+        fi
+      } >> "$archs_log" 2>&1
+    done
+    cat "$archs_log" | tee -a "$OUT_DIR/gpu-check.log"
+    note archs "${#targets[@]} binaries listed (archs.log)"
+  fi
   if want runner || want golden; then
     mkdir -p "$models" && tar xJf models/tiny-qwen3.tar.xz -C "$models"
   fi
@@ -259,6 +292,23 @@ device() {
       # shellcheck disable=SC2086
       run_stage bench 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem.json" \
         ${GPU_CHECK_BENCH_ARGS:-}
+      # GPU_CHECK_BENCH_BASE=DIR: a pack of an earlier build (DIR/cuda_engine_bench.xz), timed on
+      # the same checkpoint in the same call, interleaved: base, this build again, base again.
+      local base=${GPU_CHECK_BENCH_BASE:-}
+      if [ -n "$base" ] && [ -e "$ROOT/$base/cuda_engine_bench.xz" ]; then
+        mkdir -p "$BIN/base"
+        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+          "$ROOT/$base/cuda_engine_bench.xz" "$BIN/base/cuda_engine_bench" && chmod +x "$BIN/base/cuda_engine_bench"
+        # shellcheck disable=SC2086
+        run_stage bench-base 360 60 "$BIN/base/cuda_engine_bench" "$ckpt8" --json "$RES/bench-base.json" \
+          ${GPU_CHECK_BENCH_ARGS:-}
+        # shellcheck disable=SC2086
+        run_stage bench-2 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem-2.json" \
+          ${GPU_CHECK_BENCH_ARGS:-}
+        # shellcheck disable=SC2086
+        run_stage bench-base-2 360 60 "$BIN/base/cuda_engine_bench" "$ckpt8" --json "$RES/bench-base-2.json" \
+          ${GPU_CHECK_BENCH_ARGS:-}
+      fi
       if [ "${GPU_CHECK_GRAPHS_COMPARE:-0}" = 1 ]; then
         # shellcheck disable=SC2086
         TANDEM_CUDA_GRAPHS=0 run_stage bench-nographs 360 60 "$BIN/cuda_engine_bench" "$ckpt8" \
@@ -290,6 +340,13 @@ device() {
       local t2=()
       [ -e "$RES/bench-tandem-nographs.json" ] && t2=(--tandem2 "$RES/bench-tandem-nographs.json" --tandem2-label "TANDEM_CUDA_GRAPHS=0")
       python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --hf "$RES/bench-hf.json" "${t2[@]}"
+    fi
+    if [ -e "$RES/bench-base.json" ]; then
+      echo "== this build (tandem) beside ${GPU_CHECK_BENCH_BASE} (base), same call: runs 1 and 2"
+      python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --tandem2 "$RES/bench-base.json" \
+        --tandem2-label base --hf "$RES/bench-hf.json" | grep -E "^(shape|decode|prefill)"
+      [ -e "$RES/bench-base-2.json" ] && python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem-2.json" \
+        --tandem2 "$RES/bench-base-2.json" --tandem2-label base --hf "$RES/bench-hf.json" | grep -E "^(decode|prefill)"
     fi
     for f in "${FAILED[@]}"; do
       echo "--- $f failed; the end of its log:"

@@ -17,6 +17,9 @@
 #                                         wise and whole KV writes), random Qwen3-8B weights, greedy
 #                                         outputs compared (issue 7's goal). ttft1gpu: the same with
 #                                         deploy/disagg-1p1d-gpu.yaml (both workers on cuda:0).
+#   scripts/gpu-e2e.sh l40s               on the device: the random Qwen3-8B in an L40S's budget
+#                                         (L40S_BUDGET_GIB, default 44) through `tandem run`, agg and
+#                                         disagg, every golden prompt answered (issue 19).
 # Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory). Logs go to $OUT. Never touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -179,10 +182,77 @@ ttft() {
   return $rc
 }
 
+# Issue 19: the seed lab's L40S (48 GB) rehearsed on the H200: the random Qwen3-8B checkpoint
+# served by `tandem run` with --gpu-memory-utilization set so that the workers' share is
+# L40S_BUDGET_GIB (default 44) of this GPU's memory and the kernels planned for 99 KiB of shared
+# memory per block (L40S_SMEM_KIB): aggregated, then disaggregated (1 prefill + 1 decode, half the
+# budget each, every prompt prefilled remotely; L40S_MODES picks), each sent every golden prompt
+# (the texts cannot equal HF's tiny-model ones: random weights; what counts is that every request
+# is answered). Prints the KV pool each worker sized and the GPU memory the processes held.
+l40s() {
+  local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-ttft
+  mkdir -p "$out" "$work" "$ckdir"
+  cat "$CARRY/BUILD_INFO"
+  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
+  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
+  find_cublas
+  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
+  # L40S_CKPT: a random Qwen3-8B checkpoint already made (scripts/gpu-check.sh with GPU_CHECK_KEEP=1
+  # leaves one in /dev/shm/tandem-peer/qwen3-8b).
+  local tiny ckpt=${L40S_CKPT:-$ckdir/qwen3-8b}
+  tiny=$(dirname "$(find "$work/models" -name config.json | head -1)")
+  [ -e "$ckpt/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
+    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
+  for f in tokenizer.json tokenizer_config.json generation_config.json; do
+    [ -e "$tiny/$f" ] && cp "$tiny/$f" "$ckpt/"
+  done
+  local total_mib util budget=${L40S_BUDGET_GIB:-44} rc=0 mode
+  total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  util=$(python3 -c "print(f'{$budget * 1024 / $total_mib:.4f}')")
+  # The kernels an L40S takes (99 KiB of shared memory per block: device_limits.h).
+  export TANDEM_CUDA_SMEM_LIMIT_KIB=${L40S_SMEM_KIB:-99}
+  echo "== L40S rehearsal: ${budget} GiB of ${total_mib} MiB: --gpu-memory-utilization $util" \
+    "(disagg: half each), TANDEM_CUDA_SMEM_LIMIT_KIB=$TANDEM_CUDA_SMEM_LIMIT_KIB"
+  for mode in ${L40S_MODES:-agg disagg}; do
+    local port=18100 log="$out/l40s-$mode.log" extra=() peak=0 used each=$util
+    if [ "$mode" = disagg ]; then
+      # Both workers on the one card: the budget is theirs together.
+      each=$(python3 -c "print(f'{$util / 2:.4f}')")
+      extra=(--max-local-prefill-tokens 0 --log-dir "$out/l40s-$mode")
+    fi
+    TANDEM_DISCOVERY_DIR="$work/discovery-l40s-$mode" "$work/tandem" run --mode "$mode" \
+      --device cuda:0 --model "$ckpt" --port $port --gpu-memory-utilization "$each" \
+      --max-model-len 8192 "${extra[@]}" > "$log" 2>&1 &
+    local pid=$!
+    python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "l40s-$mode-${budget}GiB" \
+      --golden "$CARRY/golden" --out "$out/e2e-l40s-$mode.json" &
+    local client=$!
+    while kill -0 "$client" 2>/dev/null; do
+      used=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+      [ "${used:-0}" -gt "$peak" ] && peak=$used
+      sleep 0.5
+    done
+    wait "$client" || rc=1
+    kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    grep -rh "cuda:0: \|kernels on cuda\|KV cache from device memory\|weights: \|do not fit" "$log" \
+      "$out/l40s-$mode" 2>/dev/null | cut -c1-400 | head -14
+    # The budget covers what the workers allocate; each process's CUDA context comes on top, as
+    # on the real card, whose 46068 MiB (cudaMemGetInfo's total on an L40S) is the hard limit.
+    echo "l40s-$mode: peak GPU memory used (nvidia-smi, whole device) ${peak} MiB; budget" \
+      "$((budget * 1024)) MiB; an L40S has 46068 MiB"
+    [ "$peak" -le 46068 ] || { echo "l40s-$mode: MORE THAN AN L40S HAS"; rc=1; }
+  done
+  echo "== summary (random weights: 'equal' cannot hold; every prompt must be answered)"
+  python3 scripts/gpu/e2e_golden.py --summarize "$out"/e2e-l40s-*.json
+  [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
+  return $rc
+}
+
 case "${1:-device}" in
   pack) shift; pack "$@" ;;
   device) device ;;
   ttft2gpu) ttft deploy/disagg-1p1d-2gpu.yaml 2gpu ;;
   ttft1gpu) ttft deploy/disagg-1p1d-gpu.yaml 1gpu ;;
-  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft1gpu|ttft2gpu]"; exit 2 ;;
+  l40s) l40s ;;
+  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft1gpu|ttft2gpu|l40s]"; exit 2 ;;
 esac
