@@ -24,7 +24,7 @@ struct KernelShapes {
 // (9.0), "Blackwell" (10.x, 11.x, 12.x); "unknown" otherwise.
 std::string ArchitectureName(int cc_major, int cc_minor);
 // "HBM" for a bus of 2048 bits or more, else "GDDR", with the peak bandwidth when known, e.g.
-// "HBM 6144-bit, 4.92 TB/s peak".
+// "HBM 6016-bit, 4.81 TB/s peak" on an H200.
 std::string BandwidthClass(const DeviceLimits& d);
 
 // One line on `device` (it becomes the current device): name, compute capability, SMs, memory,

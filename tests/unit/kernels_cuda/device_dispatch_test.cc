@@ -29,7 +29,7 @@ DeviceLimits Gpu(int major, int minor, int sms, int smem_kib, int bus_bits, int 
 const DeviceLimits kA100 = Gpu(8, 0, 108, 163, 5120, 1593000);
 const DeviceLimits kA10G = Gpu(8, 6, 80, 99, 384, 6251000);
 const DeviceLimits kL40S = Gpu(8, 9, 142, 99, 384, 9001000);
-const DeviceLimits kH200 = Gpu(9, 0, 132, 227, 6144, 3201000);
+const DeviceLimits kH200 = Gpu(9, 0, 132, 227, 6016, 3201000);  // as the device machine reported
 
 PagedPrefillArgs Qwen3_8bPrefill(int tokens) {
   PagedPrefillArgs a;
@@ -89,7 +89,7 @@ TEST(DeviceReport, PeakBandwidthMatchesTheDatasheets) {
   EXPECT_NEAR(PeakGBs(kL40S), 864, 864 * 0.03);
   EXPECT_NEAR(PeakGBs(kH200), 4800, 4800 * 0.03);
   EXPECT_EQ(BandwidthClass(kL40S).rfind("GDDR 384-bit", 0), 0u) << BandwidthClass(kL40S);
-  EXPECT_EQ(BandwidthClass(kH200).rfind("HBM 6144-bit", 0), 0u) << BandwidthClass(kH200);
+  EXPECT_EQ(BandwidthClass(kH200).rfind("HBM 6016-bit", 0), 0u) << BandwidthClass(kH200);
   EXPECT_EQ(ArchitectureName(8, 0), "Ampere");
   EXPECT_EQ(ArchitectureName(8, 6), "Ampere");
   EXPECT_EQ(ArchitectureName(8, 9), "Ada");
