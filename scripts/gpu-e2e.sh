@@ -111,6 +111,28 @@ wait_health() {  # PORT SECONDS
   echo "no /health on :$1 after $2 s"; return 1
 }
 
+# The carried tandem unpacked into $2 (on the path), the bundled model beside it, and a random
+# Qwen3-8B checkpoint with that model's tokenizer at $4 (made under $3 when missing; log in $1).
+# Sets TINY and CKPT.
+setup_8b() {
+  local out=$1 work=$2 ckdir=$3
+  CKPT=$4
+  mkdir -p "$out" "$work" "$ckdir"
+  cat "$CARRY/BUILD_INFO"
+  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
+  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
+  find_cublas
+  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
+  TINY=$(dirname "$(find "$work/models" -name config.json | head -1)")
+  [ -e "$CKPT/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
+    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
+  local f
+  for f in tokenizer.json tokenizer_config.json generation_config.json; do
+    [ -e "$TINY/$f" ] && cp "$TINY/$f" "$CKPT/"
+  done
+  return 0
+}
+
 # Issue 7: TTFT of 2k-token prompts, aggregated on cuda:0 vs disaggregated under GRAPH (default
 # deploy/disagg-1p1d-2gpu.yaml: prefill cuda:0, decode cuda:1; ttft1gpu: deploy/disagg-1p1d-gpu.yaml,
 # both on cuda:0), KV moved GPU to GPU (cuda_ipc), random Qwen3-8B weights
@@ -121,19 +143,8 @@ ttft() {
   local graph=$1 tag=$2
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e
   local ckdir=/dev/shm/tandem-ttft
-  mkdir -p "$out" "$work" "$ckdir"
-  cat "$CARRY/BUILD_INFO"
-  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
-  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
-  find_cublas
-  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
-  local tiny ckpt=$ckdir/qwen3-8b
-  tiny=$(dirname "$(find "$work/models" -name config.json | head -1)")
-  [ -e "$ckpt/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
-    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
-  for f in tokenizer.json tokenizer_config.json generation_config.json; do
-    [ -e "$tiny/$f" ] && cp "$tiny/$f" "$ckpt/"
-  done
+  setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  local ckpt=$CKPT
   local bench=(--endpoint completions --tokenizer "$ckpt" --dataset synthetic --input-len "${TTFT_INPUT_LEN:-2048}"
     --output-len 16 --prefix-len 0 --concurrency 1 --num-requests "${TTFT_REQUESTS:-12}" --warmup 4 --seed 7)
   local rc=0 pid
@@ -191,21 +202,10 @@ ttft() {
 # is answered). Prints the KV pool each worker sized and the GPU memory the processes held.
 l40s() {
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-ttft
-  mkdir -p "$out" "$work" "$ckdir"
-  cat "$CARRY/BUILD_INFO"
-  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
-  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
-  find_cublas
-  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
   # L40S_CKPT: a random Qwen3-8B checkpoint already made (scripts/gpu-check.sh with GPU_CHECK_KEEP=1
   # leaves one in /dev/shm/tandem-peer/qwen3-8b).
-  local tiny ckpt=${L40S_CKPT:-$ckdir/qwen3-8b}
-  tiny=$(dirname "$(find "$work/models" -name config.json | head -1)")
-  [ -e "$ckpt/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
-    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
-  for f in tokenizer.json tokenizer_config.json generation_config.json; do
-    [ -e "$tiny/$f" ] && cp "$tiny/$f" "$ckpt/"
-  done
+  setup_8b "$out" "$work" "$ckdir" "${L40S_CKPT:-$ckdir/qwen3-8b}" || return 1
+  local ckpt=$CKPT
   local total_mib util budget=${L40S_BUDGET_GIB:-44} rc=0 mode
   total_mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
   util=$(python3 -c "print(f'{$budget * 1024 / $total_mib:.4f}')")
