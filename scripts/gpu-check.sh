@@ -83,8 +83,7 @@ pack() {
   cp -r /usr/include/fmt "$CARRY/include/"
   cblas=$(dirname "$(find /usr/include -name cblas.h | head -1)")
   cp "$cblas"/cblas.h "$cblas"/openblas_config.h "$CARRY/include/" 2>/dev/null || true
-  local golden=/work/shared/golden
-  [ -d "$golden" ] || golden=$ROOT/../shared/golden
+  local golden=$ROOT/tests/golden
   cp "$golden"/tiny-qwen3.json "$golden"/tiny-qwen3-long.json "$CARRY/golden/"
   { echo "built $(date -u +%FT%TZ) on $(uname -n) from $(git rev-parse --short HEAD) in $BUILD," \
       "TANDEM_CUDA_ARCHS=$(sed -n 's/^TANDEM_CUDA_ARCHS:STRING=//p' "$BUILD/CMakeCache.txt")"

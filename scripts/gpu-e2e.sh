@@ -47,8 +47,7 @@ pack() {
   tar -C "$CARRY" -cf - tandem lib | xz -T2 -6 > "$CARRY/tandem-e2e.tar.xz"
   rm -rf "$CARRY/tandem" "$CARRY/lib"
   mkdir -p "$CARRY/golden"
-  cp /work/shared/golden/tiny-qwen3.json /work/shared/golden/tiny-qwen3-long.json "$CARRY/golden/" 2>/dev/null ||
-    cp ../shared/golden/*.json "$CARRY/golden/"
+  cp "$ROOT"/tests/golden/tiny-qwen3.json "$ROOT"/tests/golden/tiny-qwen3-long.json "$CARRY/golden/"
   echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD) ($build)" > "$CARRY/BUILD_INFO"
   du -sh "$CARRY"; ls -la "$CARRY"
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The bundled tiny model through tandem's CUDA runner against the golden files (Hugging Face's
-greedy ids and first-step top-5 log-probabilities, shared/golden/tiny-qwen3*.json).
+greedy ids and first-step top-5 log-probabilities, tests/golden/tiny-qwen3*.json).
 
 Runs cuda_peer_dump (--cpu: the CPU runner, for trying this out without a GPU) on every golden
 prompt for as many greedy steps as the golden has, then per case: tokens equal, or the first

@@ -1,4 +1,4 @@
-// Golden greedy outputs (Hugging Face transformers, ../shared/golden/tiny-qwen3.json) through the
+// Golden greedy outputs (Hugging Face transformers, tests/golden/tiny-qwen3.json) through the
 // official openai client and curl: chat cases via /v1/chat/completions, raw prompts via
 // /v1/completions; streamed and not, with usage.
 import { test } from "node:test";

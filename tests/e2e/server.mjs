@@ -2,9 +2,8 @@
 // /health, stop it; the official openai client; curl and fetch wrappers; SSE and Prometheus
 // parsing; the golden file and Hugging Face's JS tokenizer as oracles.
 //
-// Environment: TANDEM_BINARY (the tandem executable, required), TANDEM_SHARED_DIR (holds
-// golden/tiny-qwen3.json; default ../shared next to the repository), TANDEM_MODEL_DIR (default
-// models/tiny-qwen3 of the repository).
+// Environment: TANDEM_BINARY (the tandem executable, required), TANDEM_MODEL_DIR (default
+// models/tiny-qwen3 of the repository). The golden file is the repository's tests/golden/tiny-qwen3.json.
 import { spawn, execFile } from "node:child_process";
 import { readFileSync, existsSync } from "node:fs";
 import net from "node:net";
@@ -20,7 +19,7 @@ export { OpenAI };
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 export const REPO_DIR = path.resolve(here, "../..");
-export const SHARED_DIR = process.env.TANDEM_SHARED_DIR || path.resolve(REPO_DIR, "../shared");
+export const GOLDEN_DIR = path.join(REPO_DIR, "tests/golden");
 export const MODEL_DIR = process.env.TANDEM_MODEL_DIR || path.join(REPO_DIR, "models/tiny-qwen3");
 export const BINARY = process.env.TANDEM_BINARY || path.join(REPO_DIR, "build/tandem");
 export const MODEL = "tiny-qwen3";     // the served name: the model directory's name
@@ -248,7 +247,7 @@ export function assertErrorBody(assert, json, { type, code, param } = {}, contex
 
 // The golden file (Hugging Face transformers' outputs for the bundled model).
 export function golden() {
-  return JSON.parse(readFileSync(path.join(SHARED_DIR, "golden/tiny-qwen3.json"), "utf8"));
+  return JSON.parse(readFileSync(path.join(GOLDEN_DIR, "tiny-qwen3.json"), "utf8"));
 }
 
 // A golden generation case's chat messages (a string is one user message).

@@ -38,7 +38,7 @@ using testing::Curl;
 using testing::HttpResult;
 using testing::MetricValue;
 using testing::ReadText;
-using testing::SharedDir;
+using testing::GoldenDir;
 using testing::StreamText;
 using json = nlohmann::json;
 
@@ -90,7 +90,7 @@ inline std::string PathOf(const json& body) {
 
 inline const json& LongGolden() {
   static const json golden = [] {
-    auto g = ReadJsonFile(SharedDir() + "/golden/tiny-qwen3-long.json");
+    auto g = ReadJsonFile(GoldenDir() + "/tiny-qwen3-long.json");
     return g.ok() ? (*g)["generation_long"] : json::array();
   }();
   return golden;

@@ -19,7 +19,7 @@ namespace {
 
 TEST_F(DisaggTest, EveryPromptPrefilledRemotelyGivesGoldenTextWithOneTransferPerRequest) {
   StartWorkers(/*with_prefill=*/true, /*max_local_prefill_tokens=*/0);
-  auto golden = ReadJsonFile(SharedDir() + "/golden/tiny-qwen3.json");
+  auto golden = ReadJsonFile(GoldenDir() + "/tiny-qwen3.json");
   ASSERT_TRUE(golden.ok()) << golden.status().ToString();
   const DecodeMetrics start = Decode();
   ASSERT_EQ(start.transfers, 0);

@@ -1,4 +1,4 @@
-// `tandem generate --output json` against Hugging Face's own outputs (../shared/golden): prompt ids,
+// `tandem generate --output json` against Hugging Face's own outputs (tests/golden): prompt ids,
 // 32 greedy ids, greedy text and first-step top-5 log-probabilities, for raw and chat prompts.
 #include <cmath>
 #include <string>
@@ -16,7 +16,7 @@ using testing::RunCommand;
 using testing::ShellQuote;
 
 nlohmann::json Golden() {
-  auto j = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
+  auto j = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/tiny-qwen3.json");
   EXPECT_TRUE(j.ok()) << j.status().ToString();
   return j.ok() ? *j : nlohmann::json();
 }

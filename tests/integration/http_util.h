@@ -14,11 +14,8 @@
 
 namespace tandem::testing {
 
-// ../shared (golden files): $TANDEM_SHARED_DIR, else the one CMake found.
-inline std::string SharedDir() {
-  const char* env = std::getenv("TANDEM_SHARED_DIR");
-  return env && *env ? env : TANDEM_SHARED_DIR;
-}
+// The golden files' folder (tests/golden of the repository).
+inline std::string GoldenDir() { return TANDEM_GOLDEN_DIR; }
 
 // The whole file ("" when it cannot be read).
 inline std::string ReadText(const std::filesystem::path& path) {

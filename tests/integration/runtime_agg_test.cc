@@ -31,7 +31,7 @@ using testing::Curl;
 using testing::HttpResult;
 using testing::MetricValue;
 using testing::ReadText;
-using testing::SharedDir;
+using testing::GoldenDir;
 using testing::StreamText;
 
 class RuntimeAggTest : public ::testing::Test {
@@ -124,7 +124,7 @@ class RuntimeAggTest : public ::testing::Test {
 };
 
 TEST_F(RuntimeAggTest, GoldenGreedyTextThroughFrontendAndWorkerStreamedAndNot) {
-  auto golden = ReadJsonFile(SharedDir() + "/golden/tiny-qwen3.json");
+  auto golden = ReadJsonFile(GoldenDir() + "/tiny-qwen3.json");
   ASSERT_TRUE(golden.ok()) << golden.status().ToString();
   int checked = 0;
   for (const auto& c : (*golden)["generation"]) {

@@ -42,7 +42,7 @@ using testing::Curl;
 using testing::HttpResult;
 using testing::MetricValue;
 using testing::ReadText;
-using testing::SharedDir;
+using testing::GoldenDir;
 using testing::StreamText;
 
 // A live (not zombie) process.
@@ -138,7 +138,7 @@ class ServeTest : public ::testing::Test {
   // Every golden case (chat and raw prompts) through the frontend, greedy, not streamed; the
   // first `max_cases` only when given. Returns how many matched.
   int CheckGolden(int max_cases = 100) {
-    auto golden = ReadJsonFile(SharedDir() + "/golden/tiny-qwen3.json");
+    auto golden = ReadJsonFile(GoldenDir() + "/tiny-qwen3.json");
     EXPECT_TRUE(golden.ok()) << golden.status().ToString();
     if (!golden.ok()) return 0;
     int matched = 0, checked = 0;

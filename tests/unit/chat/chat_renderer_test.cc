@@ -23,7 +23,7 @@ ChatRenderer LoadQwen3() {
 }
 
 TEST(ChatRendererTest, GoldenCasesRenderByteIdentically) {
-  auto golden = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
+  auto golden = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/tiny-qwen3.json");
   ASSERT_TRUE(golden.ok()) << golden.status().ToString();
   ChatRenderer renderer = LoadQwen3();
   const auto& cases = (*golden)["chat_template"];

@@ -33,8 +33,8 @@ std::unique_ptr<Engine> MakeReal(ModelRunner** runner_out, int max_local, int bu
 }
 
 TEST(DisaggRealModel, GoldenGreedyThroughRemotePrefill) {
-  auto shorts = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
-  auto longs = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3-long.json");
+  auto shorts = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/tiny-qwen3.json");
+  auto longs = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/tiny-qwen3-long.json");
   ASSERT_TRUE(shorts.ok() && longs.ok());
   std::vector<nlohmann::json> cases((*shorts)["generation"].begin(), (*shorts)["generation"].end());
   cases.push_back((*longs)["generation_long"][0]);  // 1500 tokens

@@ -1,5 +1,5 @@
 // The engine over the real CPU runner and the bundled tiny Qwen3, against the Hugging Face golden
-// outputs (shared/golden/tiny-qwen3.json).
+// outputs (tests/golden/tiny-qwen3.json).
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,20 +27,39 @@ struct GoldenCase {
   nlohmann::json top5_first;
 };
 
+constexpr const char* kGoldenFile = TANDEM_GOLDEN_DIR "/tiny-qwen3.json";
+
+// Why the golden cases could not be read ("" when they were).
+std::string& GoldenError() {
+  static std::string error;
+  return error;
+}
+
 const std::vector<GoldenCase>& Golden() {
   static const std::vector<GoldenCase> cases = [] {
     std::vector<GoldenCase> out;
-    auto j = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
-    if (!j.ok()) return out;
+    auto j = ReadJsonFile(kGoldenFile);
+    if (!j.ok()) {
+      GoldenError() = j.status().ToString();
+      return out;
+    }
     for (const auto& g : (*j)["generation"]) {
       out.push_back({g["prompt_ids"].get<std::vector<int32_t>>(),
                      g["greedy_ids"].get<std::vector<int32_t>>(), g["greedy_text"].get<std::string>(),
                      g["top5_first"]});
     }
+    if (out.empty()) GoldenError() = std::string(kGoldenFile) + ": no generation cases";
     return out;
   }();
   return cases;
 }
+
+// Every test reads the golden cases (several index them): without them each one fails here,
+// naming the file, instead of crashing on an empty list.
+class EngineRealModel : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_FALSE(Golden().empty()) << GoldenError(); }
+};
 
 std::unique_ptr<Engine> MakeEngine(EngineConfig config,
                                    std::shared_ptr<const Tokenizer> tokenizer = nullptr) {
@@ -77,8 +96,7 @@ void AddGolden(Engine& engine, size_t i) {
                   .ok());
 }
 
-TEST(EngineRealModel, GoldenGreedyBatched) {
-  ASSERT_FALSE(Golden().empty());
+TEST_F(EngineRealModel, GoldenGreedyBatched) {
   auto engine = MakeEngine(Config());
   ASSERT_NE(engine, nullptr);
   for (size_t i = 0; i < Golden().size(); ++i) AddGolden(*engine, i);
@@ -86,7 +104,7 @@ TEST(EngineRealModel, GoldenGreedyBatched) {
   EXPECT_EQ(engine->Stats().num_kv_blocks_used, 0);
 }
 
-TEST(EngineRealModel, GoldenGreedyOneByOne) {
+TEST_F(EngineRealModel, GoldenGreedyOneByOne) {
   auto engine = MakeEngine(Config());
   ASSERT_NE(engine, nullptr);
   std::map<std::string, Collected> all;
@@ -99,7 +117,7 @@ TEST(EngineRealModel, GoldenGreedyOneByOne) {
   EXPECT_EQ(engine->Stats().num_kv_blocks_used, 0);
 }
 
-TEST(EngineRealModel, GoldenGreedyChunkedPrefill) {
+TEST_F(EngineRealModel, GoldenGreedyChunkedPrefill) {
   for (int budget : {3, 7, 20}) {
     SCOPED_TRACE(budget);
     auto engine = MakeEngine(Config(budget, 4));
@@ -110,7 +128,7 @@ TEST(EngineRealModel, GoldenGreedyChunkedPrefill) {
   }
 }
 
-TEST(EngineRealModel, GoldenGreedyUnderPreemption) {
+TEST_F(EngineRealModel, GoldenGreedyUnderPreemption) {
   // 24 blocks of 4 tokens: the 8 requests cannot all hold their KV at once.
   auto engine = MakeEngine(Config(64, 4, 24));
   ASSERT_NE(engine, nullptr);
@@ -119,7 +137,7 @@ TEST(EngineRealModel, GoldenGreedyUnderPreemption) {
   EXPECT_EQ(engine->Stats().num_kv_blocks_used, 0);
 }
 
-TEST(EngineRealModel, FirstTokenLogprobsMatchGolden) {
+TEST_F(EngineRealModel, FirstTokenLogprobsMatchGolden) {
   auto engine = MakeEngine(Config());
   ASSERT_NE(engine, nullptr);
   SamplingParams p = Greedy(1);
@@ -148,7 +166,7 @@ std::vector<int32_t> LongPrompt(int n) {
   return std::vector<int32_t>(all.begin(), all.begin() + n);
 }
 
-TEST(EngineRealModel, PrefixCacheHitsGiveIdenticalTokens) {
+TEST_F(EngineRealModel, PrefixCacheHitsGiveIdenticalTokens) {
   auto engine = MakeEngine(Config());
   ASSERT_NE(engine, nullptr);
   for (int n : {15, 16, 17, 31, 32, 33, 48, 49}) {
@@ -179,7 +197,7 @@ TEST(EngineRealModel, PrefixCacheHitsGiveIdenticalTokens) {
   EXPECT_EQ(RunToCompletion(*plain)["x"].token_ids, RunToCompletion(*engine)["y"].token_ids);
 }
 
-TEST(EngineRealModel, SeededSamplingSameAloneAndBatched) {
+TEST_F(EngineRealModel, SeededSamplingSameAloneAndBatched) {
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_p = 0.9f;
@@ -205,7 +223,7 @@ TEST(EngineRealModel, SeededSamplingSameAloneAndBatched) {
   EXPECT_EQ(RunToCompletion(*engine)["seeded"].token_ids, alone);
 }
 
-TEST(EngineRealModel, Errors) {
+TEST_F(EngineRealModel, Errors) {
   EngineConfig c = Config();
   c.max_model_len = 8;
   auto engine = MakeEngine(c);
@@ -238,7 +256,7 @@ TEST(EngineRealModel, Errors) {
             StatusCode::kResourceExhausted);
 }
 
-TEST(EngineRealModel, AbortedAndFinishedReturnBlocks) {
+TEST_F(EngineRealModel, AbortedAndFinishedReturnBlocks) {
   auto engine = MakeEngine(Config(32, 4, 128));
   ASSERT_NE(engine, nullptr);
   for (size_t i = 0; i < Golden().size(); ++i) AddGolden(*engine, i);
@@ -256,7 +274,7 @@ TEST(EngineRealModel, AbortedAndFinishedReturnBlocks) {
 }
 
 // Text: the detokenized output equals the golden text, and stop strings cut it.
-TEST(EngineRealModel, TextAndStopStrings) {
+TEST_F(EngineRealModel, TextAndStopStrings) {
   auto tokenizer = Tokenizer::Load(DefaultModelDir());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status().ToString();
   auto engine = MakeEngine(Config(), *tokenizer);

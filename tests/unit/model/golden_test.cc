@@ -1,4 +1,4 @@
-// The CPU runner against Hugging Face's own outputs for tiny-qwen3 (shared/golden/).
+// The CPU runner against Hugging Face's own outputs for tiny-qwen3 (tests/golden/).
 #include <cmath>
 #include <cstdio>
 #include <numeric>

@@ -20,7 +20,7 @@ inline constexpr int32_t kImEnd = 151645;     // <|im_end|>
 inline constexpr int32_t kEndOfText = 151643;  // <|endoftext|>
 
 inline nlohmann::json LoadGolden(const std::string& name) {
-  auto j = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/" + name);
+  auto j = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/" + name);
   EXPECT_TRUE(j.ok()) << j.status().ToString();
   return j.ok() ? *j : nlohmann::json();
 }

@@ -1,4 +1,4 @@
-// The tokenizer against the Hugging Face reference runs in shared/golden/.
+// The tokenizer against the Hugging Face reference runs in tests/golden/.
 #include <chrono>
 
 #include "tokenizer_test_util.h"

@@ -23,7 +23,7 @@ inline std::shared_ptr<const Tokenizer> QwenTokenizer() {
 }
 
 inline nlohmann::json Golden(const std::string& name) {
-  auto r = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/" + name);
+  auto r = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/" + name);
   EXPECT_TRUE(r.ok()) << r.status().ToString();
   return r.ok() ? r.value() : nlohmann::json();
 }

@@ -173,7 +173,7 @@ class RemotePrefillTest : public ::testing::Test {
     runtime::FileDiscoveryOptions d;
     d.root = dir_.string();
     discovery_ = runtime::MakeFileDiscovery(d);
-    auto golden = ReadJsonFile(std::string(TANDEM_SHARED_DIR) + "/golden/tiny-qwen3.json");
+    auto golden = ReadJsonFile(std::string(TANDEM_GOLDEN_DIR) + "/tiny-qwen3.json");
     ASSERT_TRUE(golden.ok());
     golden_ = *golden;
   }
