@@ -6,8 +6,8 @@
 #include <utility>
 #include <vector>
 
-#include "tokenizer/chat_lexer.h"
-#include "tokenizer/chat_value.h"
+#include "chat/lexer.h"
+#include "chat/value.h"
 
 namespace tandem::chat {
 

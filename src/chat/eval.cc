@@ -3,8 +3,8 @@
 // attributes do, as the object is shared); {% set %} elsewhere writes the innermost frame.
 #include <cmath>
 
-#include "tokenizer/chat_eval.h"
-#include "tokenizer/chat_text.h"
+#include "chat/eval.h"
+#include "chat/text.h"
 
 namespace tandem::chat {
 

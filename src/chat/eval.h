@@ -6,8 +6,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tokenizer/chat_ast.h"
-#include "tokenizer/chat_value.h"
+#include "chat/ast.h"
+#include "chat/value.h"
 
 namespace tandem::chat {
 

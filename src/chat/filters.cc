@@ -4,8 +4,8 @@
 #include <cmath>
 #include <functional>
 
-#include "tokenizer/chat_eval.h"
-#include "tokenizer/chat_text.h"
+#include "chat/eval.h"
+#include "chat/text.h"
 
 namespace tandem::chat {
 namespace {

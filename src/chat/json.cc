@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "tokenizer/chat_text.h"
-#include "tokenizer/chat_value.h"
+#include "chat/text.h"
+#include "chat/value.h"
 
 namespace tandem::chat {
 

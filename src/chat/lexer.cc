@@ -5,13 +5,13 @@
 //   - lstrip_blocks: spaces and tabs from the start of a line up to "{%" or "{#" are removed
 //     (not for "{%+"); "start of a line" includes the text right after a tag that ended with a
 //     newline it consumed.
-#include "tokenizer/chat_lexer.h"
+#include "chat/lexer.h"
 
 #include <cctype>
 #include <cstring>
 
-#include "tokenizer/chat_text.h"
-#include "tokenizer/chat_value.h"
+#include "chat/text.h"
+#include "chat/value.h"
 
 namespace tandem::chat {
 namespace {

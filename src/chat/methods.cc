@@ -2,8 +2,8 @@
 // dict (bound as callables), iteration, and the template globals.
 #include <ctime>
 
-#include "tokenizer/chat_eval.h"
-#include "tokenizer/chat_text.h"
+#include "chat/eval.h"
+#include "chat/text.h"
 
 namespace tandem::chat {
 namespace {

@@ -2,8 +2,8 @@
 // modulo signs, str/list concatenation and repetition, `in`).
 #include <cmath>
 
-#include "tokenizer/chat_eval.h"
-#include "tokenizer/chat_text.h"
+#include "chat/eval.h"
+#include "chat/text.h"
 
 namespace tandem::chat {
 namespace {

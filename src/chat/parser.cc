@@ -2,7 +2,7 @@
 // by ExprParser (chat_parser.h).
 #include <set>
 
-#include "tokenizer/chat_parser.h"
+#include "chat/parser.h"
 
 namespace tandem::chat {
 namespace {

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "tokenizer/chat_ast.h"
-#include "tokenizer/chat_eval.h"
+#include "chat/ast.h"
+#include "chat/eval.h"
 
 namespace tandem::chat {
 

@@ -1,5 +1,5 @@
 // Expression parsing (see chat_parser.h).
-#include "tokenizer/chat_parser.h"
+#include "chat/parser.h"
 
 namespace tandem::chat {
 

@@ -1,4 +1,4 @@
-#include "tokenizer/prompt.h"
+#include "chat/prompt.h"
 
 namespace tandem {
 

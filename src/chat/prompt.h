@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "tokenizer/chat_template.h"
+#include "chat/template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {

@@ -3,10 +3,10 @@
 #include <algorithm>
 #include <filesystem>
 
+#include "chat/eval.h"
+#include "chat/template.h"
+#include "chat/text.h"
 #include "common/file_util.h"
-#include "tokenizer/chat_eval.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/chat_text.h"
 
 namespace tandem {
 

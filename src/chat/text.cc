@@ -1,5 +1,5 @@
 // Python str semantics over UTF-8 (see chat_text.h).
-#include "tokenizer/chat_text.h"
+#include "chat/text.h"
 
 #include <algorithm>
 #include <stdexcept>

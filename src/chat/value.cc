@@ -1,10 +1,10 @@
 // Python value semantics for the chat template renderer (see chat_value.h).
-#include "tokenizer/chat_value.h"
+#include "chat/value.h"
 
 #include <charconv>
 #include <cmath>
 
-#include "tokenizer/chat_text.h"
+#include "chat/text.h"
 
 namespace tandem::chat {
 

@@ -1,4 +1,4 @@
-// tandem bench: the load generator and report (src/bench/), and `tandem bench compare A.json B.json`.
+// tandem bench: the load generator and report (src/loadgen/), and `tandem bench compare A.json B.json`.
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,14 +13,14 @@
 #include <boost/asio/io_context.hpp>
 #include <nlohmann/json.hpp>
 
-#include "bench/compare.h"
-#include "bench/openai_client.h"
-#include "bench/report.h"
-#include "bench/runner.h"
-#include "bench/stats.h"
-#include "bench/workload.h"
 #include "cli/commands.h"
 #include "common/file_util.h"
+#include "loadgen/compare.h"
+#include "loadgen/openai_client.h"
+#include "loadgen/report.h"
+#include "loadgen/runner.h"
+#include "loadgen/stats.h"
+#include "loadgen/workload.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::cli {

@@ -25,10 +25,10 @@ Runner RegisterFrontend(CLI::App& app);
 // tandem serve: a deployment graph (YAML) as supervised child processes (cli/serve.h).
 Runner RegisterServe(CLI::App& app);
 
-// tandem k8s render: a deployment graph as Kubernetes manifests (src/k8s/render.h).
+// tandem k8s render: a deployment graph as Kubernetes manifests (src/deploy/k8s/render.h).
 Runner RegisterK8s(CLI::App& app);
 
-// tandem bench: load generator and report against an OpenAI-compatible server (src/bench/).
+// tandem bench: load generator and report against an OpenAI-compatible server (src/loadgen/).
 Runner RegisterBench(CLI::App& app);
 
 }  // namespace tandem::cli

@@ -1,10 +1,10 @@
 // tandem frontend: the OpenAI-compatible HTTP server over the request plane. Tokenizer and chat
 // template from --model (only those files are read; no weights), requests to the workers found in
-// discovery (runtime/remote_engine_client.h), each placed by the KV router (runtime/kv_routing.h:
+// discovery (rpc/remote_engine_client.h), each placed by the KV router (router/kv_routing.h:
 // --router-mode kv|round-robin|random, --router-temperature, --kv-overlap-score-weight; KV events
 // from --event-plane). /health answers 200 while at least one worker is live, 503 otherwise;
 // requests with no worker get 503. While prefill workers are live, each request also carries the
-// prefill worker the same router mode chose among them (runtime/prefill_router.h), for the decode
+// prefill worker the same router mode chose among them (router/prefill_router.h), for the decode
 // worker's remote prefill.
 //
 // /metrics: the OpenAI metrics (frontend/openai_metrics.h) with tandem_kv_blocks_used/_total and
@@ -19,6 +19,7 @@
 #include <string>
 
 
+#include "chat/template.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
@@ -27,16 +28,16 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "discovery/etcd_discovery.h"
+#include "discovery/file_discovery.h"
+#include "events/event_plane.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/event_plane.h"
-#include "runtime/file_discovery.h"
-#include "runtime/migrating_engine_client.h"
-#include "runtime/kv_routing.h"
-#include "runtime/prefill_router.h"
-#include "runtime/remote_engine_client.h"
-#include "tokenizer/chat_template.h"
+#include "router/kv_routing.h"
+#include "router/prefill_router.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/migrating_engine_client.h"
+#include "rpc/remote_engine_client.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::cli {
@@ -50,7 +51,7 @@ struct FrontendOptions {
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string component = "auto";
   double request_timeout_s = 3600;
-  int migration_limit = 0;  // --migration-limit (runtime/migrating_engine_client.h)
+  int migration_limit = 0;  // --migration-limit (rpc/migrating_engine_client.h)
   HttpOptions http;
   RouterOptions router;
 };
@@ -161,7 +162,7 @@ int RunFrontend(const FrontendOptions& opt) {
     if (auto c = refresh_client.lock()) c->Refresh();
   };
   auto served_client = std::make_shared<runtime::MigratingEngineClient>(client, migration_options);
-  // The prefill worker of each request (runtime/prefill_router.h): the same router mode over the
+  // The prefill worker of each request (router/prefill_router.h): the same router mode over the
   // prefill pool, its choice sent to the decode worker as the request's prefill_worker_id.
   auto prefill_routed = runtime::WithPrefillRouting(served_client, discovery, *kv_feed,
                                                     routing_options, served_name);

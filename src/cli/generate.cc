@@ -8,13 +8,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/prompt.h"
 #include "cli/commands.h"
 #include "cli/engine_options.h"
+#include "cli/model_bundle.h"
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "engine/engine.h"
-#include "cli/model_bundle.h"
-#include "tokenizer/prompt.h"
 
 namespace tandem::cli {
 namespace {

@@ -1,13 +1,13 @@
 // tandem k8s render GRAPH.yaml [--namespace NS] [--image IMAGE] [-o FILE]: the deployment graph as
-// Kubernetes manifests (k8s/render.h; the graph's `kubernetes:` keys: k8s/settings.h). Writes to
-// stdout, or to FILE. Exit codes: 0 rendered, 1 a bad graph or an unwritable FILE, 2 usage.
+// Kubernetes manifests (deploy/k8s/render.h; the graph's `kubernetes:` keys:
+// deploy/k8s/settings.h). Writes to stdout, or to FILE. Exit codes: 0 rendered, 1 a bad graph or an unwritable FILE, 2 usage.
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
-#include "k8s/render.h"
+#include "deploy/k8s/render.h"
 
 namespace tandem::cli {
 namespace {

@@ -5,9 +5,9 @@
 #include <memory>
 #include <string>
 
+#include "chat/template.h"
 #include "common/status.h"
 #include "engine/engine.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::cli {

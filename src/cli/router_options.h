@@ -1,5 +1,5 @@
 // The KV router's flags (Dynamo's names), shared by `tandem frontend`, `tandem run` and the graph
-// keys of `tandem serve` (runtime/graph.h): --router-mode kv|round-robin|random (default kv),
+// keys of `tandem serve` (deploy/graph.h): --router-mode kv|round-robin|random (default kv),
 // --router-temperature T (>= 0, default 0), --kv-overlap-score-weight W (>= 0, default 1).
 // Their meaning: router/kv_router.h.
 #pragma once

@@ -27,12 +27,12 @@
 #include "cli/serve_options.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "discovery/etcd_discovery.h"
 #include "engine/async_engine.h"
+#include "events/event_plane.h"
 #include "frontend/errors.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/event_plane.h"
 
 namespace tandem::cli {
 namespace {

@@ -1,7 +1,7 @@
 // tandem serve GRAPH.yaml: starts a deployment graph's components (frontend; agg, prefill and
 // decode worker replicas) as child processes, waits until each is ready, restarts the ones that
-// die and stops everything on Ctrl-C or SIGTERM. The graph format: src/runtime/graph.h and
-// deploy/README.md; the process rules: src/runtime/supervisor.h.
+// die and stops everything on Ctrl-C or SIGTERM. The graph format: src/deploy/graph.h and
+// deploy/README.md; the process rules: src/deploy/supervisor.h.
 #include "cli/serve.h"
 
 #include <cstdio>
@@ -12,7 +12,7 @@
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "common/logging.h"
-#include "runtime/supervisor.h"
+#include "deploy/supervisor.h"
 
 namespace tandem::cli {
 namespace {

@@ -1,10 +1,10 @@
-// Running a deployment graph (runtime/graph.h) under the supervisor (runtime/supervisor.h): what
+// Running a deployment graph (deploy/graph.h) under the supervisor (deploy/supervisor.h): what
 // `tandem serve GRAPH.yaml` and `tandem run` (1 prefill + 1 decode) share.
 #pragma once
 
 #include <string>
 
-#include "runtime/graph.h"
+#include "deploy/graph.h"
 
 namespace tandem::cli {
 

@@ -1,6 +1,6 @@
 // tandem worker --mode agg|prefill|decode: one worker process. The engine (CPU, or the CUDA runner
 // with --device cuda:N) on its own thread (AsyncEngine) behind a gRPC server
-// (runtime/worker_server.h), registered in discovery as <namespace>/<mode>/<instance_id> with its
+// (rpc/worker_server.h), registered in discovery as <namespace>/<mode>/<instance_id> with its
 // model in the metadata.
 //
 //   agg      prefill and decode here; the frontend sends it requests.
@@ -27,14 +27,15 @@
 #include "cli/serve_options.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "discovery/etcd_discovery.h"
+#include "discovery/file_discovery.h"
 #include "engine/async_engine.h"
+#include "events/event_plane.h"
+#include "events/event_ring.h"
 #include "frontend/http_server.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/event_plane.h"
-#include "runtime/event_ring.h"
-#include "runtime/file_discovery.h"
-#include "runtime/remote_prefill_client.h"
-#include "runtime/worker_server.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/remote_prefill_client.h"
+#include "rpc/worker_server.h"
 #include "transfer/agent.h"
 #ifdef TANDEM_HAVE_CUDA_COPIER
 #include "transfer/cuda/cuda_ipc_api.h"

@@ -1,4 +1,4 @@
-#include "runtime/graph.h"
+#include "deploy/graph.h"
 
 #include <filesystem>
 #include <regex>
@@ -7,10 +7,10 @@
 #include <yaml-cpp/yaml.h>
 
 #include "common/file_util.h"
+#include "deploy/yaml_fields.h"
+#include "discovery/etcd_discovery.h"
+#include "events/event_plane.h"
 #include "router/kv_router.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/event_plane.h"
-#include "runtime/yaml_fields.h"
 
 namespace tandem::runtime {
 namespace {
@@ -131,7 +131,8 @@ class Parser : public YamlFields {
                 {"name", "namespace", "discovery", "event_plane", "model", "served_model_name",
                  "env", "frontend", "workers", "restart", "startup_timeout_s",
                  "shutdown_grace_s", "kubernetes"})) {
-      // Read by `tandem k8s render` (k8s/settings.h), not by serve: only its shape is checked here.
+      // Read by `tandem k8s render` (deploy/k8s/settings.h), not by serve: only its shape is
+      // checked here.
       if (key == "kubernetes" && !v.IsMap()) Fail(v, "'kubernetes' must be a mapping");
       if (key == "name") {
         g.name = String(v, key);

@@ -43,7 +43,7 @@
 //   startup_timeout_s: 600           # every component ready within this, else serve fails
 //   shutdown_grace_s: 10             # SIGTERM, then SIGKILL after this
 //   kubernetes: {...}                # optional; ignored by serve, read by `tandem k8s render`
-//                                    # (src/k8s/settings.h lists its keys)
+//                                    # (src/deploy/k8s/settings.h lists its keys)
 //
 // Rules (ParseGraph / ValidateGraph answer InvalidArgument, naming the file and line): unknown
 // keys, wrong types, duplicate keys, bad discovery / event_plane URLs, bad modes, replicas < 1, devices not matching replicas, no

@@ -1,4 +1,4 @@
-#include "runtime/supervisor.h"
+#include "deploy/supervisor.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -19,8 +19,8 @@
 #include <thread>
 
 #include "common/logging.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/file_discovery.h"
+#include "discovery/etcd_discovery.h"
+#include "discovery/file_discovery.h"
 
 extern char** environ;
 

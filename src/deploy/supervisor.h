@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/graph.h"
+#include "deploy/graph.h"
 
 namespace tandem::runtime {
 

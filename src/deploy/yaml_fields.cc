@@ -1,4 +1,4 @@
-#include "runtime/yaml_fields.h"
+#include "deploy/yaml_fields.h"
 
 #include <fmt/format.h>
 

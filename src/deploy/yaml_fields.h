@@ -1,5 +1,5 @@
 // YamlFields: checked reads of YAML nodes for the deployment graph (graph.h) and its kubernetes:
-// section (k8s/settings.h). Every failed check throws YamlFieldError with InvalidArgument
+// section (deploy/k8s/settings.h). Every failed check throws YamlFieldError with InvalidArgument
 // "<source>:<line>: <what>" (line 1-based; "<source>: <what>" where yaml-cpp knows no line);
 // the parser's entry point catches it and returns the Status.
 #pragma once

@@ -1,4 +1,4 @@
-#include "runtime/discovery.h"
+#include "discovery/discovery.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,4 +1,4 @@
-#include "runtime/etcd_client.h"
+#include "discovery/etcd_client.h"
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>

@@ -1,4 +1,4 @@
-#include "runtime/etcd_discovery.h"
+#include "discovery/etcd_discovery.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,8 +10,8 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
-#include "runtime/etcd_client.h"
-#include "runtime/file_discovery.h"
+#include "discovery/etcd_client.h"
+#include "discovery/file_discovery.h"
 
 namespace tandem::runtime {
 namespace {

@@ -22,7 +22,7 @@
 #include <memory>
 #include <string>
 
-#include "runtime/discovery.h"
+#include "discovery/discovery.h"
 
 namespace tandem::runtime {
 

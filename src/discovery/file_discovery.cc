@@ -1,4 +1,4 @@
-#include "runtime/file_discovery.h"
+#include "discovery/file_discovery.h"
 
 #include <signal.h>
 #include <unistd.h>

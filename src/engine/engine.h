@@ -110,7 +110,7 @@ struct RequestOutput {
   std::string error;            // when finish_reason == kError
   // kError only: the worker serving the request died or went away mid-request (stream broken,
   // UNAVAILABLE, left discovery), not a refusal of its engine nor a deadline: the request may be
-  // retried elsewhere (runtime/migrating_engine_client.h). Set by RemoteEngineClient.
+  // retried elsewhere (rpc/migrating_engine_client.h). Set by RemoteEngineClient.
   bool worker_lost = false;
   // kError only: the worker refused the request up front for a cause of the client's (INVALID_
   // ARGUMENT, OUT_OF_RANGE, UNIMPLEMENTED, NOT_FOUND) or of load (RESOURCE_EXHAUSTED), as its

@@ -1,11 +1,7 @@
-#include "runtime/event_plane.h"
+#include "events/event_plane.h"
 
 #include <cstring>
 
-#include "runtime/embedded_event_plane.h"
-#ifdef TANDEM_HAVE_NATS
-#include "runtime/nats_event_plane.h"
-#endif
 
 namespace tandem::runtime {
 namespace {
@@ -94,14 +90,6 @@ Status ValidateEventPlaneUrl(const std::string& url) {
   }
   return Err(StatusCode::kInvalidArgument,
              "--event-plane {}: expected 'embedded' or nats://host:port", url);
-}
-
-Result<std::unique_ptr<EventPlane>> MakeEventPlane(EventPlaneOptions options) {
-  TANDEM_RETURN_IF_ERROR(ValidateEventPlaneUrl(options.url));
-#ifdef TANDEM_HAVE_NATS
-  if (options.url.rfind("nats://", 0) == 0) return MakeNatsEventPlane(std::move(options));
-#endif
-  return MakeEmbeddedEventPlane(std::move(options));
 }
 
 }  // namespace tandem::runtime

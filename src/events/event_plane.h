@@ -4,10 +4,10 @@
 // subscriber notices what it missed and resyncs from the snapshot the worker serves (the Snapshot
 // RPC of tandem.proto, FetchSnapshot below).
 //
-// Implementations (MakeEventPlane):
+// Implementations (MakeEventPlane, in rpc/event_plane_factory.h):
 //   embedded (default, nothing to install)  each worker keeps its recent events in a ring
 //       (event_ring.h) served by its own gRPC server (Worker.SubscribeEvents); a subscriber finds
-//       the workers through discovery and streams from each (embedded_event_plane.h).
+//       the workers through discovery and streams from each (rpc/embedded_event_plane.h).
 //   nats://host:port  NATS core publish/subscribe (libnats, the NATS C client; nats_event_plane.h;
 //       built when pkg-config finds libnats). Messages are framed by EncodeEventFrame.
 // Delivery is at most once: a lost connection loses events, which the sequence numbers reveal.
@@ -93,9 +93,7 @@ struct EventPlaneOptions {
   std::chrono::milliseconds timeout{2000};            // connecting (NATS) / RPC deadlines
 };
 
-// Errors: InvalidArgument (an unknown URL, nats:// in a build without libnats), FailedPrecondition
-// (NATS unreachable: "nats://127.0.0.1:4222: ...").
-Result<std::unique_ptr<EventPlane>> MakeEventPlane(EventPlaneOptions options);
+// InvalidArgument for an unknown URL, or nats:// in a build without libnats (MakeEventPlane checks).
 Status ValidateEventPlaneUrl(const std::string& url);
 
 // The subject of a namespace's KV events ("<namespace>.kv_events").

@@ -1,4 +1,4 @@
-#include "runtime/event_ring.h"
+#include "events/event_ring.h"
 
 #include <random>
 

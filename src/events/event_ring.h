@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "runtime/event_plane.h"
+#include "events/event_plane.h"
 
 namespace tandem::runtime {
 

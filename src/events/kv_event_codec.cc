@@ -1,4 +1,4 @@
-#include "runtime/kv_event_codec.h"
+#include "events/kv_event_codec.h"
 
 namespace tandem::runtime {
 namespace {

@@ -3,7 +3,7 @@
 //   batch     {"events":[<KvEvent>...],"load":<KvLoad>}   one plane event per batch; "events" may
 //             be empty (a load report). Events are in event_id order.
 //   snapshot  ToJson(KvCacheSnapshot): {"last_event_id":N,"blocks":[...],"load":{...}}
-// Shared by the publisher (worker/kv_event_publisher.h) and the router side (runtime/kv_routing.h).
+// Shared by the publisher (worker/kv_event_publisher.h) and the router side (router/kv_routing.h).
 #pragma once
 
 #include <string>

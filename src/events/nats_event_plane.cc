@@ -1,4 +1,4 @@
-#include "runtime/nats_event_plane.h"
+#include "events/nats_event_plane.h"
 
 #include <condition_variable>
 #include <map>

@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "chat/prompt.h"
 #include "frontend/errors.h"
-#include "tokenizer/prompt.h"
 
 namespace tandem::openai {
 

@@ -34,8 +34,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/template.h"
 #include "engine/sampling_params.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::openai {

@@ -37,10 +37,10 @@
 #include <memory>
 #include <string>
 
+#include "chat/template.h"
 #include "common/metrics.h"
 #include "engine/engine_client.h"
 #include "frontend/http.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {

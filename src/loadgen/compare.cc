@@ -1,4 +1,4 @@
-#include "bench/compare.h"
+#include "loadgen/compare.h"
 
 #include <cmath>
 

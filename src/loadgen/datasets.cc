@@ -1,7 +1,7 @@
 // ShareGPT and Mooncake trace parsing (workload.h).
 #include <nlohmann/json.hpp>
 
-#include "bench/workload.h"
+#include "loadgen/workload.h"
 
 namespace tandem::bench {
 

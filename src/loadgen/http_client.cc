@@ -1,4 +1,4 @@
-#include "bench/http_client.h"
+#include "loadgen/http_client.h"
 
 #include <boost/asio/as_tuple.hpp>
 #include <boost/asio/ip/tcp.hpp>

@@ -15,8 +15,8 @@
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/awaitable.hpp>
 
-#include "bench/record.h"
 #include "common/status.h"
+#include "loadgen/record.h"
 
 namespace tandem::bench {
 

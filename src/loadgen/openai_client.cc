@@ -1,4 +1,4 @@
-#include "bench/openai_client.h"
+#include "loadgen/openai_client.h"
 
 #include <nlohmann/json.hpp>
 

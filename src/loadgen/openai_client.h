@@ -10,10 +10,10 @@
 
 #include <boost/asio/awaitable.hpp>
 
-#include "bench/http_client.h"
-#include "bench/record.h"
-#include "bench/sse_parser.h"
-#include "bench/workload.h"
+#include "loadgen/http_client.h"
+#include "loadgen/record.h"
+#include "loadgen/sse_parser.h"
+#include "loadgen/workload.h"
 
 namespace tandem::bench {
 

@@ -1,11 +1,11 @@
-#include "bench/report.h"
+#include "loadgen/report.h"
 
 #include <filesystem>
 #include <fstream>
 
 #include <fmt/format.h>
 
-#include "bench/svg.h"
+#include "loadgen/svg.h"
 
 namespace tandem::bench {
 

@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "bench/runner.h"
-#include "bench/stats.h"
 #include "common/status.h"
+#include "loadgen/runner.h"
+#include "loadgen/stats.h"
 
 namespace tandem::bench {
 

@@ -1,4 +1,4 @@
-#include "bench/runner.h"
+#include "loadgen/runner.h"
 
 #include <unistd.h>
 

@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "bench/openai_client.h"
-#include "bench/record.h"
-#include "bench/workload.h"
 #include "common/status.h"
+#include "loadgen/openai_client.h"
+#include "loadgen/record.h"
+#include "loadgen/workload.h"
 
 namespace tandem::bench {
 

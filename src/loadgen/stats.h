@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "bench/record.h"
-#include "bench/runner.h"
 #include "common/status.h"
+#include "loadgen/record.h"
+#include "loadgen/runner.h"
 
 namespace tandem::bench {
 

@@ -1,4 +1,4 @@
-#include "bench/svg.h"
+#include "loadgen/svg.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "bench/stats.h"
+#include "loadgen/stats.h"
 
 namespace tandem::bench {
 

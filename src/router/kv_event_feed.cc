@@ -1,4 +1,4 @@
-#include "runtime/kv_event_feed.h"
+#include "router/kv_event_feed.h"
 
 #include <algorithm>
 

@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "common/status.h"
-#include "runtime/event_plane.h"
-#include "runtime/kv_event_codec.h"
+#include "events/event_plane.h"
+#include "events/kv_event_codec.h"
 
 namespace tandem::runtime {
 

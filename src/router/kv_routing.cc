@@ -1,4 +1,4 @@
-#include "runtime/kv_routing.h"
+#include "router/kv_routing.h"
 
 #include <algorithm>
 

@@ -49,10 +49,10 @@
 #include <vector>
 
 #include "common/metrics.h"
-#include "runtime/event_plane.h"
-#include "runtime/kv_event_feed.h"
-#include "runtime/remote_engine_client.h"
+#include "events/event_plane.h"
+#include "router/kv_event_feed.h"
 #include "router/kv_router.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::runtime {
 

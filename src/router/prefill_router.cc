@@ -1,4 +1,4 @@
-#include "runtime/prefill_router.h"
+#include "router/prefill_router.h"
 
 #include <algorithm>
 #include <atomic>

@@ -28,11 +28,11 @@
 #include <string>
 #include <vector>
 
+#include "discovery/discovery.h"
 #include "engine/engine_client.h"
-#include "runtime/discovery.h"
-#include "runtime/event_plane.h"
-#include "runtime/kv_routing.h"
-#include "runtime/remote_engine_client.h"
+#include "events/event_plane.h"
+#include "router/kv_routing.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::runtime {
 

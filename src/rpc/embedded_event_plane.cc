@@ -1,4 +1,4 @@
-#include "runtime/embedded_event_plane.h"
+#include "rpc/embedded_event_plane.h"
 
 #include <algorithm>
 #include <condition_variable>
@@ -9,11 +9,11 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
-#include "runtime/discovery.h"
-#include "runtime/event_ring.h"
-#include "runtime/proto_convert.h"
-#include "runtime/tandem.grpc.pb.h"
-#include "runtime/worker_channel.h"
+#include "discovery/discovery.h"
+#include "events/event_ring.h"
+#include "rpc/proto_convert.h"
+#include "rpc/tandem.grpc.pb.h"
+#include "rpc/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {

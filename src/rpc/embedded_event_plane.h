@@ -15,7 +15,7 @@
 
 #include <memory>
 
-#include "runtime/event_plane.h"
+#include "events/event_plane.h"
 
 namespace tandem::runtime {
 

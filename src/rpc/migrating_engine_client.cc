@@ -1,4 +1,4 @@
-#include "runtime/migrating_engine_client.h"
+#include "rpc/migrating_engine_client.h"
 
 #include <atomic>
 #include <condition_variable>

@@ -1,4 +1,4 @@
-#include "runtime/proto_convert.h"
+#include "rpc/proto_convert.h"
 
 namespace tandem::runtime {
 

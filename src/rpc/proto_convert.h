@@ -11,8 +11,8 @@
 #include <grpcpp/support/status.h>
 
 #include "engine/engine_client.h"
-#include "runtime/remote_prefill.h"
-#include "runtime/tandem.pb.h"
+#include "rpc/remote_prefill.h"
+#include "rpc/tandem.pb.h"
 
 namespace tandem::runtime {
 

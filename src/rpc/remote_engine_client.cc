@@ -1,4 +1,4 @@
-#include "runtime/remote_engine_client.h"
+#include "rpc/remote_engine_client.h"
 
 #include <algorithm>
 #include <atomic>
@@ -12,9 +12,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
-#include "runtime/proto_convert.h"
-#include "runtime/tandem.grpc.pb.h"
-#include "runtime/worker_channel.h"
+#include "rpc/proto_convert.h"
+#include "rpc/tandem.grpc.pb.h"
+#include "rpc/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {

@@ -1,6 +1,6 @@
 // RemoteEngineClient: the frontend's EngineClient over the request plane. Each request goes to one
 // live worker of the components found in Discovery (round-robin, or the choice of
-// RemoteEngineClientOptions::selector: the KV router, runtime/kv_routing.h), as one Worker.Generate
+// RemoteEngineClientOptions::selector: the KV router, router/kv_routing.h), as one Worker.Generate
 // stream (tandem.proto) with a deadline.
 //
 //   Submit   picks a worker and opens the stream; returns at once. FailedPrecondition ("no worker
@@ -31,8 +31,8 @@
 #include <string>
 #include <vector>
 
+#include "discovery/discovery.h"
 #include "engine/engine_client.h"
-#include "runtime/discovery.h"
 
 namespace tandem::runtime {
 

@@ -1,4 +1,4 @@
-#include "runtime/remote_prefill.h"
+#include "rpc/remote_prefill.h"
 
 #include <charconv>
 

@@ -1,4 +1,4 @@
-#include "runtime/remote_prefill_client.h"
+#include "rpc/remote_prefill_client.h"
 
 #include <condition_variable>
 #include <mutex>
@@ -9,9 +9,9 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
-#include "runtime/proto_convert.h"
-#include "runtime/tandem.grpc.pb.h"
-#include "runtime/worker_channel.h"
+#include "rpc/proto_convert.h"
+#include "rpc/tandem.grpc.pb.h"
+#include "rpc/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {

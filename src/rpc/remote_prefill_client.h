@@ -23,8 +23,8 @@
 #include <memory>
 #include <string>
 
-#include "runtime/discovery.h"
-#include "runtime/remote_prefill.h"
+#include "discovery/discovery.h"
+#include "rpc/remote_prefill.h"
 
 namespace tandem::runtime {
 

@@ -4,8 +4,8 @@
 #include <mutex>
 
 #include "common/logging.h"
-#include "runtime/proto_convert.h"
-#include "runtime/worker_service.h"
+#include "rpc/proto_convert.h"
+#include "rpc/worker_service.h"
 
 namespace tandem::runtime {
 namespace {

@@ -1,4 +1,4 @@
-#include "runtime/worker_server.h"
+#include "rpc/worker_server.h"
 
 #include <chrono>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
-#include "runtime/worker_service.h"
+#include "rpc/worker_service.h"
 
 namespace tandem::runtime {
 

@@ -19,8 +19,8 @@
 
 #include "common/status.h"
 #include "engine/engine_client.h"
-#include "runtime/event_plane.h"
-#include "runtime/remote_prefill.h"
+#include "events/event_plane.h"
+#include "rpc/remote_prefill.h"
 
 namespace tandem::runtime {
 

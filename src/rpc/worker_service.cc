@@ -1,10 +1,10 @@
-#include "runtime/worker_service.h"
+#include "rpc/worker_service.h"
 
 #include <deque>
 #include <mutex>
 
 #include "common/logging.h"
-#include "runtime/proto_convert.h"
+#include "rpc/proto_convert.h"
 
 namespace tandem::runtime {
 namespace {

@@ -1,5 +1,5 @@
 // WorkerService: the implementation of service tandem.v1.Worker (gRPC callback API) over an
-// EngineClient. Internal to src/runtime (it includes the generated gRPC header); WorkerServer
+// EngineClient. Internal to src/rpc (it includes the generated gRPC header); WorkerServer
 // hosts it. New RPCs of the Worker service are added here.
 #pragma once
 
@@ -7,10 +7,10 @@
 #include <memory>
 
 #include "engine/engine_client.h"
-#include "runtime/event_plane.h"
-#include "runtime/event_ring.h"
-#include "runtime/remote_prefill.h"
-#include "runtime/tandem.grpc.pb.h"
+#include "events/event_plane.h"
+#include "events/event_ring.h"
+#include "rpc/remote_prefill.h"
+#include "rpc/tandem.grpc.pb.h"
 
 namespace tandem::runtime {
 

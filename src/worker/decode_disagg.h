@@ -42,7 +42,7 @@
 #include <string>
 
 #include "engine/async_engine.h"
-#include "runtime/remote_prefill_client.h"
+#include "rpc/remote_prefill_client.h"
 #include "transfer/agent.h"
 #include "transfer/transfer_stats.h"
 

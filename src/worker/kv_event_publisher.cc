@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "common/logging.h"
-#include "runtime/kv_event_codec.h"
+#include "events/kv_event_codec.h"
 
 namespace tandem::worker {
 

@@ -5,7 +5,7 @@
 //              hands it each step's events and load without blocking.
 //   Start()    a thread drains the queue and publishes each drained batch as one plane event on
 //              `subject` (KvEventsSubject(namespace)), payload EncodeKvEventBatch
-//              (runtime/kv_event_codec.h): the events (event_id order, possibly empty) and the
+//              (events/kv_event_codec.h): the events (event_id order, possibly empty) and the
 //              latest load. A batch with no events whose load equals the last one published is
 //              skipped. A failed Publish (e.g. NATS down) loses that batch: the router sees the
 //              hole in event_ids and resyncs from the snapshot.
@@ -33,7 +33,7 @@
 
 #include "engine/async_engine.h"
 #include "engine/kv_events.h"
-#include "runtime/event_plane.h"
+#include "events/event_plane.h"
 
 namespace tandem::worker {
 

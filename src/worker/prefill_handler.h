@@ -1,4 +1,4 @@
-// PrefillHandler: a prefill worker's side of Worker.RemotePrefill (runtime/remote_prefill.h).
+// PrefillHandler: a prefill worker's side of Worker.RemotePrefill (rpc/remote_prefill.h).
 //
 //   1. checks the decode worker's KV geometry against this engine's (layers, bytes per block,
 //      tokens per block, block table long enough) and learns its transfer agent (metadata bytes,
@@ -43,7 +43,7 @@
 
 #include "engine/async_engine.h"
 #include "model/layer_kv_ready.h"
-#include "runtime/remote_prefill.h"
+#include "rpc/remote_prefill.h"
 #include "transfer/agent.h"
 
 namespace tandem::worker {

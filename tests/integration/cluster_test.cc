@@ -2,7 +2,7 @@
 // processes found through etcd (--discovery etcd://) with their event plane on NATS
 // (--event-plane nats://); a SIGKILLed worker's key leaves etcd with its lease; an unreachable
 // etcd or NATS stops a component at start with a message naming it. etcd and nats-server are
-// started on free loopback ports and stopped by the test (tests/unit/runtime/cluster_servers.h);
+// started on free loopback ports and stopped by the test (tests/unit/discovery/cluster_servers.h);
 // without them installed the tests skip.
 #include <signal.h>
 #include <sys/wait.h>
@@ -14,10 +14,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../unit/runtime/cluster_servers.h"
+#include "../unit/discovery/cluster_servers.h"
+#include "discovery/etcd_discovery.h"
 #include "http_util.h"
 #include "process_util.h"
-#include "runtime/etcd_discovery.h"
 #include "subprocess.h"
 
 namespace tandem {

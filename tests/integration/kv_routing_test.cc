@@ -15,7 +15,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "../unit/runtime/cluster_servers.h"
+#include "../unit/discovery/cluster_servers.h"
 #include "http_util.h"
 #include "process_util.h"
 #include "subprocess.h"

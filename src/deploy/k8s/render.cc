@@ -1,4 +1,4 @@
-#include "k8s/render.h"
+#include "deploy/k8s/render.h"
 
 #include <cmath>
 #include <filesystem>
@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
-#include "k8s/yaml_emit.h"
+#include "deploy/k8s/yaml_emit.h"
 
 namespace tandem::k8s {
 namespace {

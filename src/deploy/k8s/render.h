@@ -1,5 +1,5 @@
-// `tandem k8s render`: a deployment graph (runtime/graph.h) and its `kubernetes:` section
-// (k8s/settings.h) as Kubernetes manifests, one multi-document YAML stream in a fixed order:
+// `tandem k8s render`: a deployment graph (deploy/graph.h) and its `kubernetes:` section
+// (deploy/k8s/settings.h) as Kubernetes manifests, one multi-document YAML stream in a fixed order:
 //
 //   [PersistentVolumeClaim <name>-model-cache-claim]   model_cache with a size
 //   Service + StatefulSet <name>-etcd                  unless an external etcd url is given
@@ -31,8 +31,8 @@
 #include <string>
 
 #include "common/status.h"
-#include "k8s/settings.h"
-#include "runtime/graph.h"
+#include "deploy/graph.h"
+#include "deploy/k8s/settings.h"
 
 namespace tandem::k8s {
 

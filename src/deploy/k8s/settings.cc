@@ -1,16 +1,16 @@
-#include "k8s/settings.h"
+#include "deploy/k8s/settings.h"
 
 #include <regex>
 #include <set>
 
 #include <yaml-cpp/yaml.h>
 
-#include "runtime/yaml_fields.h"
+#include "deploy/yaml_fields.h"
 
 namespace tandem::k8s {
 namespace {
 
-// The kubernetes: section's reads: the graph's checks (runtime/yaml_fields.h) and its own.
+// The kubernetes: section's reads: the graph's checks (deploy/yaml_fields.h) and its own.
 class Reader : public runtime::YamlFields {
  public:
   using YamlFields::YamlFields;

@@ -1,5 +1,5 @@
 // The Kubernetes-only settings of a deployment graph: its optional `kubernetes:` section, read by
-// `tandem k8s render` (k8s/render.h) and ignored by `tandem serve`. Every key is optional:
+// `tandem k8s render` (deploy/k8s/render.h) and ignored by `tandem serve`. Every key is optional:
 //
 //   kubernetes:
 //     name: my-llm                  # prefix of every object name (default: the graph's name); a

@@ -1,4 +1,4 @@
-#include "k8s/yaml_emit.h"
+#include "deploy/k8s/yaml_emit.h"
 
 #include <regex>
 

@@ -4,8 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include "chat/template.h"
 #include "chat_test_util.h"
-#include "tokenizer/chat_template.h"
 
 namespace tandem {
 namespace {

@@ -9,8 +9,8 @@
 
 #include <gtest/gtest.h>
 
+#include "chat/template.h"
 #include "common/file_util.h"
-#include "tokenizer/chat_template.h"
 
 namespace tandem::chat_test {
 

@@ -1,8 +1,8 @@
-// The KV router's graph keys (runtime/graph.h frontend.router_mode / router_temperature /
+// The KV router's graph keys (deploy/graph.h frontend.router_mode / router_temperature /
 // kv_overlap_score_weight): passed to the frontend as Dynamo's flags; bad values name the line.
 #include <gtest/gtest.h>
 
-#include "runtime/graph.h"
+#include "deploy/graph.h"
 
 namespace tandem::runtime {
 namespace {

@@ -1,10 +1,10 @@
-// Deployment graphs (runtime/graph.h): parsing, defaults, relative model paths, the commands a
+// Deployment graphs (deploy/graph.h): parsing, defaults, relative model paths, the commands a
 // graph expands into, the deploy/*.yaml files, and errors that name the line.
 #include <filesystem>
 
 #include <gtest/gtest.h>
 
-#include "runtime/graph.h"
+#include "deploy/graph.h"
 
 namespace tandem::runtime {
 namespace {

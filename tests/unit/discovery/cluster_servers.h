@@ -25,7 +25,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/etcd_client.h"
+#include "discovery/etcd_client.h"
 
 namespace tandem::runtime::testing {
 

@@ -13,9 +13,9 @@
 #include <gtest/gtest.h>
 
 #include "cluster_servers.h"
-#include "runtime/etcd_client.h"
-#include "runtime/etcd_discovery.h"
-#include "runtime/file_discovery.h"
+#include "discovery/etcd_client.h"
+#include "discovery/etcd_discovery.h"
+#include "discovery/file_discovery.h"
 
 namespace tandem::runtime {
 namespace {

@@ -10,7 +10,7 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/file_discovery.h"
+#include "discovery/file_discovery.h"
 
 namespace tandem::runtime {
 namespace {

@@ -11,12 +11,13 @@
 
 #include <gtest/gtest.h>
 
-#include "cluster_servers.h"
+#include "../discovery/cluster_servers.h"
+#include "discovery/file_discovery.h"
 #include "engine/echo_engine.h"
-#include "runtime/event_plane.h"
-#include "runtime/event_ring.h"
-#include "runtime/file_discovery.h"
-#include "runtime/worker_server.h"
+#include "events/event_plane.h"
+#include "events/event_ring.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/worker_server.h"
 
 namespace tandem::runtime {
 namespace {

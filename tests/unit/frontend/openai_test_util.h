@@ -21,12 +21,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "chat/template.h"
 #include "common/file_util.h"
 #include "common/metrics.h"
 #include "engine/engine_client.h"
 #include "frontend/http.h"
 #include "frontend/openai_server.h"
-#include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::testing {

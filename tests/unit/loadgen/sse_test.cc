@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
-#include "bench/openai_client.h"
-#include "bench/sse_parser.h"
+#include "loadgen/openai_client.h"
+#include "loadgen/sse_parser.h"
 
 namespace tandem::bench {
 namespace {

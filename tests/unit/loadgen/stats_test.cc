@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "bench/stats.h"
+#include "loadgen/stats.h"
 
 namespace tandem::bench {
 namespace {

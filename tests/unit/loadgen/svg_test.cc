@@ -4,9 +4,9 @@
 
 #include <gtest/gtest.h>
 
-#include "bench/compare.h"
-#include "bench/report.h"
-#include "bench/svg.h"
+#include "loadgen/compare.h"
+#include "loadgen/report.h"
+#include "loadgen/svg.h"
 
 namespace tandem::bench {
 namespace {

@@ -5,10 +5,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "bench/openai_client.h"
-#include "bench/runner.h"
-#include "bench/workload.h"
 #include "common/file_util.h"
+#include "loadgen/openai_client.h"
+#include "loadgen/runner.h"
+#include "loadgen/workload.h"
 
 namespace tandem::bench {
 namespace {

@@ -1,4 +1,4 @@
-// KvEventFeed (runtime/kv_event_feed.h) as the frontend wires it: one prefill and one decode worker
+// KvEventFeed (router/kv_event_feed.h) as the frontend wires it: one prefill and one decode worker
 // (kv_worker_util.h) in a file discovery, the embedded event plane behind a counting decorator,
 // the decode pool's KvRouting and the prefill pool's (WithPrefillRouting) on one feed: the plane
 // is subscribed once and every batch a worker publishes reaches the frontend once, and goes to the
@@ -10,13 +10,14 @@
 
 #include <gtest/gtest.h>
 
+#include "../worker/kv_worker_util.h"
+#include "discovery/file_discovery.h"
 #include "engine/block_hash.h"
-#include "kv_worker_util.h"
-#include "runtime/file_discovery.h"
-#include "runtime/kv_event_feed.h"
-#include "runtime/kv_routing.h"
-#include "runtime/prefill_router.h"
-#include "runtime/remote_engine_client.h"
+#include "router/kv_event_feed.h"
+#include "router/kv_routing.h"
+#include "router/prefill_router.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::worker {
 namespace {

@@ -1,4 +1,4 @@
-// KvRouting (runtime/kv_routing.h) as RemoteEngineClient's selector over two real workers
+// KvRouting (router/kv_routing.h) as RemoteEngineClient's selector over two real workers
 // (AsyncEngine on the fake model runner, KvEventPublisher, WorkerServer; kv_worker_util.h) through
 // the embedded event plane and file discovery: requests sharing a prefix go to the worker that
 // cached it; a departed worker's blocks leave the index and requests still succeed; a router that
@@ -12,12 +12,13 @@
 
 #include <gtest/gtest.h>
 
+#include "../worker/kv_worker_util.h"
 #include "common/metrics.h"
+#include "discovery/file_discovery.h"
 #include "engine/block_hash.h"
-#include "kv_worker_util.h"
-#include "runtime/file_discovery.h"
-#include "runtime/kv_routing.h"
-#include "runtime/remote_engine_client.h"
+#include "router/kv_routing.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::worker {
 namespace {

@@ -1,4 +1,4 @@
-// RemoteEngineClient (runtime/remote_engine_client.h, "lost worker") over two real workers
+// RemoteEngineClient (rpc/remote_engine_client.h, "lost worker") over two real workers
 // (kv_worker_util.h) in a file discovery, with no Health poll after the first (refresh_interval
 // of an hour): a worker whose server stops but which discovery still lists (a killed process,
 // before its lease expires) fails one request with UNAVAILABLE (worker_lost), and from then on no
@@ -18,11 +18,12 @@
 #include <spdlog/sinks/ringbuffer_sink.h>
 #include <spdlog/spdlog.h>
 
+#include "../worker/kv_worker_util.h"
+#include "discovery/file_discovery.h"
 #include "engine/block_hash.h"
-#include "kv_worker_util.h"
-#include "runtime/file_discovery.h"
-#include "runtime/kv_routing.h"
-#include "runtime/remote_engine_client.h"
+#include "router/kv_routing.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::worker {
 namespace {

@@ -1,4 +1,4 @@
-// PrefillRouter / PrefillRoutingEngineClient (runtime/prefill_router.h): the frontend's prefill
+// PrefillRouter / PrefillRoutingEngineClient (router/prefill_router.h): the frontend's prefill
 // worker choice over the prefill pool in a private file discovery (instances registered without
 // servers: nothing is called on them), with no selector (round-robin) and with a scripted
 // WorkerSelector; the decorator sets the hint and reports first and final outputs exactly once.
@@ -11,8 +11,8 @@
 
 #include <gtest/gtest.h>
 
-#include "runtime/file_discovery.h"
-#include "runtime/prefill_router.h"
+#include "discovery/file_discovery.h"
+#include "router/prefill_router.h"
 
 namespace tandem::runtime {
 namespace {

@@ -3,7 +3,7 @@
 // taken for it.
 #include <gtest/gtest.h>
 
-#include "runtime/remote_prefill.h"
+#include "rpc/remote_prefill.h"
 
 namespace tandem::runtime {
 namespace {

@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "common/metrics.h"
-#include "runtime/migrating_engine_client.h"
+#include "rpc/migrating_engine_client.h"
 
 namespace tandem::runtime {
 namespace {

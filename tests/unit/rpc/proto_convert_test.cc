@@ -1,7 +1,7 @@
 // proto_convert.h: every field survives C++ -> proto -> bytes -> proto -> C++.
 #include <gtest/gtest.h>
 
-#include "runtime/proto_convert.h"
+#include "rpc/proto_convert.h"
 
 namespace tandem::runtime {
 namespace {

@@ -10,10 +10,10 @@
 
 #include <gtest/gtest.h>
 
+#include "discovery/file_discovery.h"
 #include "engine/echo_engine.h"
-#include "runtime/file_discovery.h"
-#include "runtime/remote_engine_client.h"
-#include "runtime/worker_server.h"
+#include "rpc/remote_engine_client.h"
+#include "rpc/worker_server.h"
 
 namespace tandem::runtime {
 namespace {

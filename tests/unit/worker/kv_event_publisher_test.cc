@@ -13,10 +13,11 @@
 
 #include <gtest/gtest.h>
 
+#include "discovery/file_discovery.h"
+#include "events/kv_event_codec.h"
 #include "kv_worker_util.h"
 #include "router/kv_router.h"
-#include "runtime/file_discovery.h"
-#include "runtime/kv_event_codec.h"
+#include "rpc/event_plane_factory.h"
 
 namespace tandem::worker {
 namespace {

@@ -16,13 +16,14 @@
 #include <gtest/gtest.h>
 
 #include "../engine/fake_model_runner.h"
+#include "discovery/discovery.h"
 #include "engine/async_engine.h"
 #include "engine/engine.h"
-#include "runtime/discovery.h"
-#include "runtime/event_plane.h"
-#include "runtime/event_ring.h"
-#include "runtime/kv_routing.h"
-#include "runtime/worker_server.h"
+#include "events/event_plane.h"
+#include "events/event_ring.h"
+#include "router/kv_routing.h"
+#include "rpc/event_plane_factory.h"
+#include "rpc/worker_server.h"
 #include "worker/kv_event_publisher.h"
 
 namespace tandem::worker::testing {

@@ -20,11 +20,11 @@
 #include <unistd.h>
 
 #include "common/file_util.h"
+#include "discovery/file_discovery.h"
 #include "engine/async_engine.h"
 #include "model/model_runner.h"
-#include "runtime/file_discovery.h"
-#include "runtime/remote_prefill_client.h"
-#include "runtime/worker_server.h"
+#include "rpc/remote_prefill_client.h"
+#include "rpc/worker_server.h"
 #include "transfer/agent.h"
 #include "worker/decode_disagg.h"
 #include "worker/prefill_handler.h"

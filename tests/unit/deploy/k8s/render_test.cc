@@ -1,6 +1,6 @@
-// tandem k8s render (k8s/render.h, k8s/settings.h): the options of the kubernetes: section, the
-// errors for graphs that cannot become manifests, and the output read back as YAML.
-#include "k8s/render.h"
+// tandem k8s render (deploy/k8s/render.h, deploy/k8s/settings.h): the options of the kubernetes:
+// section, the errors for graphs that cannot become manifests, and the output read back as YAML.
+#include "deploy/k8s/render.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>

@@ -1,5 +1,6 @@
-// k8s/yaml_emit.h: block YAML from ordered JSON that reads back (yaml-cpp) as the same values.
-#include "k8s/yaml_emit.h"
+// deploy/k8s/yaml_emit.h: block YAML from ordered JSON that reads back (yaml-cpp) as the same
+// values.
+#include "deploy/k8s/yaml_emit.h"
 
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
