@@ -23,7 +23,7 @@
 #             GPU_CHECK_SANITIZE=1
 #   runner    cuda_runner_check: the CUDA ModelRunner against the CPU runner on the bundled tiny model
 #   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
-#             against shared/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
+#             against tests/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
 #   peer      peer-0.6b and peer-8b: scripts/gpu/peer_check.py (random checkpoint made with
 #             transformers, HF bf16 logits and greedy tokens vs cuda_peer_dump)
 #   bench     cuda_engine_bench on the random Qwen3-8B checkpoint (made if the peer stage did not
