@@ -36,13 +36,14 @@ cudaError_t ProbeLoadedCode(int* binary_version, int* ptx_version) {
 #ifdef TANDEM_CUDA_EMU
   *binary_version = *ptx_version = 90;
   return cudaSuccess;
-#endif
+#else
   cudaFuncAttributes attr{};
   const cudaError_t err = cudaFuncGetAttributes(&attr, ProbeKernel);
   if (err != cudaSuccess) return err;
   *binary_version = attr.binaryVersion;
   *ptx_version = attr.ptxVersion;
   return cudaSuccess;
+#endif
 }
 
 double DeviceLimits::PeakBandwidthBytesPerSecond() const {
