@@ -122,7 +122,6 @@ Status DecodeGraphCache::Run(std::pair<int, int> key, uint64_t generation, cudaS
   graphs_.emplace(key, exec);
   if (measured && cudaMemGetInfo(&free_after, &total) == cudaSuccess && free_after < free_before) {
     max_graph_bytes_ = std::max(max_graph_bytes_, free_before - free_after);
-    total_graph_bytes_ += free_before - free_after;
   }
   cudaGetLastError();
   return Status::Ok();

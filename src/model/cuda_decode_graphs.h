@@ -87,16 +87,15 @@ class DecodeGraphCache {
   int num_graphs() const { return static_cast<int>(graphs_.size()); }
   int replays() const { return replays_; }
   // The device memory one capture took, measured as the drop in the device's free memory across
-  // it (cudaMemGetInfo; the largest seen; 0 before the first capture), and all captures together.
+  // it (cudaMemGetInfo; the largest seen; 0 before the first capture).
   size_t max_graph_bytes() const { return max_graph_bytes_; }
-  size_t total_graph_bytes() const { return total_graph_bytes_; }
 
  private:
   DecodeGraphMode mode_;
   uint64_t generation_ = 0;
   std::map<std::pair<int, int>, cudaGraphExec_t> graphs_;
   int replays_ = 0;
-  size_t max_graph_bytes_ = 0, total_graph_bytes_ = 0;
+  size_t max_graph_bytes_ = 0;
 };
 
 }  // namespace tandem

@@ -30,7 +30,6 @@ struct DeviceLimits {
   // Peak DRAM bandwidth from the bus width and the memory clock (two transfers a clock), bytes/s;
   // 0 when the memory clock is unknown. A datasheet-like figure, not a measurement.
   double PeakBandwidthBytesPerSecond() const;
-  int cc() const { return cc_major * 10 + cc_minor; }
 };
 
 // Reads `device`'s limits (not cached). cudaSuccess, or the runtime's error (no such device).
