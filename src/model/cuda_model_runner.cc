@@ -121,10 +121,9 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
   CudaWeightsLoadOptions load;
   load.gpu_memory_utilization = options.gpu_memory_utilization;
-  // cuBLAS's workspace (cuda_runner_step.cc) and one 16-token KV block besides the caller's part.
-  const size_t kv_block = static_cast<size_t>(config.num_hidden_layers) * 2 * 16 *
-                          config.num_key_value_heads * config.head_dim * sizeof(bf16);
-  load.reserve_bytes = options.reserve_bytes + (size_t{32} << 20) + kv_block;
+  // cuBLAS's workspace and one 16-token KV block besides the caller's part.
+  load.reserve_bytes = options.reserve_bytes + CudaModelRunner::kCublasWorkspaceBytes +
+                       CudaModelRunner::KVBlockBytesOf(config, 16);
   load.model_name = std::filesystem::path(model_dir).filename().string();
   if (load.model_name.empty()) load.model_name = model_dir;
   TANDEM_ASSIGN_OR_RETURN(CudaWeights weights, LoadCudaWeights(st, config, load));

@@ -41,10 +41,16 @@ class CudaModelRunner final : public ModelRunner {
 
   const ModelConfig& config() const override { return config_; }
 
-  size_t KVBlockBytes(int block_size) const override {
-    return static_cast<size_t>(config_.num_hidden_layers) * 2 * block_size *
-           config_.num_key_value_heads * config_.head_dim * sizeof(__nv_bfloat16);
+  // Bytes one KV block of `block_size` tokens takes across all layers (K and V, bf16), for a
+  // config before a runner exists (the weights-fit check at load) and for KVBlockBytes.
+  static size_t KVBlockBytesOf(const ModelConfig& c, int block_size) {
+    return static_cast<size_t>(c.num_hidden_layers) * 2 * block_size * c.num_key_value_heads *
+           c.head_dim * sizeof(__nv_bfloat16);
   }
+  size_t KVBlockBytes(int block_size) const override { return KVBlockBytesOf(config_, block_size); }
+  // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
+  // cuBLAS asks for on Hopper.
+  static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
 
   Status AllocateKVCache(int num_blocks, int block_size) override;
   KVCacheLayout kv_cache_layout() override;

@@ -46,13 +46,10 @@ Status CudaModelRunner::ReserveTracked(DeviceArray& a, size_t bytes) {
 
 Status CudaModelRunner::InitOnce() {
   if (initialized_) return Status::Ok();
-  // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
-  // cuBLAS asks for on Hopper.
-  constexpr size_t kCublasWorkspace = size_t{32} << 20;
-  TANDEM_RETURN_IF_ERROR(cublas_workspace_.Allocate(kCublasWorkspace));
+  TANDEM_RETURN_IF_ERROR(cublas_workspace_.Allocate(kCublasWorkspaceBytes));
   TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), stream_));
   TANDEM_CUBLAS_RETURN_IF_ERROR(
-      cublasSetWorkspace(cublas_.get(), cublas_workspace_.as<void>(), kCublasWorkspace));
+      cublasSetWorkspace(cublas_.get(), cublas_workspace_.as<void>(), kCublasWorkspaceBytes));
   initialized_ = true;
   return Status::Ok();
 }
