@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "model/device_memory_plan.h"
 
 namespace tandem {
 namespace {
@@ -76,10 +77,7 @@ Result<int> ComputeNumKVBlocks(ModelRunner& runner, const EngineConfig& c) {
     if (before.status().code() != StatusCode::kUnimplemented) return before.status();
     return blocks_of(kDefaultHostKVCacheBytes);  // a host runner
   }
-  if (!(c.gpu_memory_utilization > 0.0 && c.gpu_memory_utilization <= 1.0)) {
-    return Err(StatusCode::kInvalidArgument, "gpu_memory_utilization must be in (0, 1] but is {}",
-               c.gpu_memory_utilization);
-  }
+  TANDEM_RETURN_IF_ERROR(CheckGpuMemoryUtilization(c.gpu_memory_utilization));
   TANDEM_RETURN_IF_ERROR(ProfileRun(runner, c));
   TANDEM_ASSIGN_OR_RETURN(DeviceMemoryInfo mem, runner.GetDeviceMemoryInfo());
   const double total = static_cast<double>(mem.total_bytes);

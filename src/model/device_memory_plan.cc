@@ -10,12 +10,14 @@ double GiB(double bytes) { return bytes / static_cast<double>(1ull << 30); }
 
 }  // namespace
 
+Status CheckGpuMemoryUtilization(double u) {
+  if (u > 0.0 && u <= 1.0) return Status::Ok();
+  return Err(StatusCode::kInvalidArgument, "gpu_memory_utilization must be in (0, 1] but is {}", u);
+}
+
 Status CheckWeightsFit(const WeightsFitInput& in) {
   const double u = in.gpu_memory_utilization;
-  if (!(u > 0.0 && u <= 1.0)) {
-    return Err(StatusCode::kInvalidArgument, "gpu_memory_utilization must be in (0, 1] but is {}",
-               u);
-  }
+  TANDEM_RETURN_IF_ERROR(CheckGpuMemoryUtilization(u));
   const double total = static_cast<double>(in.total_bytes);
   const double allowed = std::min(u * total, static_cast<double>(in.free_bytes));
   const double need = static_cast<double>(in.weights_bytes) + static_cast<double>(in.reserve_bytes);

@@ -27,6 +27,10 @@ struct WeightsFitInput {
   size_t free_bytes = 0;          // free on the device now
 };
 
+// OK when gpu_memory_utilization is in (0, 1], else InvalidArgument (the message names the value).
+// The one check of the fraction: the weights-fit check and the KV pool's sizing both call it.
+Status CheckGpuMemoryUtilization(double gpu_memory_utilization);
+
 // OK when weights_bytes + reserve_bytes <= min(gpu_memory_utilization * total_bytes, free_bytes).
 // Errors: InvalidArgument (gpu_memory_utilization outside (0, 1]), ResourceExhausted naming the
 // model, the device, the weights' size, the reserve, the utilization's share of the device, the
