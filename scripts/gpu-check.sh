@@ -296,8 +296,7 @@ device() {
       local base=${GPU_CHECK_BENCH_BASE:-}
       if [ -n "$base" ] && [ -e "$ROOT/$base/cuda_engine_bench.xz" ]; then
         mkdir -p "$BIN/base"
-        python3 -c 'import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-          "$ROOT/$base/cuda_engine_bench.xz" "$BIN/base/cuda_engine_bench" && chmod +x "$BIN/base/cuda_engine_bench"
+        CARRY=$ROOT/$base BIN=$BIN/base unpack cuda_engine_bench
         # shellcheck disable=SC2086
         run_stage bench-base 360 60 "$BIN/base/cuda_engine_bench" "$ckpt8" --json "$RES/bench-base.json" \
           ${GPU_CHECK_BENCH_ARGS:-}
