@@ -278,6 +278,7 @@ void RemoteEngineClient::Impl::Refresh() {
   struct Poll {
     bool ok;
     EngineClientStats stats;
+    std::string failure;  // the Health call's error; empty when it answered
   };
   std::vector<Poll> polls;
   const auto polls_started = std::chrono::steady_clock::now();
@@ -287,14 +288,21 @@ void RemoteEngineClient::Impl::Refresh() {
     v1::HealthRequest request;
     v1::HealthResponse response;
     grpc::Status st = w->stub->Health(&context, request, &response);
-    polls.push_back({st.ok() && response.ready(), StatsFromProto(response)});
+    polls.push_back({st.ok() && response.ready(), StatsFromProto(response),
+                     st.ok() ? "" : fmt::format("{}: {}", GrpcCodeName(st.error_code()),
+                                                st.error_message())});
   }
   int num_healthy = 0;
+  std::vector<std::string> went_down;  // logged outside the lock
   {
     std::lock_guard<std::mutex> lock(mu);
     for (size_t i = 0; i < fresh.size(); ++i) {
       // A call that found it gone after this poll began outranks the poll.
+      const bool was_healthy = fresh[i]->healthy;
       fresh[i]->healthy = polls[i].ok && fresh[i]->lost_at <= polls_started;
+      if (was_healthy && !fresh[i]->healthy && !polls[i].failure.empty()) {
+        went_down.push_back(fmt::format("{} ({})", fresh[i]->Name(), polls[i].failure));
+      }
       num_healthy += fresh[i]->healthy;
       if (polls[i].ok) {
         fresh[i]->stats = polls[i].stats;
@@ -310,6 +318,10 @@ void RemoteEngineClient::Impl::Refresh() {
     } else {
       last_num_workers = num_healthy;
     }
+  }
+  for (const std::string& w : went_down) {
+    log::warn("worker {} is unreachable: no new requests go to it until its health check passes",
+              w);
   }
   PublishLive();
   if (num_healthy >= 0 && options.on_workers_changed) options.on_workers_changed(num_healthy);

@@ -303,14 +303,22 @@ TEST_P(RmaProcessTest, PeerKilledWhileWriting) {
   DescList l, r;
   l.Add(src.data(), kSize);
   r.Add(child.RemoteAddr(), kSize);
-  auto h = agent->Post(Op::kWrite, l, r, "decode-w", "write-done");
-  ASSERT_TRUE(h.ok());
-  std::this_thread::sleep_for(60ms);  // granted (a round trip after the warm-up), data moving
-  ASSERT_EQ(h->Check(), TransferState::kInProgress) << "the transfer ended before the kill; make it larger";
+  // Kill while the WRITE is in flight. How long 256 MiB takes depends on the machine (under 60 ms
+  // on some), so each try waits less: a write that already ended is posted again, up to 6 times.
+  TransferHandle h;
+  auto wait = 40ms;
+  for (int attempt = 0; attempt < 6; ++attempt, wait /= 2) {
+    auto posted = agent->Post(Op::kWrite, l, r, "decode-w", "write-" + std::to_string(attempt));
+    ASSERT_TRUE(posted.ok());
+    h = std::move(posted).value();
+    std::this_thread::sleep_for(wait);  // granted (a round trip after the warm-up), data moving
+    if (h.Check() == TransferState::kInProgress) break;
+  }
+  ASSERT_EQ(h.Check(), TransferState::kInProgress) << "every write ended before the kill; make it larger";
   auto t0 = Clock::now();
   child.Kill();
-  EXPECT_EQ(WaitEnd(*h, 10s), TransferState::kError);
-  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0) << h->status().ToString();
+  EXPECT_EQ(WaitEnd(h, 10s), TransferState::kError);
+  EXPECT_LT(std::chrono::duration<double>(Clock::now() - t0).count(), 3.0) << h.status().ToString();
 }
 
 // The child is killed while a large READ streams from it (its first bytes have landed here). ucx
