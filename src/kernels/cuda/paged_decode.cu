@@ -20,6 +20,7 @@
 #include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/paged_decode_split.cuh"
 
 #include <algorithm>
 #include <cstdio>
@@ -106,92 +107,7 @@ size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& a) {
 namespace detail {
 namespace {
 
-constexpr int kWarps = 4;
-constexpr int kThreads = 32 * kWarps;
-
-// Cross-CTA primitives of the kFill merge. The CPU emulator (dev/kernels/emu) runs one block after
-// another, so plain operations are exact there.
-#ifdef TANDEM_CUDA_EMU
-inline unsigned TakeTicket(unsigned* counter) { return (*counter)++; }
-inline void FenceDevice() {}
-inline float LoadL2(const float* p) { return *p; }
-#else
-__device__ inline unsigned TakeTicket(unsigned* counter) { return atomicAdd(counter, 1u); }
-__device__ inline void FenceDevice() { __threadfence(); }
-__device__ inline float LoadL2(const float* p) { return __ldcg(p); }  // not through L1
-#endif
-
-// The chunk of a context of `ctx` keys cut into at most `splits` parts: `chunk` keys each (the
-// last one shorter), `used` parts. Both kernels call this, so they agree.
-__device__ inline void SplitLayout(int ctx, int splits, int min_chunk, int* chunk, int* used) {
-  int c = (ctx + splits - 1) / splits;
-  c = (c + 31) / 32 * 32;
-  c = c < min_chunk ? min_chunk : c;
-  *chunk = c;
-  *used = (ctx + c - 1) / c;
-}
-
-struct Workspace {
-  unsigned* counters;  // [num_seqs * gridDim.y] when merge_in_kernel (zero between launches)
-  float* partial_out;  // [num_seqs, num_heads, splits, head_dim], normalized per chunk
-  float* max_logits;   // [num_seqs, num_heads, splits]
-  float* exp_sums;     // [num_seqs, num_heads, splits]
-  int splits;
-  int min_chunk;
-  bool merge_in_kernel;  // the last CTA of a group merges (else PagedDecodeReduceKernel)
-};
-
-// The last CTA of a (sequence, KV head, head chunk) merges the `used` partial results of its
-// g_count heads into bf16 out. `scratch` (2 * G * kPagedDecodeMaxSplits floats) is free shared
-// memory. Every thread of the CTA calls this.
-template <int HD, int G>
-__device__ void MergeSplits(const PagedDecodeArgs& a, const Workspace& ws, int seq, int h0,
-                            int g_count, int used, float* scratch) {
-  float* s_w = scratch;                                // [G][max splits]: max logit, then weight
-  float* s_l = scratch + G * kPagedDecodeMaxSplits;    // [G][max splits]: exp sum
-  const int64_t head_row0 = (static_cast<int64_t>(seq) * a.num_heads + h0) * ws.splits;
-  for (int i = threadIdx.x; i < g_count * used; i += kThreads) {
-    const int g = i / used, sp = i % used;
-    const int64_t r = head_row0 + static_cast<int64_t>(g) * ws.splits + sp;
-    s_w[g * kPagedDecodeMaxSplits + sp] = LoadL2(ws.max_logits + r);
-    s_l[g * kPagedDecodeMaxSplits + sp] = LoadL2(ws.exp_sums + r);
-  }
-  __syncthreads();
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  for (int g = warp; g < g_count; g += kWarps) {  // a warp per head: weights l_i e^(m_i - M) / sum
-    float* w = s_w + g * kPagedDecodeMaxSplits;
-    const float* l = s_l + g * kPagedDecodeMaxSplits;
-    float mx = -INFINITY;
-    for (int sp = lane; sp < used; sp += 32) mx = fmaxf(mx, w[sp]);
-    mx = WarpMax(mx);
-    float total = 0.0f;
-    for (int sp = lane; sp < used; sp += 32) {
-      total += w[sp] == -INFINITY ? 0.0f : l[sp] * expf(w[sp] - mx);
-    }
-    total = WarpSum(total);
-    __syncwarp();  // every lane has read w[] before it is overwritten
-    for (int sp = lane; sp < used; sp += 32) {
-      w[sp] = w[sp] == -INFINITY ? 0.0f : l[sp] * expf(w[sp] - mx) / total;
-    }
-  }
-  __syncthreads();
-  for (int i = threadIdx.x; i < g_count * HD; i += kThreads) {
-    const int g = i / HD, d = i % HD;
-    const float* w = s_w + g * kPagedDecodeMaxSplits;
-    const float* src = ws.partial_out + (head_row0 + static_cast<int64_t>(g) * ws.splits) * HD + d;
-    float o0 = 0.0f, o1 = 0.0f, o2 = 0.0f, o3 = 0.0f;  // four independent loads in flight
-    int sp = 0;
-    for (; sp + 4 <= used; sp += 4) {
-      o0 += w[sp] * LoadL2(src + static_cast<int64_t>(sp) * HD);
-      o1 += w[sp + 1] * LoadL2(src + static_cast<int64_t>(sp + 1) * HD);
-      o2 += w[sp + 2] * LoadL2(src + static_cast<int64_t>(sp + 2) * HD);
-      o3 += w[sp + 3] * LoadL2(src + static_cast<int64_t>(sp + 3) * HD);
-    }
-    for (; sp < used; ++sp) o0 += w[sp] * LoadL2(src + static_cast<int64_t>(sp) * HD);
-    a.out[seq * a.out_stride + static_cast<int64_t>(h0 + g) * HD + d] =
-        __float2bfloat16_rn((o0 + o1) + (o2 + o3));
-  }
-}
+using namespace decode;  // NOLINT: the split layout, workspace and merge of both kernels
 
 template <int HD, int G>
 __global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
@@ -357,16 +273,9 @@ __global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
   }
   if (used == 1 || !ws.merge_in_kernel) return;
 
-  // Split results: the last CTA of this (sequence, KV head, head chunk) to finish merges them
-  // (threadFenceReduction: each thread's partial writes are made visible before the ticket).
-  FenceDevice();
-  __syncthreads();  // also: s_acc is free from here on
-  unsigned* counter = ws.counters + static_cast<int64_t>(seq) * gridDim.y + blockIdx.y;
-  if (threadIdx.x == 0) s_ticket = TakeTicket(counter);
-  __syncthreads();
-  if (s_ticket != static_cast<unsigned>(used - 1)) return;
-  FenceDevice();
-  if (threadIdx.x == 0) *counter = 0;  // every other CTA of the group has taken its ticket
+  // Split results: the last CTA of this (sequence, KV head, head chunk) to finish merges them.
+  // (s_acc is free once LastToFinish has synchronized the CTA.)
+  if (!LastToFinish(ws, seq, used, &s_ticket)) return;
   MergeSplits<HD, G>(a, ws, seq, h0, g_count, used, &s_acc[0][0][0]);
 }
 
@@ -398,6 +307,13 @@ __global__ void PagedDecodeReduceKernel(PagedDecodeArgs a, Workspace ws) {
 }
 
 template <int HD>
+cudaError_t LaunchReduce(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+  TANDEM_LAUNCH(PagedDecodeReduceKernel<HD>, dim3(a.num_heads, a.num_seqs), HD < 128 ? HD : 128, 0,
+                stream, a, ws);
+  return cudaGetLastError();
+}
+
+template <int HD>
 cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, int num_chunks,
                      cudaStream_t stream) {
   const int group = a.num_heads / a.num_kv_heads;
@@ -412,9 +328,7 @@ cudaError_t LaunchHd(const PagedDecodeArgs& a, const Workspace& ws, int num_chun
   TANDEM_LAUNCH(kernel, grid, kThreads, 0, stream, a, ws, num_chunks);
   cudaError_t err = cudaGetLastError();
   if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
-  TANDEM_LAUNCH(PagedDecodeReduceKernel<HD>, dim3(a.num_heads, a.num_seqs), HD < 128 ? HD : 128, 0,
-                stream, a, ws);
-  return cudaGetLastError();
+  return LaunchReduce<HD>(a, ws, stream);
 }
 
 __global__ void ZeroWordsKernel(unsigned* p, int n) {
