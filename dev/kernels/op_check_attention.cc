@@ -204,8 +204,10 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
 // the split choice and merge (kAuto: TANDEM_DECODE_SPLITS). With splits the kernel runs twice on
 // the same workspace (the second result is checked: the merge counters must be left zero).
 using Policy = cuda::DecodeSplitPolicy;
+using DK = cuda::DecodeKernel;
 void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<int>& share,
-                bool time_it, int num_splits = 0, Policy policy = Policy::kAuto) {
+                bool time_it, int num_splits = 0, Policy policy = Policy::kAuto,
+                DK kernel = DK::kAuto) {
   std::mt19937 rng(NextSeed());
   const int num_seqs = static_cast<int>(ctx.size());
   const Tables tables = MakeTables(ctx, share, rng);
@@ -238,6 +240,8 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   a.scale = 1.0f / std::sqrt(static_cast<float>(h.hd));
   a.num_splits = num_splits;
   a.policy = policy;
+  a.kernel = kernel;
+  const bool mma = cuda::detail::ChoosePagedDecodeKernel(a, cuda::CurrentDeviceLimits()) == DK::kMma;
   const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(a);
   DevBuf<unsigned char> ws(ws_bytes);
   if (ws_bytes > 0) ws.Poison();
@@ -275,7 +279,8 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   }
   std::vector<int> ones(num_seqs, 1);
   const Policy resolved = cuda::PagedDecodeResolvePolicy(policy);
-  std::string tag = policy == Policy::kAuto ? "" : resolved == Policy::kLegacy ? " legacy" : " fill";
+  std::string tag = mma ? " mma" : policy == Policy::kAuto ? " simt"
+                                 : resolved == Policy::kLegacy ? " simt legacy" : " simt fill";
   tag += (num_splits > 0 ? " splits " : " auto ") + std::to_string(cuda::PagedDecodeSplits(a));
   Row row{"paged_decode", Describe(h, ctx, ones) + tag};
   std::vector<int32_t> seq_rows(num_seqs + 1);
@@ -308,7 +313,16 @@ void CheckDecodeSplitChoice() {
     got += std::to_string(w.seqs) + "x" + std::to_string(w.ctx) + ":" + std::to_string(fill) + "/" +
            std::to_string(legacy) + " ";
   }
-  Row row{"decode_splits", "h 32/8 132 SMs: fill/legacy splits"};
+  // The mma kernel's (2 CTAs per SM), as paged_attention.h documents them.
+  const Want mma_table[] = {{1, 1024, 16, 0}, {1, 4096, 33, 0}, {8, 1024, 4, 0}, {8, 16384, 4, 0},
+                            {16, 1024, 2, 0}, {33, 1024, 1, 0}, {64, 4096, 1, 0}, {1, 40, 1, 0}};
+  got += "mma:";
+  for (const Want& w : mma_table) {
+    const int mma = cuda::PagedDecodeChooseMmaSplits(w.seqs, 8, w.ctx, 132, 2);
+    pass = pass && mma == w.fill;
+    got += " " + std::to_string(w.seqs) + "x" + std::to_string(w.ctx) + ":" + std::to_string(mma);
+  }
+  Row row{"decode_splits", "h 32/8 132 SMs: fill/legacy, mma splits"};
   row.pass = pass;
   row.note = got;
   Record(row);
@@ -351,34 +365,44 @@ void CheckPagedDecode() {
   for (size_t s = 1; s < ctx.size(); s += 3) share[s] = std::min(ctx[s] / kBlockSize, 8);
   if (!Small()) {
     DecodeCase(qwen3_8b, ctx, share, false);  // mixed contexts
-    // The issue's shapes, the first rewrite's split choice and reduce kernel (legacy) beside the
-    // SM-filling choice with the in-kernel merge (fill): same process, same data sizes.
-    const std::vector<std::pair<int, int>> timed = {{1, 1024}, {1, 4096}, {8, 1024}, {64, 1024},
-                                                    {64, 4096}, {256, 1024}};
+    // Issue 22's shapes (batch 1/8/64/256 x 1k/4k/16k; 256 x 16k left out: its 17 GB pool does
+    // not come back to the host for the reference): the SIMT kernel as the engine ran it before
+    // (legacy splits, reduce kernel) beside the mma kernel, same process, same data sizes.
+    const std::vector<std::pair<int, int>> timed = {
+        {1, 1024}, {1, 4096},  {1, 16384},  {8, 1024},   {8, 4096},  {8, 16384},
+        {64, 1024}, {64, 4096}, {64, 16384}, {256, 1024}, {256, 4096}};
     for (const auto& [seqs, len] : timed) {
-      for (Policy pol : {Policy::kLegacy, Policy::kFill}) {
-        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0, pol);
+      for (DK k : {DK::kSimt, DK::kMma}) {
+        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
+                   k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
       }
     }
-    DecodeCase(qwen3_8b, ctx, share, false, 33);  // fixed splits (a graph's), mixed contexts
-    DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kLegacy);
+    for (DK k : {DK::kSimt, DK::kMma}) {  // fixed splits (a graph's), mixed contexts
+      DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kFill, k);
+      DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kLegacy, k);
+    }
   }
   CheckDecodeSplitChoice();
   // Fixed splits: the fill merge (last CTA) and the legacy reduce kernel (first: these are what a
   // 1-SM emulator would not reach through the automatic choice).
-  for (Policy pol : {Policy::kFill, Policy::kLegacy}) {
-    DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7, pol);
-    DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256, pol);  // group 8, max splits
+  // Each kernel (the mma one runs every shape here but head_dim 256 and group 32).
+  for (DK k : {DK::kSimt, DK::kMma}) {
+    for (Policy pol : {Policy::kFill, Policy::kLegacy}) {
+      DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7, pol, k);
+      DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256, pol, k);  // group 8, max splits
+    }
+    DecodeCase({32, 8, 128}, {300, 33, 700}, {0, 1, 0}, false, 40, Policy::kFill, k);  // Qwen3-8B
+    DecodeCase({24, 4, 128}, {300, 1, 500}, {0, 0, 0}, false, 9, Policy::kFill, k);    // group 6
+    DecodeCase({8, 4, 256}, {600, 3, 200}, {0, 0, 0}, false, 4, Policy::kFill, k);     // head_dim 256
+    DecodeCase({32, 2, 128}, {700, 200, 1}, {0, 5, 0}, false, 5, Policy::kFill, k);    // group 16
+    DecodeCase({32, 1, 128}, {700, 200, 1}, {0, 5, 0}, false, 5, Policy::kFill, k);    // group 32
+    DecodeCase({4, 4, 64}, {90, 1, 17}, {0, 0, 1}, false, 3, Policy::kFill, k);        // group 1
+    // The automatic choice (1 split on the emulator's 1 SM).
+    DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 0, Policy::kAuto, k);
+    DecodeCase({32, 2, 128}, {2000, 513, 1}, {0, 10, 0}, false, 0, Policy::kAuto, k);  // group 16
+    DecodeCase({8, 4, 256}, {1500, 3, 512}, {0, 0, 0}, false, 0, Policy::kAuto, k);    // head_dim 256
+    DecodeCase({24, 4, 128}, {700, 1, 1536}, {0, 0, 0}, false, 0, Policy::kAuto, k);   // group 6
   }
-  DecodeCase({32, 8, 128}, {300, 33, 700}, {0, 1, 0}, false, 40, Policy::kFill);  // Qwen3-8B
-  DecodeCase({24, 4, 128}, {300, 1, 500}, {0, 0, 0}, false, 9, Policy::kFill);    // group 6
-  DecodeCase({8, 4, 256}, {600, 3, 200}, {0, 0, 0}, false, 4, Policy::kFill);     // head_dim 256
-  DecodeCase({32, 2, 128}, {700, 200, 1}, {0, 5, 0}, false, 5, Policy::kFill);    // 2 chunks
-  // The automatic choice (1 split on the emulator's 1 SM).
-  DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false);   // tiny-qwen3
-  DecodeCase({32, 2, 128}, {2000, 513, 1}, {0, 10, 0}, false);            // group 16 (2 chunks)
-  DecodeCase({8, 4, 256}, {1500, 3, 512}, {0, 0, 0}, false);              // head_dim 256
-  DecodeCase({24, 4, 128}, {700, 1, 1536}, {0, 0, 0}, false);             // group 6
 }
 
 }  // namespace tandem::opcheck

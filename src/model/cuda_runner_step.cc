@@ -109,6 +109,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     probe.num_seqs = bucket;
     probe.num_heads = c.num_attention_heads;
     probe.num_kv_heads = c.num_key_value_heads;
+    probe.head_dim = c.head_dim;  // which decode kernel, hence its split choice
     probe.max_context_len = stride_bucket * block_size_;
     p.num_splits = cuda::PagedDecodeSplits(probe);
   }

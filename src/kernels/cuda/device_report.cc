@@ -117,13 +117,27 @@ std::vector<std::string> DescribeKernels(const DeviceLimits& d, const KernelShap
       "large batches: {}; under two waves of CTAs: {}",
       s.head_dim, name(big), name(small)));
   const DecodeSplitPolicy policy = PagedDecodeResolvePolicy(DecodeSplitPolicy::kAuto);
-  out.push_back(fmt::format(
-      "paged_decode: split-KV flash-decoding on CUDA cores, one CTA per (split, KV head, "
-      "sequence) for its {} query heads, 16-byte K/V loads; splits: {}",
-      s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0,
-      policy == DecodeSplitPolicy::kFill
-          ? fmt::format("fill the {} SMs, merged by the last CTA", d.sm_count)
-          : std::string("by context length (64-key chunks), merge kernel")));
+  PagedDecodeArgs decode;
+  decode.head_dim = s.head_dim;
+  decode.num_heads = s.num_heads;
+  decode.num_kv_heads = s.num_kv_heads;
+  const int group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
+  if (detail::ChoosePagedDecodeKernel(decode, d) == DecodeKernel::kMma) {
+    out.push_back(fmt::format(
+        "paged_decode: split-KV flash-decoding on the tensor cores (mma.sync m16n8k16 bf16, the "
+        "{} query heads of a KV head as tile rows), K/V through {} cp.async stages a warp, {} "
+        "CTAs per SM; splits fill the {} SMs, merged by the last CTA",
+        group, detail::PagedDecodeMmaStages(s.head_dim, d),
+        detail::PagedDecodeMmaCtasPerSm(s.head_dim, d), d.sm_count));
+  } else {
+    out.push_back(fmt::format(
+        "paged_decode: split-KV flash-decoding on CUDA cores, one CTA per (split, KV head, "
+        "sequence) for its {} query heads, 16-byte K/V loads; splits: {}",
+        group,
+        policy == DecodeSplitPolicy::kFill
+            ? fmt::format("fill the {} SMs, merged by the last CTA", d.sm_count)
+            : std::string("by context length (64-key chunks), merge kernel")));
+  }
   out.push_back("embedding, rms_norm (+ residual add), qk_norm + RoPE, reshape_and_cache, "
                 "silu_mul: tandem's elementwise kernels (bf16, fp32 math)");
   out.push_back("sampling: tandem's GPU kernels (argmax + log-sum-exp, top-k, penalties, "

@@ -16,7 +16,16 @@
 // variable TANDEM_PREFILL_KERNEL=mma128|mma64|wmma for kAuto). head_dim 64 or 128.
 //
 // Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
-// K/V included). Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
+// K/V included). Two kernels (PagedDecodeArgs::kernel; kAuto: the environment variable
+// TANDEM_DECODE_KERNEL=mma|simt, else mma where it applies):
+//   mma (head_dim 64 or 128, up to 16 query heads per KV head, sm_80+, paged_decode_mma.cu): the
+//   query heads of a KV head are the rows of m16n8k16 tensor-core tiles; grid (num_splits, KV
+//   heads, sequences), 4 warps each streaming 16-key tiles of K and V through their own ring of
+//   cp.async shared-memory stages (3 where two CTAs of 106 KiB fit an SM, else 2); its splits
+//   come from PagedDecodeChooseMmaSplits, its split results are merged by the last CTA to finish
+//   (the reduce kernel without an initialized workspace).
+//   simt (every other shape; CUDA cores), described next.
+// Split-K (flash-decoding): the grid is (num_splits, KV heads, sequences); sequence
 // s's context is cut into at most num_splits chunks (a multiple of 32 keys, at least 32 (kFill) or
 // 64 (kLegacy)), one CTA per chunk and KV head serving all query heads of that KV head (up to 8;
 // larger groups use several CTAs), 16-byte K/V loads, an online softmax per CTA. When a sequence
@@ -79,6 +88,10 @@ constexpr int kPagedDecodeCounters = 4096;
 //   kLegacy: the first rewrite's choice (about two waves, chunks >= 64) and the reduce kernel.
 enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };
 
+// Which decode kernel (see above): kAuto, the tensor-core kernel, or the CUDA-core one. kMma for a
+// shape or device it does not serve runs kSimt.
+enum class DecodeKernel { kAuto, kMma, kSimt };
+
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
   int64_t q_stride = 0;
@@ -97,7 +110,8 @@ struct PagedDecodeArgs {
   float scale = 1.0f;
   // Context splits per sequence (grid x), 1..kPagedDecodeMaxSplits; 0: chosen by `policy`.
   int num_splits = 0;
-  DecodeSplitPolicy policy = DecodeSplitPolicy::kAuto;
+  DecodeSplitPolicy policy = DecodeSplitPolicy::kAuto;  // the simt kernel's splits and merge
+  DecodeKernel kernel = DecodeKernel::kAuto;
   // PagedDecodeWorkspaceBytes(args) bytes, 16-byte aligned. Its first kPagedDecodeCounters * 4
   // bytes are merge counters: zero them once after allocating (PagedDecodeInitWorkspace) and set
   // workspace_initialized; every launch leaves them zero again. Without it kFill merges with the
@@ -121,8 +135,16 @@ struct PagedDecodeArgs {
 //            ceil(max_context_len / 64), 64): 1x1k -> 16, 1x4k -> 33, 8x1k -> 5.
 int PagedDecodeChooseSplits(int num_seqs, int num_heads, int num_kv_heads, int max_context_len,
                             int num_sms, DecodeSplitPolicy policy);
-// The num_splits a launch with these args uses (args.num_splits when > 0, else the choice above
-// with the current device's SM count and the resolved policy).
+// The mma kernel's automatic choice: as many splits as make the CTAs of one wave, floor(ctas_per_sm
+// * num_sms / (num_seqs * num_kv_heads)), at most ceil(max_context_len / 64) (a 16-key tile per
+// warp) and 64, at least 1 (one split from num_seqs * num_kv_heads >= one wave on). Fewer CTAs than
+// slots rather than a second, mostly empty wave: the keys stream at the same rate either way.
+// Qwen3-8B on an H200 (132 SMs, 2 CTAs each): 1x1k -> 16, 1x4k -> 33, 8x1k -> 4, 8x16k -> 4,
+// >= 33 sequences -> 1.
+int PagedDecodeChooseMmaSplits(int num_seqs, int num_kv_heads, int max_context_len, int num_sms,
+                               int ctas_per_sm);
+// The num_splits a launch with these args uses (args.num_splits when > 0, else TANDEM_DECODE_SPLITS
+// when it names a number, else the choice of the kernel the args and the current device get).
 int PagedDecodeSplits(const PagedDecodeArgs& args);
 // kAuto resolved through TANDEM_DECODE_SPLITS (read once); kFill / kLegacy returned as given.
 DecodeSplitPolicy PagedDecodeResolvePolicy(DecodeSplitPolicy policy);
@@ -140,6 +162,13 @@ cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream
 PrefillKernel ChoosePagedPrefillKernel(const PagedPrefillArgs& args, const DeviceLimits& limits);
 size_t PagedPrefillSmemBytes(PrefillKernel kernel, int head_dim);
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
+// The decode kernel a launch with `args` runs on a device with `limits` (kAuto resolved: the
+// environment, then the shape and the device), the mma kernel's stages there (3, 2, or 0 when its
+// shared memory does not fit; head_dim 64 or 128) and its resident CTAs per SM (by shared memory,
+// at most 4).
+DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& args, const DeviceLimits& limits);
+int PagedDecodeMmaStages(int head_dim, const DeviceLimits& limits);
+int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& limits);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail
 }  // namespace tandem::cuda

@@ -41,7 +41,19 @@ int NumChunks(int num_heads, int num_kv_heads) {
   return group > kMaxGroup ? (group + kMaxGroup - 1) / kMaxGroup : 1;
 }
 
-int NumSms() { return CurrentDeviceLimits().sm_count; }
+constexpr int kMinChunkMma = 64;  // keys: one 16-key tile per warp
+constexpr int kMaxGroupMma = 16;  // query heads of one KV head: the rows of an m16 tile
+
+// TANDEM_DECODE_KERNEL, read once: mma, simt, or kAuto (unset or anything else).
+DecodeKernel EnvKernel() {
+  static const DecodeKernel k = [] {
+    const char* v = std::getenv("TANDEM_DECODE_KERNEL");
+    if (v != nullptr && std::strcmp(v, "mma") == 0) return DecodeKernel::kMma;
+    if (v != nullptr && std::strcmp(v, "simt") == 0) return DecodeKernel::kSimt;
+    return DecodeKernel::kAuto;
+  }();
+  return k;
+}
 
 // TANDEM_DECODE_SPLITS, read once: the policy and a fixed split count (0: none).
 struct EnvChoice {
@@ -90,11 +102,55 @@ int PagedDecodeChooseSplits(int num_seqs, int num_heads, int num_kv_heads, int m
   return splits < 1 ? 1 : static_cast<int>(splits);
 }
 
+int PagedDecodeChooseMmaSplits(int num_seqs, int num_kv_heads, int max_context_len, int num_sms,
+                               int ctas_per_sm) {
+  if (num_seqs <= 0 || num_kv_heads <= 0 || num_sms <= 0 || ctas_per_sm <= 0) return 1;
+  const int64_t per_split = int64_t{num_seqs} * num_kv_heads;
+  const int64_t slots = int64_t{ctas_per_sm} * num_sms;
+  int64_t splits = slots / per_split;
+  splits = std::min<int64_t>(splits, (int64_t{max_context_len} + kMinChunkMma - 1) / kMinChunkMma);
+  splits = std::min<int64_t>(splits, kMaxSplitsAuto);
+  return splits < 1 ? 1 : static_cast<int>(splits);
+}
+
+namespace detail {
+
+int PagedDecodeMmaStages(int head_dim, const DeviceLimits& d) {
+  constexpr size_t kReserved = 1024;  // shared memory the runtime keeps per CTA
+  const size_t three = decode::MmaSmemBytes(head_dim, 3), two = decode::MmaSmemBytes(head_dim, 2);
+  if (three > 0 && three <= d.smem_per_block_optin && 2 * (three + kReserved) <= d.smem_per_sm) return 3;
+  if (two > 0 && two <= d.smem_per_block_optin && two + kReserved <= d.smem_per_sm) return 2;
+  return 0;
+}
+
+int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& d) {
+  const int stages = PagedDecodeMmaStages(head_dim, d);
+  if (stages == 0) return 0;
+  const size_t per_cta = decode::MmaSmemBytes(head_dim, stages) + 1024;
+  return static_cast<int>(std::min<size_t>(d.smem_per_sm / per_cta, 4));
+}
+
+DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimits& d) {
+  const DecodeKernel asked = a.kernel != DecodeKernel::kAuto ? a.kernel : EnvKernel();
+  if (asked == DecodeKernel::kSimt || a.num_kv_heads <= 0) return DecodeKernel::kSimt;
+  const int group = a.num_heads / a.num_kv_heads;
+  const bool fits = d.cc_major >= 8 && group >= 1 && group <= kMaxGroupMma &&
+                    PagedDecodeMmaStages(a.head_dim, d) > 0;
+  return fits ? DecodeKernel::kMma : DecodeKernel::kSimt;
+}
+
+}  // namespace detail
+
 int PagedDecodeSplits(const PagedDecodeArgs& a) {
   if (a.num_splits > 0) return a.num_splits;
   if (a.policy == DecodeSplitPolicy::kAuto && Env().splits > 0) return Env().splits;
+  const DeviceLimits& d = CurrentDeviceLimits();
+  if (detail::ChoosePagedDecodeKernel(a, d) == DecodeKernel::kMma) {
+    return PagedDecodeChooseMmaSplits(a.num_seqs, a.num_kv_heads, a.max_context_len, d.sm_count,
+                                      detail::PagedDecodeMmaCtasPerSm(a.head_dim, d));
+  }
   return PagedDecodeChooseSplits(a.num_seqs, a.num_heads, a.num_kv_heads, a.max_context_len,
-                                 NumSms(), a.policy);
+                                 d.sm_count, a.policy);
 }
 
 size_t PagedDecodeWorkspaceBytes(const PagedDecodeArgs& a) {
@@ -347,11 +403,14 @@ cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaSt
 
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0) return cudaSuccess;
-  const bool legacy = PagedDecodeResolvePolicy(a.policy) == DecodeSplitPolicy::kLegacy;
-  const int num_chunks = NumChunks(a.num_heads, a.num_kv_heads);
+  const DeviceLimits& d = CurrentDeviceLimits();
+  const bool mma = ChoosePagedDecodeKernel(a, d) == DecodeKernel::kMma;
+  // The mma kernel merges in the kernel whenever it can (the policy picks the SIMT kernel's).
+  const bool legacy = !mma && PagedDecodeResolvePolicy(a.policy) == DecodeSplitPolicy::kLegacy;
+  const int num_chunks = mma ? 1 : NumChunks(a.num_heads, a.num_kv_heads);
   Workspace ws{};
   ws.splits = PagedDecodeSplits(a);
-  ws.min_chunk = legacy ? kMinChunkLegacy : kMinChunkFill;
+  ws.min_chunk = mma ? kMinChunkMma : legacy ? kMinChunkLegacy : kMinChunkFill;
   if (ws.splits > kPagedDecodeMaxSplits) return cudaErrorInvalidValue;
   if (ws.splits > 1) {
     const size_t rows = static_cast<size_t>(a.num_seqs) * a.num_heads * ws.splits;
@@ -364,6 +423,11 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
     ws.exp_sums = ws.max_logits + rows;
     ws.merge_in_kernel = !legacy && a.workspace_initialized &&
                          int64_t{a.num_seqs} * a.num_kv_heads * num_chunks <= kPagedDecodeCounters;
+  }
+  if (mma) {
+    cudaError_t err = LaunchPagedDecodeMma(a, ws, PagedDecodeMmaStages(a.head_dim, d), stream);
+    if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
+    return a.head_dim == 64 ? LaunchReduce<64>(a, ws, stream) : LaunchReduce<128>(a, ws, stream);
   }
   switch (a.head_dim) {
     case 64: return LaunchHd<64>(a, ws, num_chunks, stream);

@@ -1,6 +1,7 @@
-// What PagedDecode's kernels share (included only by paged_decode*.cu): the split of a context into chunks, the workspace of split results, and
+// What the two PagedDecode kernels share (included only by paged_decode.cu and
+// paged_decode_mma.cu): the split of a context into chunks, the workspace of split results, and
 // the merge of a (sequence, KV head, head chunk)'s splits by the last CTA to finish (log-sum-exp
-// weights, as in flash-decoding). The kernels run 128 threads (4 warps) per CTA.
+// weights, as in flash-decoding). Both kernels run 128 threads (4 warps) per CTA.
 #pragma once
 
 #include "kernels/cuda/device_utils.cuh"
@@ -110,6 +111,13 @@ __device__ inline bool LastToFinish(const Workspace& ws, int seq, int used, unsi
   if (threadIdx.x == 0) *counter = 0;  // every other CTA of the group has taken its ticket
   return true;
 }
+
+// paged_decode_mma.cu: the tensor-core kernel's dynamic shared memory (bytes; 0 for a head_dim
+// other than 64 and 128 or stages other than 2 and 3) and its launch (then the reduce kernel, as
+// for the SIMT kernel, when ws.splits > 1 and !ws.merge_in_kernel).
+size_t MmaSmemBytes(int head_dim, int stages);
+cudaError_t LaunchPagedDecodeMma(const PagedDecodeArgs& a, const Workspace& ws, int stages,
+                                 cudaStream_t stream);
 
 }  // namespace decode
 }  // namespace tandem::cuda::detail

@@ -48,6 +48,50 @@ class DeviceDispatch : public ::testing::Test {
   }
 };
 
+PagedDecodeArgs Qwen3_8bDecode(int head_dim = 128, int num_heads = 32, int num_kv_heads = 8) {
+  PagedDecodeArgs a;
+  a.head_dim = head_dim;
+  a.num_heads = num_heads;
+  a.num_kv_heads = num_kv_heads;
+  return a;
+}
+
+// The tensor-core decode kernel: 3 stages (106.25 KiB) where two such CTAs fit an SM (H200's
+// 228 KiB), else 2 (72.25 KiB: two CTAs on an A100's 164 KiB, one on an L40S's 100 KiB); the
+// CUDA-core kernel for head_dim 256, more than 16 query heads per KV head, or before sm_80.
+TEST(DecodeDispatch, TheMmaKernelTakesTheStagesTheDeviceHolds) {
+  if (std::getenv("TANDEM_DECODE_KERNEL") != nullptr) GTEST_SKIP() << "TANDEM_DECODE_KERNEL set";
+  EXPECT_EQ(detail::PagedDecodeMmaStages(128, kH200), 3);
+  EXPECT_EQ(detail::PagedDecodeMmaCtasPerSm(128, kH200), 2);
+  EXPECT_EQ(detail::PagedDecodeMmaStages(128, kA100), 2);
+  EXPECT_EQ(detail::PagedDecodeMmaCtasPerSm(128, kA100), 2);
+  EXPECT_EQ(detail::PagedDecodeMmaStages(128, kL40S), 2);
+  EXPECT_EQ(detail::PagedDecodeMmaCtasPerSm(128, kL40S), 1);
+  EXPECT_EQ(detail::PagedDecodeMmaStages(256, kH200), 0);
+  for (const DeviceLimits* d : {&kH200, &kA100, &kA10G, &kL40S}) {
+    EXPECT_EQ(detail::ChoosePagedDecodeKernel(Qwen3_8bDecode(), *d), DecodeKernel::kMma);
+    EXPECT_EQ(detail::ChoosePagedDecodeKernel(Qwen3_8bDecode(64, 4, 2), *d), DecodeKernel::kMma);
+    EXPECT_EQ(detail::ChoosePagedDecodeKernel(Qwen3_8bDecode(256, 8, 4), *d), DecodeKernel::kSimt);
+    EXPECT_EQ(detail::ChoosePagedDecodeKernel(Qwen3_8bDecode(128, 32, 1), *d), DecodeKernel::kSimt);
+  }
+  PagedDecodeArgs simt = Qwen3_8bDecode();
+  simt.kernel = DecodeKernel::kSimt;
+  EXPECT_EQ(detail::ChoosePagedDecodeKernel(simt, kH200), DecodeKernel::kSimt);
+  const DeviceLimits turing = Gpu(7, 5, 40, 64, 256, 5001000);
+  EXPECT_EQ(detail::ChoosePagedDecodeKernel(Qwen3_8bDecode(), turing), DecodeKernel::kSimt);
+}
+
+// Its split choice (paged_attention.h's table): one wave of CTAs, never a second mostly empty one.
+TEST(DecodeDispatch, MmaSplitsMakeOneWave) {
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(1, 8, 4096, 132, 2), 33);   // 264 CTAs of 128 keys
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(1, 8, 1024, 132, 2), 16);   // 64 keys each
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(8, 8, 16384, 132, 2), 4);   // 256 CTAs, not 320
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(33, 8, 1024, 132, 2), 1);
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(1, 8, 4096, 142, 1), 17);   // L40S: one CTA per SM
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(1, 8, 40, 132, 2), 1);
+  EXPECT_EQ(PagedDecodeChooseMmaSplits(0, 8, 40, 132, 2), 1);
+}
+
 TEST_F(DeviceDispatch, PrefillTilesFitTheDevicesSharedMemory) {
   const size_t smem128 = detail::PagedPrefillSmemBytes(PrefillKernel::kMma128, 128);
   const size_t smem64 = detail::PagedPrefillSmemBytes(PrefillKernel::kMma64, 128);

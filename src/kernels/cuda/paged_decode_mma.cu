@@ -1,0 +1,292 @@
+// PagedDecode on the tensor cores (paged_attention.h, DecodeKernel::kMma): the query heads of one
+// KV head are the rows of an m16n8k16 tile (group <= 16; rows past the group are zero), so each
+// K/V row is read from the pool once for all of them and the dots and the P*V product are mma.sync
+// bf16 with fp32 accumulators, as in paged_prefill.cu's FlashAttention-2 kernel.
+//
+// Grid (num_splits, KV head, sequence), 4 warps per CTA. The CTA's chunk of the context (SplitLayout)
+// is cut into 16-key tiles; warp w takes tiles w, w + 4, w + 8, ... and streams them through its own
+// ring of kStages shared-memory stages with cp.async (16 bytes a copy, one page-table read per lane
+// and tile), so no barrier is shared between warps while the keys stream. Each warp keeps an online
+// softmax (raw-score max, exp sum, fp32 output) for the 16 rows; at the end the CTA merges its four
+// warps through shared memory, and the chunk's result is either the output (one chunk) or a split
+// result that the last CTA to finish merges (paged_decode_split.cuh), as the SIMT kernel does.
+//
+// Shared memory at head_dim 128: Q 16 x 136 bf16 (4.25 KiB) + 4 warps x kStages x (K, V) 16 x 136
+// bf16 (8.5 KiB a stage): 106.25 KiB at 3 stages (two CTAs per SM on sm_80 / sm_90 / sm_100),
+// 72.25 KiB at 2 stages (GPUs with 99 KiB a block: one CTA per SM); rows padded by 16 bytes so
+// that the 8 row addresses of an ldmatrix hit different bank groups.
+#include "kernels/cuda/device_limits.h"
+#include "kernels/cuda/mma_utils.cuh"
+#include "kernels/cuda/paged_decode_split.cuh"
+
+namespace tandem::cuda::detail {
+namespace decode {
+namespace {
+
+constexpr int kTile = 16;  // keys per warp tile (one k-step of P*V)
+constexpr float kLog2e = 1.4426950408889634f;
+
+template <int HD, int kStages>
+struct MmaSmem {
+  static constexpr int kLd = HD + 8;  // bf16 elements per row
+  static constexpr size_t kStageBytes = sizeof(__nv_bfloat16) * 2 * kTile * kLd;  // K then V
+  static constexpr size_t kWarpBytes = kStages * kStageBytes;
+  static constexpr size_t kQ = 0;
+  static constexpr size_t kKV = kQ + sizeof(__nv_bfloat16) * 16 * kLd;
+  static constexpr size_t kBytes = kKV + kWarps * kWarpBytes;
+  // After the loop a warp's stages hold its 16 x HD fp32 output (the merge), and the whole KV
+  // region MergeSplits' 2 * 16 * kPagedDecodeMaxSplits floats.
+  static_assert(kWarpBytes >= sizeof(float) * 16 * HD, "warp output");
+  static_assert(kWarps * kWarpBytes >= sizeof(float) * 2 * 16 * kPagedDecodeMaxSplits, "merge");
+  static_assert(kKV % 16 == 0 && kStageBytes % 16 == 0 && (kLd * 2) % 16 == 0);
+};
+
+template <int HD, int kStages>
+__global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
+  using L = MmaSmem<HD, kStages>;
+  constexpr int kLd = L::kLd;
+  constexpr int kChunks = HD / 8;   // 16-byte chunks per row
+  constexpr int kKSteps = HD / 16;  // k-steps of Q K^T
+  constexpr int kDTiles = HD / 8;   // n8 tiles of O
+  TANDEM_DYNAMIC_SHARED(smem);
+  __shared__ float s_m[kWarps][16], s_l[kWarps][16];
+  __shared__ unsigned s_ticket;
+  __nv_bfloat16* sQ = reinterpret_cast<__nv_bfloat16*>(smem + L::kQ);
+
+  const int seq = blockIdx.z;
+  const int kvh = blockIdx.y;
+  const int split = blockIdx.x;
+  const int group = a.num_heads / a.num_kv_heads;  // <= 16
+  const int h0 = kvh * group;
+  const int ctx = a.context_lens[seq];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (ctx <= 0) {  // nothing to attend to: zeros (callers never pass this)
+    if (split == 0) {
+      for (int i = tid; i < group * HD; i += kThreads) {
+        a.out[seq * a.out_stride + static_cast<int64_t>(h0 + i / HD) * HD + i % HD] =
+            __float2bfloat16(0.0f);
+      }
+    }
+    return;
+  }
+  int chunk = 0, used = 0;
+  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, &used);
+  if (split >= used) return;
+  const int start = split * chunk;
+  const int end = min(start + chunk, ctx);
+  const int num_tiles = (end - start + kTile - 1) / kTile;
+  const int my_tiles = warp < num_tiles ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
+  const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
+  const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * HD;
+  const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
+  __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * L::kWarpBytes);
+
+  // This warp's i-th tile (keys start + (warp + 4 i) * 16 ...) -> stage: lane pair (2k, 2k + 1)
+  // copies key k's K and V rows, adjacent 16-byte chunks side by side; zeros past `end` (P is 0
+  // there, V must be finite).
+  const int kr = lane >> 1, half = lane & 1;
+  auto load_tile = [&](int i, int stage) {
+    const int p = start + (warp + kWarps * i) * kTile + kr;
+    const bool valid = p < end;
+    const __nv_bfloat16* src = a.kv_pool;
+    if (valid) {
+      const int64_t block = table[p / a.block_size];
+      src = a.kv_pool + (block * 2 * a.block_size + p % a.block_size) * row_elems +
+            static_cast<int64_t>(kvh) * HD;
+    }
+    __nv_bfloat16* dk = sKV + stage * 2 * kTile * kLd + kr * kLd;
+    __nv_bfloat16* dv = dk + kTile * kLd;
+#pragma unroll
+    for (int j = 0; j < kChunks / 2; ++j) {
+      const int col = (2 * j + half) * 8;
+      CpAsync16(dk + col, valid ? src + col : src, valid);
+      CpAsync16(dv + col, valid ? src + v_shift + col : src, valid);
+    }
+  };
+
+  // Group 0: Q (every thread; rows past the group zero) and this warp's tile 0; groups 1 ..
+  // kStages - 2: its next tiles (empty past its last).
+  for (int c = tid; c < 16 * kChunks; c += kThreads) {
+    const int r = c / kChunks, col = (c % kChunks) * 8;
+    const bool valid = r < group;
+    CpAsync16(sQ + r * kLd + col,
+              valid ? a.q + seq * a.q_stride + static_cast<int64_t>(h0 + r) * HD + col : a.q, valid);
+  }
+#pragma unroll
+  for (int i = 0; i < kStages - 1; ++i) {
+    if (i < my_tiles) load_tile(i, i);
+    CpAsyncCommit();
+  }
+  CpAsyncWait<kStages - 2>();  // Q (and tile 0) of this thread landed
+  __syncthreads();             // every thread's Q copies landed
+
+  uint32_t qf[kKSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kKSteps; ++kk) {
+    LdMatrixX4(qf[kk], sQ + (lane & 15) * kLd + kk * 16 + (lane >> 4) * 8);
+  }
+  float o[kDTiles][4];
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+  const int col2 = 2 * (lane & 3);
+  const float sl2 = a.scale * kLog2e;
+  float m0 = -INFINITY, m1 = -INFINITY;  // rows lane / 4 and lane / 4 + 8: raw-score max
+  float l0 = 0.0f, l1 = 0.0f;            // this lane's part of the exp sums
+
+  for (int i = 0; i < my_tiles; ++i) {
+    CpAsyncWait<kStages - 2>();  // this lane's copies of tile i landed
+    __syncwarp();                // and every lane's; the stage of tile i - 1 is free
+    if (i + kStages - 1 < my_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+    CpAsyncCommit();
+    const __nv_bfloat16* tk = sKV + (i % kStages) * 2 * kTile * kLd;
+    const __nv_bfloat16* tv = tk + kTile * kLd;
+    const int n0 = start + (warp + kWarps * i) * kTile;
+
+    // S = Q K^T, 16 rows x 16 keys: one ldmatrix x4 a k-step gives both n8 key tiles' B
+    // fragments (matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15)).
+    float s[2][4] = {{0.0f, 0.0f, 0.0f, 0.0f}, {0.0f, 0.0f, 0.0f, 0.0f}};
+#pragma unroll
+    for (int kk = 0; kk < kKSteps; ++kk) {
+      uint32_t kb[4];
+      LdMatrixX4(kb, tk + ((lane >> 4) * 8 + (lane & 7)) * kLd + kk * 16 + ((lane >> 3) & 1) * 8);
+      MmaBf16(s[0], qf[kk], kb);
+      MmaBf16(s[1], qf[kk], kb + 2);
+    }
+    if (n0 + kTile > end) {  // the chunk's last tile: keys past it do not count
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int key = n0 + j * 8 + col2;
+        if (key >= end) s[j][0] = s[j][2] = -INFINITY;
+        if (key + 1 >= end) s[j][1] = s[j][3] = -INFINITY;
+      }
+    }
+    // Online softmax (every tile has a valid key 0, so the max is finite from the first tile).
+    float mx0 = fmaxf(m0, fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])));
+    float mx1 = fmaxf(m1, fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3])));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
+    const float alpha0 = exp2f((m0 - mx0) * sl2), alpha1 = exp2f((m1 - mx1) * sl2);
+    m0 = mx0;
+    m1 = mx1;
+    const float b0 = mx0 * sl2, b1 = mx1 * sl2;
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      s[j][0] = exp2f(s[j][0] * sl2 - b0);
+      s[j][1] = exp2f(s[j][1] * sl2 - b0);
+      s[j][2] = exp2f(s[j][2] * sl2 - b1);
+      s[j][3] = exp2f(s[j][3] * sl2 - b1);
+    }
+    l0 = l0 * alpha0 + (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]);
+    l1 = l1 * alpha1 + (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]);
+    // O = O alpha + P V: the two S accumulators are P's A fragment; V's B fragments by
+    // ldmatrix.trans (matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15)).
+    const uint32_t pa[4] = {PackBf16x2(s[0][0], s[0][1]), PackBf16x2(s[0][2], s[0][3]),
+                            PackBf16x2(s[1][0], s[1][1]), PackBf16x2(s[1][2], s[1][3])};
+#pragma unroll
+    for (int dp = 0; dp < kDTiles / 2; ++dp) {
+      o[2 * dp][0] *= alpha0;
+      o[2 * dp][1] *= alpha0;
+      o[2 * dp][2] *= alpha1;
+      o[2 * dp][3] *= alpha1;
+      o[2 * dp + 1][0] *= alpha0;
+      o[2 * dp + 1][1] *= alpha0;
+      o[2 * dp + 1][2] *= alpha1;
+      o[2 * dp + 1][3] *= alpha1;
+      uint32_t vb[4];
+      LdMatrixX4Trans(vb, tv + (((lane >> 3) & 1) * 8 + (lane & 7)) * kLd + dp * 16 + (lane >> 4) * 8);
+      MmaBf16(o[2 * dp], pa, vb);
+      MmaBf16(o[2 * dp + 1], pa, vb + 2);
+    }
+  }
+  CpAsyncWait<0>();  // (only empty groups remain)
+  __syncwarp();
+
+  // The warp's result: rows' exp sums over the quad, the unnormalized output in its own stages.
+  l0 += __shfl_xor_sync(kFullMask, l0, 1);
+  l0 += __shfl_xor_sync(kFullMask, l0, 2);
+  l1 += __shfl_xor_sync(kFullMask, l1, 1);
+  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  float* so = reinterpret_cast<float*>(sKV);  // [16][HD]
+  const int r = lane >> 2;
+#pragma unroll
+  for (int d = 0; d < kDTiles; ++d) {
+    so[r * HD + d * 8 + col2] = o[d][0];
+    so[r * HD + d * 8 + col2 + 1] = o[d][1];
+    so[(r + 8) * HD + d * 8 + col2] = o[d][2];
+    so[(r + 8) * HD + d * 8 + col2 + 1] = o[d][3];
+  }
+  if ((lane & 3) == 0) {
+    s_m[warp][r] = my_tiles > 0 ? m0 : -INFINITY;
+    s_m[warp][r + 8] = my_tiles > 0 ? m1 : -INFINITY;
+    s_l[warp][r] = l0;
+    s_l[warp][r + 8] = l1;
+  }
+  __syncthreads();
+
+  // Merge the warps (log-sum-exp weights on the raw-score maxima).
+  for (int idx = tid; idx < group * HD; idx += kThreads) {
+    const int g = idx / HD, d = idx % HD;
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][g]);
+    float sum = 0.0f, acc = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float wt = s_m[w][g] == -INFINITY ? 0.0f : exp2f((s_m[w][g] - mx) * sl2);
+      sum += wt * s_l[w][g];
+      acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * L::kWarpBytes)[g * HD + d];
+    }
+    acc /= sum;
+    const int h = h0 + g;
+    if (used == 1) {
+      a.out[seq * a.out_stride + static_cast<int64_t>(h) * HD + d] = __float2bfloat16_rn(acc);
+    } else {
+      // Split results in the SIMT kernel's units: the max of the scaled scores.
+      const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + h) * ws.splits + split;
+      ws.partial_out[row * HD + d] = acc;
+      if (d == 0) {
+        ws.max_logits[row] = mx * a.scale;
+        ws.exp_sums[row] = sum;
+      }
+    }
+  }
+  if (used == 1 || !ws.merge_in_kernel) return;
+  if (!LastToFinish(ws, seq, used, &s_ticket)) return;
+  MergeSplits<HD, 16>(a, ws, seq, h0, group, used, reinterpret_cast<float*>(smem + L::kKV));
+}
+
+template <int HD, int kStages>
+cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+  constexpr size_t kBytes = MmaSmem<HD, kStages>::kBytes;
+  cudaError_t err = cudaFuncSetAttribute(&PagedDecodeMmaKernel<HD, kStages>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kBytes));
+  if (err != cudaSuccess) return err;
+  auto* kernel = &PagedDecodeMmaKernel<HD, kStages>;
+  TANDEM_LAUNCH(kernel, dim3(ws.splits, a.num_kv_heads, a.num_seqs), kThreads, kBytes, stream, a, ws);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+size_t MmaSmemBytes(int head_dim, int stages) {
+  if (head_dim == 64) return stages == 3 ? MmaSmem<64, 3>::kBytes : MmaSmem<64, 2>::kBytes;
+  if (head_dim == 128) return stages == 3 ? MmaSmem<128, 3>::kBytes : MmaSmem<128, 2>::kBytes;
+  return 0;
+}
+
+cudaError_t LaunchPagedDecodeMma(const PagedDecodeArgs& a, const Workspace& ws, int stages,
+                                 cudaStream_t stream) {
+  switch (a.head_dim * 10 + stages) {
+    case 643: return LaunchMma<64, 3>(a, ws, stream);
+    case 642: return LaunchMma<64, 2>(a, ws, stream);
+    case 1283: return LaunchMma<128, 3>(a, ws, stream);
+    case 1282: return LaunchMma<128, 2>(a, ws, stream);
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace decode
+}  // namespace tandem::cuda::detail
