@@ -293,19 +293,27 @@ device() {
         ${GPU_CHECK_BENCH_ARGS:-}
       # GPU_CHECK_BENCH_BASE=DIR: a pack of an earlier build (DIR/cuda_engine_bench.xz), timed on
       # the same checkpoint in the same call, interleaved: base, this build again, base again.
-      local base=${GPU_CHECK_BENCH_BASE:-}
+      # GPU_CHECK_BENCH_BASE_ENV="VAR=VALUE ...": the base run's environment; without
+      # GPU_CHECK_BENCH_BASE the base is this build under it (e.g. TANDEM_DECODE_KERNEL=simt: the
+      # previous decode kernel beside the new one).
+      local base=${GPU_CHECK_BENCH_BASE:-} base_bin=""
       if [ -n "$base" ] && [ -e "$ROOT/$base/cuda_engine_bench.xz" ]; then
         mkdir -p "$BIN/base"
         CARRY=$ROOT/$base BIN=$BIN/base unpack cuda_engine_bench
+        base_bin=$BIN/base/cuda_engine_bench
+      elif [ -n "${GPU_CHECK_BENCH_BASE_ENV:-}" ]; then
+        base_bin=$BIN/cuda_engine_bench
+      fi
+      if [ -n "$base_bin" ]; then
         # shellcheck disable=SC2086
-        run_stage bench-base 360 60 "$BIN/base/cuda_engine_bench" "$ckpt8" --json "$RES/bench-base.json" \
-          ${GPU_CHECK_BENCH_ARGS:-}
+        run_stage bench-base 360 60 env ${GPU_CHECK_BENCH_BASE_ENV:-} "$base_bin" "$ckpt8" \
+          --json "$RES/bench-base.json" ${GPU_CHECK_BENCH_ARGS:-}
         # shellcheck disable=SC2086
         run_stage bench-2 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem-2.json" \
           ${GPU_CHECK_BENCH_ARGS:-}
         # shellcheck disable=SC2086
-        run_stage bench-base-2 360 60 "$BIN/base/cuda_engine_bench" "$ckpt8" --json "$RES/bench-base-2.json" \
-          ${GPU_CHECK_BENCH_ARGS:-}
+        run_stage bench-base-2 360 60 env ${GPU_CHECK_BENCH_BASE_ENV:-} "$base_bin" "$ckpt8" \
+          --json "$RES/bench-base-2.json" ${GPU_CHECK_BENCH_ARGS:-}
       fi
       if [ "${GPU_CHECK_GRAPHS_COMPARE:-0}" = 1 ]; then
         # shellcheck disable=SC2086
@@ -340,7 +348,7 @@ device() {
       python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --hf "$RES/bench-hf.json" "${t2[@]}"
     fi
     if [ -e "$RES/bench-base.json" ]; then
-      echo "== this build (tandem) beside ${GPU_CHECK_BENCH_BASE} (base), same call: runs 1 and 2"
+      echo "== this build (tandem) beside ${GPU_CHECK_BENCH_BASE:-this build} ${GPU_CHECK_BENCH_BASE_ENV:-} (base), same call: runs 1 and 2"
       python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --tandem2 "$RES/bench-base.json" \
         --tandem2-label base --hf "$RES/bench-hf.json" | grep -E "^(shape|decode|prefill)"
       [ -e "$RES/bench-base-2.json" ] && python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem-2.json" \
