@@ -231,6 +231,7 @@ inline cudaError_t Version(int* v) { *v = 0; return cudaSuccess; }
 template <typename F>
 cudaError_t FuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 inline cudaError_t EventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
+inline cudaError_t EventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
 inline cudaError_t EventOne(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t EventElapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
@@ -332,6 +333,8 @@ inline int __any_sync(unsigned, int pred) {
 #define cudaRuntimeGetVersion ::emu::Version
 #define cudaFuncSetAttribute ::emu::FuncSetAttribute
 #define cudaEventCreate ::emu::EventCreate
+#define cudaEventCreateWithFlags ::emu::EventCreateWithFlags
+#define cudaEventQuery ::emu::EventOne  // work runs synchronously here: every event has completed
 #define cudaEventRecord ::emu::EventRecord
 #define cudaEventSynchronize ::emu::EventOne
 #define cudaEventDestroy ::emu::EventOne
