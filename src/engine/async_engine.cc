@@ -167,8 +167,12 @@ void AsyncEngine::Loop() {
       for (RequestOutput& out : step) outputs.push_back(std::move(out));
     }
     DispatchRemotePrefills();
-    // Callbacks run without the lock: they may call Submit/Cancel.
-    std::vector<std::pair<OutputCallback*, RequestOutput>> deliveries;
+    // Callbacks run without the lock: they may call Submit/Cancel. One request may have several
+    // outputs here (a remote prefill's first token and an abort from the same iteration): each
+    // delivery finds its callback through `targets`, which follows the callback out of
+    // callbacks_ when the request's final output takes it (outputs after that one are dropped).
+    std::vector<std::pair<std::string, RequestOutput>> deliveries;
+    std::unordered_map<std::string, OutputCallback*> targets;
     std::vector<OutputCallback> finished_callbacks;
     finished_callbacks.reserve(outputs.size());  // no reallocation: pointers into it stay valid
     {
@@ -180,15 +184,17 @@ void AsyncEngine::Loop() {
         if (out.finished) {
           finished_callbacks.push_back(std::move(it->second));
           callbacks_.erase(it);
-          deliveries.emplace_back(&finished_callbacks.back(), std::move(out));
+          targets[out.request_id] = &finished_callbacks.back();
         } else {
-          deliveries.emplace_back(&it->second, std::move(out));
+          targets.emplace(out.request_id, &it->second);
         }
+        std::string id = out.request_id;
+        deliveries.emplace_back(std::move(id), std::move(out));
       }
     }
-    // Pointers into callbacks_ stay valid: only this thread erases, and unordered_map keeps
-    // element addresses across inserts.
-    for (auto& [callback, out] : deliveries) (*callback)(std::move(out));
+    // Pointers into callbacks_ stay valid: only this thread erases (above, where `targets` is
+    // updated), and unordered_map keeps element addresses across inserts.
+    for (auto& [id, out] : deliveries) (*targets.at(id))(std::move(out));
   }
   // Shutting down: every unfinished request ends with kAbort (remote prefills still out are
   // dropped; the worker deregisters the KV pool before the engine frees it).

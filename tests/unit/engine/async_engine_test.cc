@@ -232,5 +232,54 @@ TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
   EXPECT_EQ(async.Stats().engine.num_kv_blocks_used, 0);
 }
 
+// A remote prefill's outcome and a cancel handled in the same loop iteration (found by
+// tests/chaos/chaos.py: a decode worker aborted with std::bad_function_call): the first token and
+// the abort are two outputs of one request in one Step; both reach the callback, the abort last,
+// and the blocks go back.
+TEST(AsyncEngine, ARemotePrefillsFirstTokenAndItsCancelInOneIteration) {
+  EngineConfig config;
+  config.num_kv_blocks = 1024;
+  config.block_size = 4;
+  config.max_num_batched_tokens = 64;
+  config.max_local_prefill_tokens = 8;
+  auto engine = Engine::Create(std::make_unique<testing::FakeModelRunner>(512, 1 << 18), nullptr, config);
+  ASSERT_TRUE(engine.ok());
+  AsyncEngine* self = nullptr;
+  AsyncEngineOptions options;
+  // On the engine thread, outside its lock: the outcome and the cancel are both queued before the
+  // thread looks at its inboxes again.
+  options.remote_prefill = [&](RemotePrefillTask task, std::function<void(RemotePrefillOutcome)> done) {
+    done(RemotePrefillOutcome{Status::Ok(), 7, {}});
+    self->Cancel(task.request_id);
+  };
+  AsyncEngine async(std::move(engine).value(), options);
+  self = &async;
+  Sink sink;
+  std::vector<bool> finished;
+  std::mutex mu;
+  OutputCallback inner = sink.Callback();
+  ASSERT_TRUE(async.Submit({"race", Prompt(40, 4), testing::Greedy(5)}, [&](RequestOutput out) {
+                     {
+                       std::lock_guard<std::mutex> lock(mu);
+                       finished.push_back(out.finished);
+                     }
+                     inner(std::move(out));
+                   }).ok());
+  ASSERT_TRUE(sink.Wait());
+  EXPECT_EQ(sink.reason, FinishReason::kAbort);
+  EXPECT_EQ(sink.num_finals, 1);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    ASSERT_EQ(finished.size(), 2u);  // the first token (7), then the abort
+    EXPECT_FALSE(finished[0]);
+    EXPECT_TRUE(finished[1]);
+  }
+  EXPECT_EQ(sink.tokens, std::vector<int32_t>{7});
+  for (int i = 0; i < 100 && async.Stats().engine.num_kv_blocks_used != 0; ++i) {
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_EQ(async.Stats().engine.num_kv_blocks_used, 0);
+}
+
 }  // namespace
 }  // namespace tandem
