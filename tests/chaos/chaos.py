@@ -11,7 +11,8 @@ Hosts (tests/chaos/netns.py; 10.77.0.0/24, reachable only from each other):
 The bundled tiny model on the CPU; every worker has 512 KV blocks and serves /metrics on :9100.
 
 One cycle of faults (seconds after the load started; `--duration` repeats it):
-   8 SIGKILL d1 (KV writes into it in flight)           14 d1 started again (joins mid-run)
+   4 rate-limit p1 and p2 to 40 mbit/s until 12, so that KV writes into d1 are in flight at
+   8 SIGKILL d1                                         14 d1 started again (joins mid-run)
   22 SIGSTOP p1 for 4 s (its writes stall)              32 SIGKILL p2, started again at 37
   44 cut d2's link for 6 s                              56 rate-limit p1 to 20 mbit/s for 12 s
   70 restart etcd                                       78 restart nats-server
@@ -143,7 +144,11 @@ class Cluster:
 
     def cycle(self, base):
         n = self.net
+        # Slow prefill links around the kill, so that KV writes into d1 are in flight when it dies.
+        self.at(base + 4, "rate-limit p1 and p2 40 mbit/s",
+                lambda: (n.rate_limit("p1", "40mbit"), n.rate_limit("p2", "40mbit")))
         self.at(base + 8, "SIGKILL d1", lambda: self.signal("d1", signal.SIGKILL))
+        self.at(base + 12, "unlimit p1 and p2", lambda: (n.unlimit("p1"), n.unlimit("p2")))
         self.at(base + 14, "d1 joins again", lambda: self.start_worker("d1"))
         self.at(base + 22, "SIGSTOP p1", lambda: self.signal("p1", signal.SIGSTOP))
         self.at(base + 26, "SIGCONT p1", lambda: self.signal("p1", signal.SIGCONT))
@@ -243,7 +248,7 @@ def main():
         bench = subprocess.Popen(net.exec_args("a", [
             tandem, "bench", "--url", f"http://{c.a}:8000", "--endpoint", "completions",
             "--request-rate", str(args.rate), "--duration", str(args.duration), "--timeout",
-            str(args.timeout), "--input-len", "uniform:100:400", "--output-len", "24", "--seed", "21",
+            str(args.timeout), "--input-len", "uniform:200:1200", "--output-len", "24", "--seed", "21",
             "--no-progress", "--output-json", report]),
             stdout=open(os.path.join(work, "bench.txt"), "wb"), stderr=subprocess.STDOUT)
         c.t0 = time.time()
