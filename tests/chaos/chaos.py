@@ -198,7 +198,7 @@ def longest_gap(requests, t_end):
     done = sorted(r["start_s"] + r["e2e_ms"] / 1000 for r in requests if r.get("error") is None)
     if not done:
         return t_end, 0.0
-    best, at, prev = done[0], 0.0, 0.0
+    best, at, prev = 0.0, done[0], done[0]  # from the first completion on
     for t in done:
         if t - prev > best:
             best, at = t - prev, prev
