@@ -22,6 +22,9 @@ struct PrefillHandler::Job {
   Clock::time_point write_deadline;
   std::mutex mu;
   bool answered = false;  // guarded by mu
+  // The engine holds the request's blocks for us (its final output came, not aborted); released
+  // by Finish, or at once by OnEngineOutput when the job was already answered. Guarded by mu.
+  bool blocks_held = false;
   // Set by the engine's final output (engine thread, before the job reaches ready_).
   RequestOutput final_output;
   int32_t first_token = -1;
@@ -29,7 +32,6 @@ struct PrefillHandler::Job {
   // Where the decode worker's pool lives (its agent metadata).
   transfer::MemoryKind remote_kind = transfer::MemoryKind::kHost;
   int32_t remote_device = 0;
-  bool blocks_held = false;
 
   // Layer-wise: filled by the engine thread under `mu`, drained by the transfer thread.
   bool layerwise = false;           // the engine reported a layer (guarded by mu)
@@ -46,6 +48,7 @@ struct PrefillHandler::Job {
   std::vector<transfer::TransferHandle> layer_handles;  // posted layers but the last
   int next_layer = 0;
   bool last_posted = false;
+  bool engine_cancelled = false;    // failed while computing: the engine request was cancelled
   Status failure;                   // set once: answer with it after every write has ended
   Clock::time_point first_post;
   // When the call arrived and when the engine's final output did (engine thread), for the log.
@@ -267,7 +270,16 @@ void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutp
     job->logprobs = out.new_logprobs;
   }
   job->computed_at = Clock::now();
-  job->blocks_held = !out.held_block_ids.empty();
+  const bool held = !out.held_block_ids.empty();
+  {
+    std::lock_guard<std::mutex> lock(job->mu);
+    if (job->answered) {
+      // Answered already (e.g. stopping): nothing will transfer these, so nothing else frees them.
+      if (held) engine_->ReleaseHeldBlocks(job->request.request_id);
+    } else {
+      job->blocks_held = held;
+    }
+  }
   const FinishReason reason = out.finish_reason;
   std::string error = out.error;
   job->final_output = std::move(out);
@@ -295,13 +307,13 @@ void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutp
 }
 
 void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefillResult> result) {
-  if (job->blocks_held) {
-    engine_->ReleaseHeldBlocks(job->request.request_id);
-    job->blocks_held = false;
-  }
   runtime::RemotePrefillDone done;
   {
     std::lock_guard<std::mutex> lock(job->mu);
+    if (job->blocks_held) {
+      engine_->ReleaseHeldBlocks(job->request.request_id);
+      job->blocks_held = false;
+    }
     if (job->answered) return;
     job->answered = true;
     done = std::move(job->done);
@@ -482,6 +494,16 @@ bool PrefillHandler::StepLayerwiseJob(const std::shared_ptr<Job>& job) {
   }
   if (job->handle.valid() && job->handle.Check() == transfer::TransferState::kInProgress) in_flight = true;
   if (!job->failure.ok()) {
+    if (!computed) {
+      // Failed while the prompt still computes (e.g. layer 0's write found the decode worker
+      // dead): stop the engine, and answer only once its final output came, so that the blocks it
+      // would hold after finishing are released (Finish) rather than held for nobody.
+      if (!job->engine_cancelled) {
+        job->engine_cancelled = true;
+        engine_->Cancel(job->request.request_id);
+      }
+      return false;  // OnEngineOutput queues the job again
+    }
     if (in_flight) return false;  // nothing may land after the answer
     Finish(job, job->failure);
     return true;

@@ -24,7 +24,10 @@
 // Cancel while computing aborts the engine request (answer: FailedPrecondition "cancelled"); once
 // a write is posted it runs to its end (bounded by the window), and a failed request is answered
 // only after every write it posted has ended, so that nothing lands in the decode worker's blocks
-// after the answer (decode then prefills them locally). Blocks are always released.
+// after the answer (decode then prefills them locally). A write that fails while the prompt still
+// computes (layer-wise: layer 0's write found the decode worker dead) cancels the engine request,
+// and the answer waits for the engine's final output, so the blocks the engine holds for it once
+// done are released too (issue 21: they were held for nobody). Blocks are always released.
 #pragma once
 
 #include <atomic>
