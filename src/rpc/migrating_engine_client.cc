@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <utility>
@@ -13,6 +14,7 @@
 
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "rpc/remote_engine_client.h"
 
 namespace tandem::runtime {
 namespace {
@@ -30,6 +32,7 @@ struct RequestState {
   std::string inner_id;        // the live (or last) attempt's id at the inner client
   bool cancelled = false;
   bool done = false;           // the final output was delivered
+  std::optional<RequestOutput> lost;  // the live attempt replaces this lost one's (attempt > 0)
 };
 
 // A request whose worker was lost, waiting for its resubmission.
@@ -86,6 +89,19 @@ struct MigratingEngineClient::Impl {
     if (!out.finished) {
       lock.unlock();
       state->on_output(std::move(out));
+      return;
+    }
+    if (state->attempt > 0 && state->lost && IsNoWorkerOutput(out)) {
+      // The resubmission waited for a live worker in vain: the lost worker's error, as when the
+      // resubmission is refused at once.
+      log::warn("request {}: migration failed: {}", state->id, out.refusal.ToString());
+      RequestOutput lost = std::move(*state->lost);
+      lost.error += "; migration to another worker failed: " + out.refusal.message();
+      Rewrite(*state, lost);
+      state->done = true;
+      lock.unlock();
+      Erase(*state);
+      state->on_output(std::move(lost));
       return;
     }
     const int remaining =
@@ -181,6 +197,7 @@ struct MigratingEngineClient::Impl {
       // Counted before the new attempt's outputs reach the caller (OnOutput takes state->mu; the
       // inner client never calls back on the submitting thread, engine_client.h).
       std::lock_guard<std::mutex> lock(state->mu);
+      state->lost = retry.lost;
       st = inner->Submit(std::move(request), Callback(self, state));
       if (st.ok()) {
         migrations.fetch_add(1);

@@ -11,7 +11,8 @@
 //            streamed so far (all attempts). Exactly one finished output, as the inner contract:
 //            the last attempt's, or kError (the lost worker's message, plus why migration did not
 //            happen when it was possible) when the limit is reached, no token budget is left, or
-//            the resubmission is refused (e.g. no worker left: "no worker available ...").
+//            the resubmission is refused (e.g. no worker left: "no worker available ..."; with
+//            RemoteEngineClientOptions::wait_for_worker, once that wait for a live worker ended).
 //            Refusals of an engine, deadlines and aborts are never migrated.
 //   Cancel   reaches whichever attempt is live; a request waiting for its resubmission finishes
 //            with kAbort without one.

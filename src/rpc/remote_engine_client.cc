@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -13,24 +14,16 @@
 
 #include "common/logging.h"
 #include "rpc/proto_convert.h"
+#include "rpc/remote_engine_client_impl.h"
 #include "rpc/tandem.grpc.pb.h"
 #include "rpc/worker_channel.h"
 
 namespace tandem::runtime {
 namespace {
 
-struct Worker {
-  InstanceInfo instance;
-  std::shared_ptr<grpc::Channel> channel;
-  std::unique_ptr<v1::Worker::Stub> stub;
-  bool healthy = true;      // guarded by Impl::mu
-  EngineClientStats stats;  // guarded by Impl::mu
-  // When a call last found it gone (UNAVAILABLE); a Health poll started before it does not
-  // count. Guarded by Impl::mu.
-  std::chrono::steady_clock::time_point lost_at{};
-
-  std::string Name() const { return instance.instance_id + " (" + instance.endpoint + ")"; }
-};
+using remote_detail::CallEntry;
+using remote_detail::SteadyClock;
+using remote_detail::Worker;
 
 std::shared_ptr<Worker> Connect(const InstanceInfo& instance) {
   auto w = std::make_shared<Worker>();
@@ -50,63 +43,8 @@ ServedModelInfo InfoFromMetadata(const InstanceInfo& instance) {
   return info;
 }
 
-// A call in flight, shared by the id map (for Cancel) and the reactor.
-struct CallEntry {
-  std::shared_ptr<grpc::ClientContext> context = std::make_shared<grpc::ClientContext>();
-  std::atomic<bool> cancelled{false};
-};
-
 }  // namespace
 
-struct RemoteEngineClient::Impl {
-  std::shared_ptr<Discovery> discovery;
-  RemoteEngineClientOptions options;
-
-  mutable std::mutex mu;
-  std::condition_variable drained;
-  std::vector<std::shared_ptr<Worker>> workers;  // sorted by instance_id
-  size_t next = 0;                               // round-robin position
-  std::unordered_map<std::string, std::shared_ptr<CallEntry>> calls;
-  int num_active = 0;                            // reactors not yet done
-  ServedModelInfo info;
-  int last_num_workers = -1;
-
-  // The refresh thread (started and stopped by RemoteEngineClient).
-  std::mutex refresh_mu;
-  std::condition_variable refresh_cv;
-  bool refresh_stop = false;
-  std::thread refresher;
-  std::mutex refresh_serial;  // one Refresh at a time (the thread's and Refresh()'s)
-
-  void Refresh();
-  // A call to `w` failed with UNAVAILABLE: unhealthy until a later Health poll says otherwise.
-  void MarkLost(const std::shared_ptr<Worker>& w);
-  // Tells options.selector the healthy workers when they changed since the last time.
-  void PublishLive();
-  std::mutex live_mu;  // serializes PublishLive
-  std::optional<std::vector<std::string>> published_live;  // guarded by live_mu
-  Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
-                OutputCallback on_output);
-  // options.selector's worker among the healthy ones; null: none (round-robin).
-  std::shared_ptr<Worker> Select(const GenerateRequest& request);
-
-  // Workers whose last call ended after they left discovery: a reactor must not drop the last
-  // reference to its channel inside gRPC's callback (destroying a channel from its own callback
-  // thread over-releases its completion queue: "assertion failed: prior > 0", seen when a killed
-  // worker left discovery before its streams failed). Released by the next Refresh.
-  std::vector<std::shared_ptr<Worker>> retired;  // guarded by mu
-  void Retire(std::shared_ptr<Worker> w) {
-    std::lock_guard<std::mutex> lock(mu);
-    retired.push_back(std::move(w));
-  }
-
-  void CallDone(const std::string& id, const CallEntry* entry, bool reactor_done) {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = calls.find(id);
-    if (it != calls.end() && it->second.get() == entry) calls.erase(it);
-    if (reactor_done && --num_active == 0) drained.notify_all();
-  }
-};
 
 namespace {
 
@@ -114,12 +52,12 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
  public:
   GenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner, std::shared_ptr<Worker> worker,
                std::shared_ptr<CallEntry> entry, const GenerateRequest& request,
-               OutputCallback on_output)
+               OutputCallback on_output, SteadyClock::time_point deadline)
       : owner_(std::move(owner)), worker_(std::move(worker)), entry_(std::move(entry)),
         request_id_(request.request_id), on_output_(std::move(on_output)),
         timeout_(owner_->options.request_timeout), selector_(owner_->options.selector) {
     ToProto(request, &request_);
-    entry_->context->set_deadline(std::chrono::system_clock::now() + timeout_);
+    entry_->context->set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
   }
 
   void Start() {
@@ -221,6 +159,15 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
 
 }  // namespace
 
+void remote_detail::StartGenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner,
+                                      std::shared_ptr<Worker> worker, std::shared_ptr<CallEntry> entry,
+                                      const GenerateRequest& request, OutputCallback on_output,
+                                      SteadyClock::time_point deadline) {
+  auto* call = new GenerateCall(std::move(owner), std::move(worker), std::move(entry), request,
+                                std::move(on_output), deadline);
+  call->Start();  // deletes itself in OnDone
+}
+
 void RemoteEngineClient::Impl::Refresh() {
   std::lock_guard<std::mutex> serial(refresh_serial);
   std::vector<std::shared_ptr<Worker>> released;  // dropped here, outside any gRPC callback
@@ -313,6 +260,7 @@ void RemoteEngineClient::Impl::Refresh() {
       }
     }
     workers = std::move(fresh);
+    WakeWaiter();  // a request waiting for a worker may go now
     if (num_healthy == last_num_workers) {
       num_healthy = -1;  // unchanged: no callback
     } else {
@@ -355,39 +303,6 @@ void RemoteEngineClient::Impl::PublishLive() {
   published_live = std::move(live);
 }
 
-Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
-                                        OutputCallback on_output) {
-  std::shared_ptr<Worker> worker;
-  auto entry = std::make_shared<CallEntry>();
-  if (options.selector) worker = Select(request);  // null: round-robin below
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    for (size_t i = 0; i < workers.size() && !worker; ++i) {
-      const auto& w = workers[(next + i) % workers.size()];
-      if (w->healthy) {
-        worker = w;
-        next = (next + i + 1) % workers.size();
-      }
-    }
-    if (!worker) {
-      return Err(StatusCode::kFailedPrecondition,
-                 "no worker available: no live '{}' worker in namespace '{}'{}",
-                 fmt::join(options.components, "' or '"), options.namespace_name,
-                 options.served_model_name.empty()
-                     ? std::string()
-                     : fmt::format(" serving model '{}'", options.served_model_name));
-    }
-    if (!calls.emplace(request.request_id, entry).second) {
-      // (A selector's prediction under this id belongs to the call in flight: not freed here.)
-      return Err(StatusCode::kInvalidArgument, "duplicate request id '{}'", request.request_id);
-    }
-    ++num_active;
-  }
-  auto* call = new GenerateCall(self, std::move(worker), entry, request, std::move(on_output));
-  call->Start();  // deletes itself in OnDone
-  return Status::Ok();
-}
-
 std::shared_ptr<Worker> RemoteEngineClient::Impl::Select(const GenerateRequest& request) {
   std::vector<std::shared_ptr<Worker>> live;
   {
@@ -421,12 +336,21 @@ RemoteEngineClient::RemoteEngineClient(std::shared_ptr<Discovery> discovery,
   impl_->refresher = std::thread([impl] {
     std::unique_lock<std::mutex> lock(impl->refresh_mu);
     while (!impl->refresh_stop) {
+      impl->refresh_now = false;
       lock.unlock();
       impl->Refresh();
       lock.lock();
-      impl->refresh_cv.wait_for(lock, impl->options.refresh_interval,
-                                [impl] { return impl->refresh_stop; });
+      // Requests waiting for a worker: look more often, so one that joins is used at once.
+      const auto interval = impl->num_parked > 0
+                                ? std::min(impl->options.refresh_interval, std::chrono::milliseconds(100))
+                                : impl->options.refresh_interval;
+      impl->refresh_cv.wait_for(lock, interval, [impl] { return impl->refresh_stop || impl->refresh_now; });
     }
+  });
+  std::weak_ptr<Impl> weak = impl_;
+  impl_->waiter = std::thread([impl, weak] {
+    std::shared_ptr<Impl> self = weak.lock();  // joined before impl_ is dropped: always succeeds
+    impl->RunWaiter(self);
   });
 }
 
@@ -437,6 +361,12 @@ RemoteEngineClient::~RemoteEngineClient() {
   }
   impl_->refresh_cv.notify_all();
   impl_->refresher.join();
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->waiter_stop = true;  // waiting requests end with kAbort
+    impl_->WakeWaiter();
+  }
+  impl_->waiter.join();
 
   std::vector<std::shared_ptr<CallEntry>> entries;
   {
@@ -462,6 +392,16 @@ void RemoteEngineClient::Cancel(const std::string& request_id) {
   std::shared_ptr<CallEntry> entry;
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
+    auto mark = [&](const auto& list) {
+      for (const auto& p : list) {
+        if (p->request.request_id != request_id) continue;
+        p->cancelled = true;  // the waiter thread delivers the kAbort (or cancels the call it made)
+        impl_->WakeWaiter();
+        return true;
+      }
+      return false;
+    };
+    if (mark(impl_->parked) || mark(impl_->dispatching)) return;
     auto it = impl_->calls.find(request_id);
     if (it == impl_->calls.end()) return;
     entry = it->second;
@@ -482,7 +422,7 @@ EngineClientStats RemoteEngineClient::Stats() const {
     s.engine.prefix_cache_queries += w->stats.engine.prefix_cache_queries;
     s.engine.prefix_cache_hits += w->stats.engine.prefix_cache_hits;
   }
-  s.num_pending = static_cast<int>(impl_->calls.size());
+  s.num_pending = static_cast<int>(impl_->calls.size() + impl_->parked.size());
   return s;
 }
 

@@ -3,9 +3,16 @@
 // RemoteEngineClientOptions::selector: the KV router, router/kv_routing.h), as one Worker.Generate
 // stream (tandem.proto) with a deadline.
 //
-//   Submit   picks a worker and opens the stream; returns at once. FailedPrecondition ("no worker
-//            available ...", HTTP 503) when discovery lists none; InvalidArgument for a request id
-//            already in flight. Refusals of the worker's engine (queue full, bad request) arrive
+//   Submit   picks a worker and opens the stream; returns at once. No live worker: with
+//            wait_for_worker > 0 the request waits for one (Submit returns OK; see "waiting"),
+//            else FailedPrecondition ("no worker available ...", HTTP 503); InvalidArgument for a
+//            request id already in flight.
+//   waiting  a request that found no live worker is sent as soon as a Health poll finds one
+//            (polls run every 100 ms meanwhile), its Generate deadline still request_timeout from
+//            Submit; when none is live after wait_for_worker (or request_timeout, if shorter) its
+//            one output is final kError with `refusal` FailedPrecondition "no worker available
+//            ... (waited N s for one)" (IsNoWorkerOutput; the frontend answers it 503). Cancel
+//            ends it with kAbort; so does the destructor. Refusals of the worker's engine (queue full, bad request) arrive
 //            as the final output: kError with the worker's message.
 //   outputs  delivered on gRPC's threads, in order, ending with exactly one finished output:
 //            the worker's; kAbort after Cancel; kError with a message naming the worker when the
@@ -20,7 +27,7 @@
 //   Cancel   cancels the call (ClientContext::TryCancel); the worker cancels the engine request,
 //            so its KV blocks return to the pool.
 //   Stats    the sum of the workers' last Health answers (polled every refresh_interval) plus
-//            num_pending = calls in flight from this client.
+//            num_pending = calls in flight from this client and requests waiting for a worker.
 //   model_info  from the registration metadata of a worker ("model", "max_model_len",
 //            "vocab_size"); the last one seen, or `fallback_model_info` before any.
 #pragma once
@@ -66,6 +73,9 @@ struct RemoteEngineClientOptions {
   std::string served_model_name;
   std::chrono::milliseconds request_timeout{std::chrono::hours(1)};  // each Generate's deadline
   std::chrono::milliseconds refresh_interval{500};  // discovery List and Health polls
+  // How long a request that finds no live worker waits for one (see "waiting"); 0: it fails at
+  // once. tandem frontend: --wait-for-worker-s (default 5 s).
+  std::chrono::milliseconds wait_for_worker{0};
   ServedModelInfo fallback_model_info;              // model_info() before any worker was seen
   // Called on the refresh thread whenever the number of live workers changes (and once at start).
   std::function<void(int num_workers)> on_workers_changed;
@@ -81,11 +91,17 @@ struct RemoteWorkerStatus {
   EngineClientStats stats;  // from its last successful Health call
 };
 
+// True for the final output of a request that waited wait_for_worker and found no live worker.
+inline bool IsNoWorkerOutput(const RequestOutput& out) {
+  return out.finished && out.finish_reason == FinishReason::kError &&
+         out.refusal.code() == StatusCode::kFailedPrecondition;
+}
+
 class RemoteEngineClient final : public EngineClient {
  public:
   RemoteEngineClient(std::shared_ptr<Discovery> discovery, RemoteEngineClientOptions options);
-  // Stops the refresh thread, cancels every call in flight and waits (up to 5 s) until each has
-  // delivered its final output.
+  // Stops the refresh thread, ends waiting requests (kAbort), cancels every call in flight and
+  // waits (up to 5 s) until each has delivered its final output.
   ~RemoteEngineClient() override;
 
   Status Submit(GenerateRequest request, OutputCallback on_output) override;
