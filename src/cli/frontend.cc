@@ -2,8 +2,10 @@
 // template from --model (only those files are read; no weights), requests to the workers found in
 // discovery (rpc/remote_engine_client.h), each placed by the KV router (router/kv_routing.h:
 // --router-mode kv|round-robin|random, --router-temperature, --kv-overlap-score-weight; KV events
-// from --event-plane). /health answers 200 while at least one worker is live, 503 otherwise;
-// requests with no worker get 503. While prefill workers are live, each request also carries the
+// from --event-plane). /health answers 200 while at least one worker is live, 503 otherwise, its
+// body naming the live workers per pool ({"status":"unhealthy","reason":"no live decode worker",
+// "pools":{"decode":0,"prefill":1}}); a request (or a migration) that finds no live worker waits
+// up to --wait-for-worker-s (default 5) for one, then gets 503 (a migration: its 500). While prefill workers are live, each request also carries the
 // prefill worker the same router mode chose among them (router/prefill_router.h), for the decode
 // worker's remote prefill.
 //
@@ -51,6 +53,7 @@ struct FrontendOptions {
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string component = "auto";
   double request_timeout_s = 3600;
+  double wait_for_worker_s = 5;  // --wait-for-worker-s (RemoteEngineClientOptions::wait_for_worker)
   int migration_limit = 0;  // --migration-limit (rpc/migrating_engine_client.h)
   HttpOptions http;
   RouterOptions router;
@@ -76,6 +79,29 @@ class Readiness {
   OpenAIService* service_ = nullptr;
 };
 
+// /health: the live workers of each pool; unhealthy while none takes requests (agg or decode).
+HealthReport FrontendHealth(const std::weak_ptr<runtime::RemoteEngineClient>& client,
+                            const std::shared_ptr<runtime::PrefillRouter>& prefill_router) {
+  HealthReport r;
+  r.pools["decode"] = 0;
+  r.pools["prefill"] = prefill_router ? static_cast<int>(prefill_router->workers().size()) : 0;
+  int live = 0;
+  bool agg_seen = false, decode_seen = false;
+  if (auto c = client.lock()) {
+    for (const runtime::RemoteWorkerStatus& w : c->Workers()) {
+      agg_seen = agg_seen || w.instance.component == runtime::kComponentAgg;
+      decode_seen = decode_seen || w.instance.component == runtime::kComponentDecode;
+      r.pools[w.instance.component] += w.healthy;  // (a known agg pool shows, at 0 too)
+      live += w.healthy;
+    }
+  }
+  r.healthy = live > 0;
+  if (!r.healthy) {
+    r.reason = !agg_seen && (decode_seen || r.pools["prefill"] > 0) ? "no live decode worker" : "no live worker";
+  }
+  return r;
+}
+
 int RunFrontend(const FrontendOptions& opt) {
   EngineOptions names;
   names.model_dir = opt.model_dir;
@@ -97,6 +123,8 @@ int RunFrontend(const FrontendOptions& opt) {
   client_options.served_model_name = served_name;
   client_options.request_timeout =
       std::chrono::milliseconds(static_cast<int64_t>(opt.request_timeout_s * 1000));
+  client_options.wait_for_worker =
+      std::chrono::milliseconds(static_cast<int64_t>(opt.wait_for_worker_s * 1000));
   client_options.fallback_model_info.name = served_name;
   client_options.fallback_model_info.vocab_size = tokenizer->vocab_size();
   // Until a worker says otherwise: the model's own context length.
@@ -164,8 +192,9 @@ int RunFrontend(const FrontendOptions& opt) {
   auto served_client = std::make_shared<runtime::MigratingEngineClient>(client, migration_options);
   // The prefill worker of each request (router/prefill_router.h): the same router mode over the
   // prefill pool, its choice sent to the decode worker as the request's prefill_worker_id.
+  std::shared_ptr<runtime::PrefillRouter> prefill_router;
   auto prefill_routed = runtime::WithPrefillRouting(served_client, discovery, *kv_feed,
-                                                    routing_options, served_name);
+                                                    routing_options, served_name, &prefill_router);
   if (!prefill_routed.ok()) {
     std::fprintf(stderr, "tandem frontend: %s\n", prefill_routed.status().ToString().c_str());
     return 1;
@@ -197,6 +226,7 @@ int RunFrontend(const FrontendOptions& opt) {
     server.Route(std::move(method), std::move(path), std::move(handler));
   });
   readiness->Attach(service.get());
+  service->SetHealthReport([weak_client, prefill_router] { return FrontendHealth(weak_client, prefill_router); });
   if (Status st = server.Start(); !st.ok()) {
     readiness->Attach(nullptr);
     std::fprintf(stderr, "tandem frontend: %s\n", st.ToString().c_str());
@@ -240,6 +270,10 @@ Runner RegisterFrontend(CLI::App& app) {
                  "Times a request whose worker dies mid-stream is resubmitted to another worker, "
                  "continuing from the tokens already streamed (default 0: the request fails)")
       ->check(CLI::Range(0, 1000));
+  app.add_option("--wait-for-worker-s", opt->wait_for_worker_s,
+                 "How long a request (or a migration) that finds no live worker waits for one "
+                 "before failing (503), in seconds; 0: fail at once")
+      ->check(CLI::Range(0.0, 3600.0));
   app.add_option("--request-timeout-s", opt->request_timeout_s,
                  "Deadline of each request at the workers, in seconds")
       ->check(CLI::Range(0.001, 1e9));

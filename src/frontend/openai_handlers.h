@@ -5,6 +5,7 @@
 #include <atomic>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,8 @@ struct OpenAIService::State {
   OpenAIServiceOptions options;  // served_model_name resolved
   openai::ServiceMetrics metrics;
   std::atomic<bool> ready{false};
+  std::mutex health_mu;
+  std::shared_ptr<const std::function<HealthReport()>> health_report;  // guarded by health_mu; may be null
   int max_token_bytes = 0;  // openai::MaxTokenBytes(*tokenizer), for early context checks
 };
 

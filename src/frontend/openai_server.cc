@@ -22,6 +22,12 @@ OpenAIService::OpenAIService(std::shared_ptr<EngineClient> engine,
 OpenAIService::~OpenAIService() = default;
 
 void OpenAIService::SetReady(bool ready) { state_->ready = ready; }
+void OpenAIService::SetHealthReport(std::function<HealthReport()> report) {
+  std::shared_ptr<const std::function<HealthReport()>> p;
+  if (report) p = std::make_shared<const std::function<HealthReport()>>(std::move(report));
+  std::lock_guard<std::mutex> lock(state_->health_mu);
+  state_->health_report = std::move(p);
+}
 bool OpenAIService::ready() const { return state_->ready; }
 const std::string& OpenAIService::served_model_name() const {
   return state_->options.served_model_name;
@@ -63,6 +69,21 @@ asio::awaitable<void> HandleModels(std::shared_ptr<OpenAIService::State> s,
 
 asio::awaitable<void> HandleHealth(std::shared_ptr<OpenAIService::State> s,
                                    const http::Request&, http::ResponseWriter& w) {
+  std::shared_ptr<const std::function<HealthReport()>> report;
+  {
+    std::lock_guard<std::mutex> lock(s->health_mu);
+    report = s->health_report;
+  }
+  if (report) {
+    const HealthReport r = (*report)();
+    ojson body{{"status", r.healthy ? "ok" : "unhealthy"}};
+    if (!r.reason.empty()) body["reason"] = r.reason;
+    ojson pools = ojson::object();
+    for (const auto& [name, n] : r.pools) pools[name] = n;
+    body["pools"] = std::move(pools);
+    co_await w.WriteFull(r.healthy ? 200 : 503, "application/json", openai::Dump(body));
+    co_return;
+  }
   if (s->ready)
     co_await w.WriteFull(200, "application/json", R"({"status":"ok"})");
   else

@@ -4,7 +4,10 @@
 //   POST /v1/completions        raw prompts
 //   GET  /v1/models             {"object":"list","data":[{"id","object":"model","created",
 //                               "owned_by":"tandem","max_model_len"}]}
-//   GET  /health                200 {"status":"ok"} once SetReady(true), else 503 {"status":"loading"}
+//   GET  /health                200 {"status":"ok"} once SetReady(true), else 503 {"status":"loading"};
+//                               with a SetHealthReport provider, its answer instead: 200
+//                               {"status":"ok","pools":{...}} or 503 {"status":"unhealthy",
+//                               "reason":"no live decode worker","pools":{"decode":0,"prefill":1}}
 //   GET  /metrics               the registry's Prometheus text (text/plain; version=0.0.4)
 //
 // Access: with a non-empty api_key every /v1 request needs "Authorization: Bearer <key>", else
@@ -34,6 +37,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -44,6 +48,13 @@
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
+
+// What /health says (OpenAIService::SetHealthReport).
+struct HealthReport {
+  bool healthy = false;  // 200 when true, else 503
+  std::string reason;    // why not healthy ("no live decode worker"); omitted when empty
+  std::map<std::string, int> pools;  // live workers per pool ("agg", "decode", "prefill")
+};
 
 struct OpenAIServiceOptions {
   std::string served_model_name;  // empty: EngineClient::model_info().name
@@ -78,6 +89,9 @@ class OpenAIService {
 
   void SetReady(bool ready);
   bool ready() const;
+  // /health asks `report` (on the connection's thread; keep it cheap and thread-safe) instead of
+  // the SetReady flag. Before Register or at any time; null: the SetReady flag again.
+  void SetHealthReport(std::function<HealthReport()> report);
   const std::string& served_model_name() const;
 
   struct State;

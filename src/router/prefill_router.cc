@@ -152,7 +152,8 @@ Result<std::shared_ptr<EngineClient>> WithPrefillRouting(std::shared_ptr<EngineC
                                                          std::shared_ptr<Discovery> discovery,
                                                          std::shared_ptr<KvEventFeed> feed,
                                                          KvRoutingOptions routing,
-                                                         const std::string& served_model_name) {
+                                                         const std::string& served_model_name,
+                                                         std::shared_ptr<PrefillRouter>* router_out) {
   routing.metrics = nullptr;
   auto selector = KvRouting::Create(std::move(feed), routing);
   if (!selector.ok()) return selector.status();
@@ -162,6 +163,7 @@ Result<std::shared_ptr<EngineClient>> WithPrefillRouting(std::shared_ptr<EngineC
   options.description = (*selector)->Describe();
   options.selector = *selector;
   auto router = std::make_shared<PrefillRouter>(std::move(discovery), std::move(options));
+  if (router_out) *router_out = router;
   return std::shared_ptr<EngineClient>(
       std::make_shared<PrefillRoutingEngineClient>(std::move(inner), std::move(router)));
 }

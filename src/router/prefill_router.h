@@ -89,11 +89,13 @@ class PrefillRoutingEngineClient final : public EngineClient {
 // decode pool's) attached to `feed` (kv_event_feed.h: the frontend's one KV event subscription,
 // shared with the decode pool's router; the prefill workers publish their KV events there as every
 // worker does; null: no events), a PrefillRouter over <routing.namespace_name>/prefill serving
-// `served_model_name`, and the PrefillRoutingEngineClient over `inner`. Errors: KvRouting::Create's.
+// `served_model_name`, and the PrefillRoutingEngineClient over `inner`; `router_out` (optional)
+// gets the PrefillRouter (e.g. for /health's pool sizes). Errors: KvRouting::Create's.
 Result<std::shared_ptr<EngineClient>> WithPrefillRouting(std::shared_ptr<EngineClient> inner,
                                                          std::shared_ptr<Discovery> discovery,
                                                          std::shared_ptr<KvEventFeed> feed,
                                                          KvRoutingOptions routing,
-                                                         const std::string& served_model_name);
+                                                         const std::string& served_model_name,
+                                                         std::shared_ptr<PrefillRouter>* router_out = nullptr);
 
 }  // namespace tandem::runtime

@@ -1,4 +1,5 @@
 // The OpenAI service behind the real HttpServer, driven by curl (scripted engine).
+#include <mutex>
 #include <string>
 
 #include "frontend/http_server.h"
@@ -97,6 +98,41 @@ TEST_F(OpenAIHttpTest, ClientGoneCancels) {
         std::chrono::milliseconds(3000)))
         << id << (stream ? " stream" : " non-stream");
   }
+}
+
+// Issue 21: with a health report, /health names the pools and why it is unhealthy; without one
+// (tandem run) it answers from SetReady as before.
+TEST_F(OpenAIHttpTest, HealthNamesTheEmptyPool) {
+  Serve();
+  auto plain = http::testing::Curl(url + "/health");
+  EXPECT_EQ(plain.code, 200);
+  EXPECT_EQ(json::parse(plain.body), json({{"status", "ok"}}));
+  std::mutex mu;
+  HealthReport report;
+  report.healthy = false;
+  report.reason = "no live decode worker";
+  report.pools = {{"decode", 0}, {"prefill", 1}};
+  service->SetHealthReport([&] {
+    std::lock_guard<std::mutex> lock(mu);
+    return report;
+  });
+  auto down = http::testing::Curl(url + "/health");
+  EXPECT_EQ(down.code, 503);
+  EXPECT_EQ(json::parse(down.body),
+            json::parse(R"({"status":"unhealthy","reason":"no live decode worker","pools":{"decode":0,"prefill":1}})"))
+      << down.body;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    report = HealthReport{true, "", {{"decode", 2}, {"prefill", 1}}};
+  }
+  auto up = http::testing::Curl(url + "/health");
+  EXPECT_EQ(up.code, 200);
+  EXPECT_EQ(json::parse(up.body), json::parse(R"({"status":"ok","pools":{"decode":2,"prefill":1}})")) << up.body;
+  service->SetHealthReport(nullptr);
+  service->SetReady(false);
+  auto loading = http::testing::Curl(url + "/health");
+  EXPECT_EQ(loading.code, 503);
+  EXPECT_EQ(json::parse(loading.body), json({{"status", "loading"}}));
 }
 
 }  // namespace
