@@ -17,6 +17,8 @@
 #include <boost/beast/core/string.hpp>
 #include <boost/beast/http.hpp>
 
+#include <fmt/format.h>
+
 #include "common/logging.h"
 #include "frontend/errors.h"
 
@@ -35,6 +37,11 @@ constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr size_t kMaxReadAhead = 1 << 20;  // pipelined bytes buffered while a handler runs
 constexpr std::chrono::milliseconds kLinger{1000};
 constexpr const char* kJson = "application/json";
+
+// "10 s", "1.5 s"
+std::string Seconds(std::chrono::milliseconds d) {
+  return fmt::format("{:g} s", static_cast<double>(d.count()) / 1000.0);
+}
 
 std::string Lower(std::string_view s) {
   std::string out(s);
@@ -228,12 +235,32 @@ class ConnectionWriter final : public ResponseWriter {
 // ---- Connection ----
 
 Connection::Connection(tcp::socket socket, ServerState& state)
-    : state_(state), stream_(std::move(socket)), done_timer_(stream_.get_executor()) {}
+    : state_(state),
+      stream_(std::move(socket)),
+      done_timer_(stream_.get_executor()),
+      deadline_(stream_.get_executor()) {
+  phase_since_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+}
 
 Connection::~Connection() { state_.Unregister(this); }
 
 void Connection::Close() {
   asio::post(stream_.get_executor(), [self = shared_from_this()] { self->CloseNow(); });
+}
+
+void Connection::Evict() {
+  asio::post(stream_.get_executor(), [self = shared_from_this()] {
+    const Phase phase = self->phase();
+    if (phase != Phase::kIdle && phase != Phase::kHeader) {
+      self->state_.Readmit(self.get());  // it got its request meanwhile
+      return;
+    }
+    log::debug("http: connection limit ({}) reached: closing a connection {} the longest",
+               self->state_.config.max_connections,
+               phase == Phase::kIdle ? "idle" : "waiting for its request headers");
+    self->SetPhase(Phase::kClosing);
+    self->CloseNow();
+  });
 }
 
 void Connection::CloseNow() {
@@ -243,6 +270,69 @@ void Connection::CloseNow() {
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream_.close();
   done_timer_.cancel();
+  DisarmDeadline();
+}
+
+void Connection::SetPhase(Phase phase) {
+  phase_since_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count(),
+                        std::memory_order_release);
+  phase_.store(phase, std::memory_order_release);
+}
+
+void Connection::ArmDeadline(std::chrono::milliseconds timeout) {
+  timed_out_ = false;
+  const uint64_t generation = ++deadline_generation_;
+  deadline_.expires_after(timeout);
+  deadline_.async_wait([weak = weak_from_this(), generation](boost::system::error_code ec) {
+    auto self = weak.lock();
+    if (ec || !self || self->deadline_generation_ != generation) return;
+    self->timed_out_ = true;
+    boost::system::error_code ignored;
+    self->stream_.socket().cancel(ignored);  // the read ends with operation_aborted
+  });
+}
+
+void Connection::DisarmDeadline() {
+  ++deadline_generation_;
+  deadline_.cancel();
+}
+
+asio::awaitable<bool> Connection::WaitForRequest() {
+  if (buffer_.size() > 0) co_return true;  // pipelined, or read ahead while the handler ran
+  SetPhase(Phase::kIdle);
+  ArmDeadline(state_.config.keep_alive_timeout);
+  auto [ec, n] = co_await stream_.async_read_some(buffer_.prepare(16 * 1024), kUseTuple);
+  buffer_.commit(n);
+  DisarmDeadline();
+  if (buffer_.size() > 0) co_return true;
+  if (timed_out_) {
+    log::debug("http: idle connection closed after the keep-alive timeout ({} ms)",
+               state_.config.keep_alive_timeout.count());
+  } else if (ec != asio::error::eof) {
+    log::debug("http: idle read ended: {}", ec.message());
+  }
+  co_return false;
+}
+
+asio::awaitable<void> Connection::Reject() {
+  SetPhase(Phase::kClosing);
+  try {
+    ConnectionWriter writer(*this, 11, false);
+    std::map<std::string, std::string> headers = {{"Retry-After", "1"}};
+    co_await writer.WriteFull(
+        503, kJson,
+        OpenAIErrorBody("The server is at its limit of " +
+                            std::to_string(state_.config.max_connections) +
+                            " open connections; retry shortly.",
+                        "server_error", "", "too_many_connections"),
+        std::move(headers));
+    co_await LingerClose();
+  } catch (const std::exception& e) {
+    log::debug("http: refusing a connection failed: {}", e.what());
+  }
+  boost::system::error_code ec;
+  stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream_.close();
 }
 
 asio::awaitable<void> Connection::Run() {
@@ -253,6 +343,8 @@ asio::awaitable<void> Connection::Run() {
   } catch (const std::exception& e) {
     log::warn("http: connection error: {}", e.what());
   }
+  SetPhase(Phase::kClosing);
+  DisarmDeadline();
   boost::system::error_code ec;
   stream_.socket().shutdown(tcp::socket::shutdown_both, ec);
   stream_.close();
@@ -262,19 +354,32 @@ asio::awaitable<bool> Connection::ServeOne() {
   bhttp::request_parser<bhttp::string_body> parser;
   parser.body_limit(state_.config.max_body_bytes);
   parser.header_limit(kHeaderLimit);
-  stream_.expires_after(state_.config.read_timeout);  // one deadline for the whole request
+  // The first request's header deadline counts from the accept (the phase is kHeader since the
+  // constructor); a later one's from its first byte.
+  if (!first_request_) {
+    if (!co_await WaitForRequest()) co_return false;
+    SetPhase(Phase::kHeader);
+  }
+  first_request_ = false;
+  ArmDeadline(state_.config.header_timeout);
   auto [ec, n] = co_await bhttp::async_read_header(stream_, buffer_, parser, kUseTuple);
-  if (ec) co_return co_await AnswerReadError(ec);
+  DisarmDeadline();
+  if (ec) co_return co_await AnswerReadError(ec, parser.got_some() || buffer_.size() > 0);
   if (!parser.is_done()) {
+    SetPhase(Phase::kBody);
+    ArmDeadline(state_.config.body_timeout);
     if (beast::iequals(parser.get()[bhttp::field::expect], "100-continue")) {
       bhttp::response<bhttp::empty_body> go_on{bhttp::status::continue_, 11};
+      stream_.expires_after(state_.config.write_timeout);
       auto [wec, wn] = co_await bhttp::async_write(stream_, go_on, kUseTuple);
-      if (wec) co_return false;
+      stream_.expires_never();
+      if (wec) co_return timed_out_ ? co_await AnswerReadError(wec, true) : false;
     }
     auto [bec, bn] = co_await bhttp::async_read(stream_, buffer_, parser, kUseTuple);
-    if (bec) co_return co_await AnswerReadError(bec);
+    DisarmDeadline();
+    if (bec) co_return co_await AnswerReadError(bec, true);
   }
-  stream_.expires_never();
+  SetPhase(Phase::kBusy);
 
   auto message = parser.release();
   const unsigned version = message.version();
@@ -336,10 +441,24 @@ asio::awaitable<bool> Connection::ServeOne() {
   co_return co_await RunHandler(*handler, request, version, keep_alive, head);
 }
 
-asio::awaitable<bool> Connection::AnswerReadError(boost::system::error_code ec) {
+asio::awaitable<bool> Connection::AnswerReadError(boost::system::error_code ec,
+                                                   bool received_any) {
+  const bool body = phase() == Phase::kBody;
+  SetPhase(Phase::kClosing);
   int status = 0;
   std::string message;
-  if (ec == bhttp::error::body_limit) {
+  if (timed_out_) {
+    timed_out_ = false;
+    if (!received_any) {  // a connection that never sent a byte: nothing to answer
+      log::debug("http: connection closed: no request within the header timeout");
+      co_return false;
+    }
+    status = 408;
+    message = body ? "The request body did not arrive within " + Seconds(state_.config.body_timeout)
+                   : "The request headers did not arrive within " +
+                         Seconds(state_.config.header_timeout);
+    log::debug("http: {}", message);
+  } else if (ec == bhttp::error::body_limit) {
     status = 413;
     message = "Request body too large (limit " + std::to_string(state_.config.max_body_bytes) +
               " bytes)";
@@ -452,11 +571,13 @@ asio::awaitable<void> Connection::WatchPeer() {
     }
     auto [ec, n] = co_await socket.async_read_some(buffer_.prepare(16 * 1024), kUseTuple);
     buffer_.commit(n);  // pipelined bytes of the next request
-    if (handler_done_) break;
+    // An EOF that comes with the end of the handler is not dropped: the socket would not report
+    // it again to the next read (edge-triggered readiness), which would then wait for nothing.
+    if (handler_done_ && (!ec || ec == asio::error::operation_aborted)) break;
     if (ec) {  // EOF, reset, or closed by a write timeout or Stop
       log::debug("http: peer gone while the handler runs: {}", ec.message());
       peer_closed_ = true;
-      if (writer_ != nullptr) writer_->MarkGone();
+      if (writer_ != nullptr && !handler_done_) writer_->MarkGone();  // not after the handler
     }
   }
 }

@@ -1,5 +1,11 @@
 #include "frontend/http_server.h"
 
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <thread>
 #include <vector>
 
@@ -13,6 +19,9 @@
 #include <boost/asio/strand.hpp>
 #include <boost/asio/use_awaitable.hpp>
 
+#include <fmt/format.h>
+
+#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "frontend/http_connection.h"
 
@@ -25,16 +34,62 @@ using asio::ip::tcp;
 
 namespace detail {
 
-bool ServerState::Register(const std::shared_ptr<Connection>& connection) {
+namespace {
+// 503 answers being written at once; beyond, a connection over the cap is closed unanswered.
+constexpr size_t kMaxRejecting = 64;
+}  // namespace
+
+ServerState::Admission ServerState::Admit(const std::shared_ptr<Connection>& connection) {
+  std::shared_ptr<Connection> victim;  // released after the lock: its destructor takes it
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_) return Admission::kStopping;
+    if (counted_ >= config.max_connections) {
+      // The one waiting longest for a request (idle, or still sending its headers).
+      Entry* oldest = nullptr;
+      int64_t oldest_since = 0;
+      for (auto& [ptr, entry] : connections_) {
+        if (entry.kind != Kind::kCounted) continue;
+        const Phase phase = ptr->phase();  // alive: ~Connection unregisters under this lock
+        if (phase != Phase::kIdle && phase != Phase::kHeader) continue;
+        const int64_t since = ptr->phase_since_ns();
+        if (oldest == nullptr || since < oldest_since) {
+          oldest = &entry;
+          oldest_since = since;
+        }
+      }
+      if (oldest != nullptr) victim = oldest->connection.lock();
+      if (!victim) {
+        if (rejecting_ >= kMaxRejecting) return Admission::kDropped;
+        connections_[connection.get()] = {connection, Kind::kRejecting};
+        ++rejecting_;
+        return Admission::kRejected;
+      }
+      oldest->kind = Kind::kEvicted;
+      --counted_;
+    }
+    connections_[connection.get()] = {connection, Kind::kCounted};
+    ++counted_;
+  }
+  if (victim) victim->Evict();
+  return Admission::kAdmitted;
+}
+
+void ServerState::Readmit(const Connection* connection) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (stopping_) return false;
-  connections_[connection.get()] = connection;
-  return true;
+  auto it = connections_.find(connection);
+  if (it == connections_.end() || it->second.kind != Kind::kEvicted) return;
+  it->second.kind = Kind::kCounted;
+  ++counted_;
 }
 
 void ServerState::Unregister(const Connection* connection) {
   std::lock_guard<std::mutex> lock(mu_);
-  connections_.erase(connection);
+  auto it = connections_.find(connection);
+  if (it == connections_.end()) return;
+  if (it->second.kind == Kind::kCounted) --counted_;
+  if (it->second.kind == Kind::kRejecting) --rejecting_;
+  connections_.erase(it);
   if (connections_.empty()) idle_cv_.notify_all();
 }
 
@@ -42,8 +97,8 @@ std::vector<std::shared_ptr<Connection>> ServerState::BeginStop() {
   std::lock_guard<std::mutex> lock(mu_);
   stopping_ = true;
   std::vector<std::shared_ptr<Connection>> live;
-  for (auto& [ptr, weak] : connections_) {
-    if (auto connection = weak.lock()) live.push_back(std::move(connection));
+  for (auto& [ptr, entry] : connections_) {
+    if (auto connection = entry.connection.lock()) live.push_back(std::move(connection));
   }
   return live;
 }
@@ -73,21 +128,62 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
   bool started = false;
   bool stopped = false;
+  // A descriptor kept spare for RefuseWaiting() (/dev/null); -1 when it could not be reopened.
+  int spare_fd = -1;
+  LogLimiter accept_log{std::chrono::seconds(10)};
 
   asio::awaitable<void> AcceptLoop();
-  void Teardown();
+  // Out of descriptors: frees the spare one to accept and close the connections waiting in the
+  // backlog (at most 64), then takes it back. The number refused.
+  int RefuseWaiting();
 };
 
 namespace {
+
+constexpr std::chrono::milliseconds kMinAcceptPause{50};
+constexpr std::chrono::milliseconds kMaxAcceptPause{1000};
 
 asio::awaitable<void> RunConnection(std::shared_ptr<detail::Connection> connection) {
   co_await connection->Run();  // the parameter keeps the connection alive for the whole loop
 }
 
+asio::awaitable<void> RejectConnection(std::shared_ptr<detail::Connection> connection) {
+  co_await connection->Reject();
+}
+
+int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
+
+bool OutOfDescriptors(const boost::system::error_code& ec) {
+  return ec == asio::error::no_descriptors ||
+         ec == boost::system::errc::too_many_files_open_in_system;
+}
+
+bool OutOfMemory(const boost::system::error_code& ec) {
+  return ec == asio::error::no_buffer_space || ec == asio::error::no_memory;
+}
+
 }  // namespace
+
+int HttpServer::Impl::RefuseWaiting() {
+  if (spare_fd < 0) {
+    spare_fd = OpenSpare();  // maybe descriptors came free meanwhile
+    return 0;
+  }
+  ::close(spare_fd);
+  int refused = 0;
+  // The acceptor's descriptor is non-blocking (Asio sets it so for its asynchronous accept).
+  for (; refused < 64; ++refused) {
+    int fd = ::accept4(acceptor->native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) break;
+    ::close(fd);
+  }
+  spare_fd = OpenSpare();
+  return refused;
+}
 
 asio::awaitable<void> HttpServer::Impl::AcceptLoop() {
   constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
+  std::chrono::milliseconds pause = kMinAcceptPause;
   for (;;) {
     asio::any_io_executor strand = asio::make_strand(*io);
     auto [ec, socket] = co_await acceptor->async_accept(strand, use_tuple);
@@ -95,17 +191,39 @@ asio::awaitable<void> HttpServer::Impl::AcceptLoop() {
       if (ec == asio::error::operation_aborted || !acceptor->is_open() || state.stopping()) {
         co_return;
       }
-      log::warn("http: accept failed: {}", ec.message());
-      // Out of descriptors and the like: do not spin.
-      asio::steady_timer pause(co_await asio::this_coro::executor, std::chrono::milliseconds(50));
-      co_await pause.async_wait(use_tuple);
+      // Out of descriptors and the like: refuse what waits, pause (longer while it lasts), and
+      // say so once per 10 s, not at every failure.
+      const bool descriptors = OutOfDescriptors(ec);
+      const int refused = descriptors ? RefuseWaiting() : 0;
+      uint64_t suppressed = 0;
+      if (accept_log.ShouldLog(&suppressed)) {
+        log::warn("http: accept failed: {} ({} connections open{}); {}pausing accepts up to {} "
+                  "ms at a time ({} more failures since the last such line)",
+                  ec.message(), state.num_connections(),
+                  descriptors ? ", RLIMIT_NOFILE reached?" : "",
+                  descriptors ? fmt::format("refused {} waiting, ", refused) : std::string(),
+                  kMaxAcceptPause.count(), suppressed);
+      }
+      asio::steady_timer timer(co_await asio::this_coro::executor, pause);
+      co_await timer.async_wait(use_tuple);
+      if (descriptors || OutOfMemory(ec)) pause = std::min(pause * 2, kMaxAcceptPause);
       continue;
     }
+    pause = kMinAcceptPause;
+    if (spare_fd < 0) spare_fd = OpenSpare();
     boost::system::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);  // each chunk leaves at once
     auto connection = std::make_shared<detail::Connection>(std::move(socket), state);
-    if (!state.Register(connection)) continue;  // stopping: dropped, which closes it
-    asio::co_spawn(strand, RunConnection(std::move(connection)), asio::detached);
+    switch (state.Admit(connection)) {
+      case detail::ServerState::Admission::kAdmitted:
+        asio::co_spawn(strand, RunConnection(std::move(connection)), asio::detached);
+        break;
+      case detail::ServerState::Admission::kRejected:
+        asio::co_spawn(strand, RejectConnection(std::move(connection)), asio::detached);
+        break;
+      default:  // stopping, or too many 503s in flight: dropped, which closes it
+        break;
+    }
   }
 }
 
@@ -123,6 +241,12 @@ void HttpServer::Route(std::string method, std::string path, Handler handler) {
 
 int HttpServer::port() const { return impl_->port.load(); }
 
+size_t HttpServer::num_connections() const { return impl_->state.num_connections(); }
+
+size_t HttpServer::max_connections() const {
+  return impl_->started ? impl_->state.config.max_connections : 0;
+}
+
 Status HttpServer::Start() {
   Impl& m = *impl_;
   const Options& o = m.options;
@@ -131,9 +255,27 @@ Status HttpServer::Start() {
   if (o.port < 0 || o.port > 65535) {
     return Err(StatusCode::kInvalidArgument, "port {} out of range", o.port);
   }
-  m.state.config.max_body_bytes = o.max_body_bytes;
-  m.state.config.read_timeout = o.read_timeout;
-  m.state.config.write_timeout = o.write_timeout;
+  using std::chrono::milliseconds;
+  if (o.header_timeout <= milliseconds(0) || o.body_timeout <= milliseconds(0) ||
+      o.keep_alive_timeout <= milliseconds(0) || o.write_timeout <= std::chrono::seconds(0)) {
+    return Err(StatusCode::kInvalidArgument, "HTTP timeouts must be > 0");
+  }
+  if (o.max_connections < 1) return Err(StatusCode::kInvalidArgument, "max_connections must be >= 1");
+  detail::ServerConfig& config = m.state.config;
+  config.max_body_bytes = o.max_body_bytes;
+  config.header_timeout = o.header_timeout;
+  config.body_timeout = o.body_timeout;
+  config.keep_alive_timeout = o.keep_alive_timeout;
+  config.write_timeout = o.write_timeout;
+  config.max_connections = o.max_connections;
+  if (rlimit limit{}; getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY) {
+    const size_t room = limit.rlim_cur > 256 ? limit.rlim_cur - 128 : limit.rlim_cur / 2;
+    if (config.max_connections > room) {
+      log::warn("http: max_connections {} lowered to {}: the descriptor limit (RLIMIT_NOFILE, "
+                "ulimit -n) is {}", config.max_connections, room, limit.rlim_cur);
+      config.max_connections = std::max<size_t>(room, 1);
+    }
+  }
 
   m.io = std::make_unique<asio::io_context>(o.num_threads);
   boost::system::error_code ec;
@@ -169,6 +311,7 @@ Status HttpServer::Start() {
   if (m.acceptor->listen(asio::socket_base::max_listen_connections, ec)) return fail("listen on");
   m.port = m.acceptor->local_endpoint(ec).port();
 
+  m.spare_fd = OpenSpare();
   m.started = true;
   asio::co_spawn(*m.accept_strand, m.AcceptLoop(), asio::detached);
   for (int i = 0; i < o.num_threads; ++i) {
@@ -209,6 +352,8 @@ void HttpServer::Stop() {
   m.acceptor.reset();
   m.accept_strand.reset();
   m.io.reset();  // destroys what was abandoned
+  if (m.spare_fd >= 0) ::close(m.spare_fd);
+  m.spare_fd = -1;
   log::info("HTTP server on port {} stopped", m.port.load());
 }
 
