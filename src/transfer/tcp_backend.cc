@@ -1,14 +1,20 @@
 #include "transfer/tcp_backend.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <thread>
 
+#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "transfer/staging.h"
 #include "transfer/tcp_client.h"
@@ -28,6 +34,8 @@ struct TcpParams {
   uint64_t stripe_min_bytes = 4ull << 20;
   int io_timeout_ms = 30000;
   int connect_timeout_ms = 5000;
+  int handshake_timeout_ms = 5000;
+  int max_connections = 512;
   uint64_t staging_chunk_bytes = kDefaultStagingChunkBytes;
 };
 
@@ -52,6 +60,12 @@ Result<TcpParams> ParseParams(const BackendParams& params) {
         p.io_timeout_ms = std::stoi(value);
       } else if (key == "connect_timeout_ms") {
         p.connect_timeout_ms = std::stoi(value);
+      } else if (key == "handshake_timeout_ms") {
+        p.handshake_timeout_ms = std::stoi(value);
+        if (p.handshake_timeout_ms < 1) throw std::out_of_range(key);
+      } else if (key == "max_connections") {
+        p.max_connections = std::stoi(value);
+        if (p.max_connections < 1) throw std::out_of_range(key);
       } else if (key == "staging_chunk_bytes") {
         p.staging_chunk_bytes = std::stoull(value);
         if (p.staging_chunk_bytes < 4096 || p.staging_chunk_bytes > (1ull << 30)) throw std::out_of_range(key);
@@ -86,6 +100,11 @@ std::vector<std::vector<Segment>> Split(const std::vector<Segment>& segments, ui
   }
   return out;
 }
+
+constexpr int kMinAcceptPauseMs = 50;
+constexpr int kMaxAcceptPauseMs = 1000;
+
+int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 struct ServerConn {
   int fd = -1;
@@ -254,32 +273,100 @@ class TcpBackend final : public Backend {
   }
 
   void AcceptLoop() {
+    int spare = OpenSpare();  // freed to refuse what waits when the descriptor table is full
+    int pause_ms = kMinAcceptPauseMs;
     while (!stopping_) {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) continue;  // the tick (EAGAIN), EINTR, or a failed handshake
+      if (fd < 0) {
+        const int err = errno;
+        if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
+          OutOfResources(err, &spare);
+          for (int waited = 0; waited < pause_ms && !stopping_; waited += kTickMs) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
+          }
+          pause_ms = std::min(pause_ms * 2, kMaxAcceptPauseMs);
+        }
+        continue;  // the tick (EAGAIN), EINTR, or a failed handshake
+      }
+      pause_ms = kMinAcceptPauseMs;
+      if (spare < 0) spare = OpenSpare();
       SetSocketOptions(fd);
       auto conn = std::make_shared<ServerConn>();
       conn->fd = fd;
-      std::lock_guard lock(mu_);
-      if (stopping_) {
-        ::close(fd);
-        break;
-      }
-      for (auto it = servers_.begin(); it != servers_.end();) {  // reap finished connections
-        if ((*it)->done) {
-          (*it)->thread.join();
-          ::close((*it)->fd);
-          it = servers_.erase(it);
-        } else {
-          ++it;
+      size_t open = 0;
+      {
+        std::lock_guard lock(mu_);
+        if (stopping_) {
+          ::close(fd);
+          break;
+        }
+        for (auto it = servers_.begin(); it != servers_.end();) {  // reap finished connections
+          if ((*it)->done) {
+            (*it)->thread.join();
+            ::close((*it)->fd);
+            it = servers_.erase(it);
+          } else {
+            ++it;
+          }
+        }
+        open = servers_.size();
+        if (open < static_cast<size_t>(params_.max_connections)) {
+          conn->thread = std::thread([this, c = conn.get()] {
+            Serve(c->fd);
+            ::shutdown(c->fd, SHUT_RDWR);
+            c->done = true;
+          });
+          servers_.push_back(std::move(conn));
+          continue;
         }
       }
-      conn->thread = std::thread([this, c = conn.get()] {
-        Serve(c->fd);
-        ::shutdown(c->fd, SHUT_RDWR);
-        c->done = true;
-      });
-      servers_.push_back(std::move(conn));
+      RefuseOverCap(fd);
+    }
+    if (spare >= 0) ::close(spare);
+  }
+
+  // Beyond max_connections: a kError for the peer's hello (ResourceExhausted), then close.
+  void RefuseOverCap(int fd) {
+    std::string msg = fmt::format("agent {}'s tcp transfer listener is at its limit of {} connections",
+                                  host_.agent_name(), params_.max_connections);
+    FrameHeader r;
+    r.type = FrameType::kError;
+    r.status_code = static_cast<uint32_t>(StatusCode::kResourceExhausted);
+    r.aux_len = static_cast<uint32_t>(msg.size());
+    auto once = [](int) { return Err(StatusCode::kInternal, "refused"); };  // never wait
+    if (SendAll(fd, &r, sizeof(r), once).ok()) (void)SendAll(fd, msg.data(), msg.size(), once);
+    ::shutdown(fd, SHUT_RDWR);
+    ::close(fd);
+    uint64_t suppressed = 0;
+    if (refuse_log_.ShouldLog(&suppressed)) {
+      log::warn("tcp transfer backend of {}: at its limit of {} connections, refusing new ones ({} "
+                "more refused since the last such line)", host_.agent_name(),
+                params_.max_connections, suppressed);
+    }
+  }
+
+  // accept() out of descriptors or memory: refuse the waiting connections through the spare
+  // descriptor (they see a close, not a hang), one warning per 10 s at most.
+  void OutOfResources(int err, int* spare) {
+    int refused = 0;
+    if ((err == EMFILE || err == ENFILE) && *spare >= 0) {
+      ::close(*spare);
+      for (; refused < 64; ++refused) {
+        pollfd p{listen_fd_, POLLIN, 0};
+        if (::poll(&p, 1, 0) != 1) break;
+        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) break;
+        ::close(fd);
+      }
+    }
+    if (*spare >= 0 || err == EMFILE || err == ENFILE) *spare = OpenSpare();
+    uint64_t suppressed = 0;
+    if (accept_log_.ShouldLog(&suppressed)) {
+      log::warn("tcp transfer backend of {}: accept failed: {}{}; refused {} waiting, pausing "
+                "accepts up to {} ms at a time ({} more failures since the last such line)",
+                host_.agent_name(), std::strerror(err),
+                err == EMFILE || err == ENFILE ? " (RLIMIT_NOFILE reached?)" : "", refused,
+                kMaxAcceptPauseMs, suppressed);
     }
   }
 
@@ -301,6 +388,18 @@ class TcpBackend final : public Backend {
 
   // One accepted connection: the hello, then requests until it closes.
   void Serve(int fd) {
+    // The hello must arrive (and its answer leave) within handshake_timeout_ms of the accept.
+    const auto accepted = std::chrono::steady_clock::now();
+    auto handshake = [&](int) {
+      if (stopping_) return Err(StatusCode::kFailedPrecondition, "stopping");
+      if (std::chrono::steady_clock::now() - accepted >
+          std::chrono::milliseconds(params_.handshake_timeout_ms)) {
+        log::debug("tcp transfer backend of {}: dropped a connection without a hello within {} ms",
+                   host_.agent_name(), params_.handshake_timeout_ms);
+        return Err(StatusCode::kInternal, "no hello");
+      }
+      return Status::Ok();
+    };
     auto idle = [&](int) { return stopping_ ? Err(StatusCode::kFailedPrecondition, "stopping") : Status::Ok(); };
     auto stall = [&](int ticks) {
       if (stopping_) return Err(StatusCode::kFailedPrecondition, "stopping");
@@ -308,12 +407,12 @@ class TcpBackend final : public Backend {
       return Status::Ok();
     };
     FrameHeader h;
-    if (!RecvAll(fd, &h, sizeof(h), stall).ok() || h.magic != kMagic || h.type != FrameType::kHello ||
-        h.aux_len > 4096) {
+    if (!RecvAll(fd, &h, sizeof(h), handshake).ok() || h.magic != kMagic ||
+        h.type != FrameType::kHello || h.aux_len > 4096) {
       return;
     }
     std::string hello(h.aux_len, '\0');
-    if (!RecvAll(fd, hello.data(), hello.size(), stall).ok()) return;
+    if (!RecvAll(fd, hello.data(), hello.size(), handshake).ok()) return;
     auto nl = hello.find('\n');
     std::string peer = hello.substr(0, nl);
     if (nl == std::string::npos || hello.substr(nl + 1) != host_.instance_id()) {
@@ -322,13 +421,13 @@ class TcpBackend final : public Backend {
       std::string msg = fmt::format("this listener is agent {} instance {}", host_.agent_name(), host_.instance_id());
       r.status_code = static_cast<uint32_t>(StatusCode::kFailedPrecondition);
       r.aux_len = static_cast<uint32_t>(msg.size());
-      (void)SendAll(fd, &r, sizeof(r), stall);
-      (void)SendAll(fd, msg.data(), msg.size(), stall);
+      (void)SendAll(fd, &r, sizeof(r), handshake);
+      (void)SendAll(fd, msg.data(), msg.size(), handshake);
       return;
     }
     FrameHeader ok;
     ok.type = FrameType::kHelloOk;
-    if (!SendAll(fd, &ok, sizeof(ok), stall).ok()) return;
+    if (!SendAll(fd, &ok, sizeof(ok), handshake).ok()) return;
     std::unique_ptr<Stager> stager;  // device memory of this agent, staged (created on first use)
     for (;;) {
       auto* bytes = reinterpret_cast<char*>(&h);
@@ -423,6 +522,8 @@ class TcpBackend final : public Backend {
   std::map<std::string, Peer> peers_;
   std::vector<std::shared_ptr<ClientConn>> graveyard_;  // broken or retired, threads ending
   std::vector<std::shared_ptr<ServerConn>> servers_;
+  LogLimiter accept_log_{std::chrono::seconds(10)};
+  LogLimiter refuse_log_{std::chrono::seconds(10)};
   std::thread acceptor_;
 };
 

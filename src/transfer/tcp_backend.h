@@ -18,9 +18,18 @@
 // past its deadline fails within a tick (20 ms) and takes its connection down; the target drops a
 // connection that stalls mid-message for io_timeout_ms. The next transfer reconnects.
 //
+// The listener against stray or hostile peers: a connection whose hello has not arrived within
+// handshake_timeout_ms of its accept is dropped; beyond max_connections accepted connections open
+// at once, a new one is answered a kError (ResourceExhausted: the initiator's connect fails with
+// that status and message) and closed; accept() out of descriptors (EMFILE, ENFILE) frees a spare
+// descriptor to accept and close the waiting connections, then pauses accepting (50 ms, doubling
+// to 1 s while it lasts). Each of these logs one warning per 10 s at most, with a count of the rest.
+//
 // Params: "host" (default 127.0.0.1), "port" (0), "advertise_host" (default host),
 // "num_connections" (2), "stripe_min_bytes" (4194304), "io_timeout_ms" (30000),
-// "connect_timeout_ms" (5000), "staging_chunk_bytes" (4194304; 4 KiB to 1 GiB).
+// "connect_timeout_ms" (5000), "handshake_timeout_ms" (5000, >= 1), "max_connections" (512
+// accepted connections, >= 1), "staging_chunk_bytes" (4194304; 4 KiB to 1 GiB). A bad value:
+// InvalidArgument.
 #pragma once
 
 #include <memory>
