@@ -34,7 +34,12 @@ Status WorkerServer::Start() {
   if (impl_->server || impl_->stopped) {
     return Status(StatusCode::kFailedPrecondition, "the worker server was already started");
   }
-  const std::string address = impl_->options.host + ":" + std::to_string(impl_->options.port);
+  const WorkerServerOptions& o = impl_->options;
+  if (o.handshake_timeout_ms <= 0 || o.keepalive_time_ms <= 0 || o.keepalive_timeout_ms <= 0 ||
+      o.max_connection_idle_ms <= 0) {
+    return Err(StatusCode::kInvalidArgument, "worker server timeouts must be > 0");
+  }
+  const std::string address = o.host + ":" + std::to_string(o.port);
   grpc::ServerBuilder builder;
   int selected_port = 0;
   builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
@@ -42,6 +47,10 @@ Status WorkerServer::Start() {
   // Frontends ping idle connections (remote_engine_client.cc) to notice a vanished host.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, o.handshake_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, o.keepalive_time_ms);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, o.keepalive_timeout_ms);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, o.max_connection_idle_ms);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   impl_->server = builder.BuildAndStart();

@@ -31,6 +31,20 @@ struct WorkerServerOptions {
   std::shared_ptr<RemotePrefillHandler> remote_prefill{};
   std::shared_ptr<EventRing> events{};  // this worker's events (the embedded event plane)
   SnapshotProvider snapshot{};          // Worker.Snapshot
+  // Stray and vanished clients (gRPC channel arguments; each > 0, milliseconds):
+  // a connection that has not completed its HTTP/2 handshake (client preface and SETTINGS)
+  // within handshake_timeout_ms of the accept is closed (gRPC's own default: 120 s);
+  int handshake_timeout_ms = 10000;
+  // a connection silent for keepalive_time_ms is pinged and closed when no answer comes within
+  // keepalive_timeout_ms (a client whose host vanished);
+  int keepalive_time_ms = 60000;
+  int keepalive_timeout_ms = 20000;
+  // a connection without a call for max_connection_idle_ms gets a GOAWAY (its client reconnects
+  // on its next call).
+  int max_connection_idle_ms = 300000;
+  // gRPC 1.51 (Debian 12) has no cap on incoming connections (GRPC_ARG_MAX_ALLOWED_INCOMING_
+  // CONNECTIONS came later) and its memory quota reclaims by closing connections, so neither is
+  // set: the timeouts above are what frees a stray client's descriptor.
 };
 
 class WorkerServer {
@@ -42,7 +56,7 @@ class WorkerServer {
   WorkerServer& operator=(const WorkerServer&) = delete;
 
   // Binds and serves on gRPC's threads. FailedPrecondition: cannot bind (port in use, bad host)
-  // or already started.
+  // or already started; InvalidArgument: a timeout above <= 0.
   Status Start();
   int port() const;              // the bound port; 0 before Start()
   std::string endpoint() const;  // "host:port" to publish in discovery
