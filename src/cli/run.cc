@@ -111,8 +111,7 @@ int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
   graph.frontend.host = opt.http.host;
   graph.frontend.port = opt.http.port;
   graph.frontend.migration_limit = opt.migration_limit;
-  graph.frontend.args = {"--http-threads", std::to_string(opt.http.http_threads),
-                         "--max-body-bytes", std::to_string(opt.http.max_body_bytes)};
+  graph.frontend.args = opt.http.FrontendArgs();
   for (std::string& a : opt.router.Args()) graph.frontend.args.push_back(std::move(a));
   // The key travels in the environment, not on a command line that ps shows.
   if (!opt.http.api_key.empty()) graph.frontend.env["TANDEM_API_KEY"] = opt.http.api_key;

@@ -1,6 +1,10 @@
 #include "cli/serve_options.h"
 
+#include <chrono>
+#include <cstdint>
 #include <cstdlib>
+
+#include <fmt/format.h>
 
 #include <pthread.h>
 
@@ -12,7 +16,21 @@ http::HttpServer::Options HttpOptions::ToServerOptions() const {
   o.port = port;
   o.num_threads = http_threads;
   o.max_body_bytes = max_body_bytes;
+  auto ms = [](double s) { return std::chrono::milliseconds(static_cast<int64_t>(s * 1000 + 0.5)); };
+  o.header_timeout = ms(header_timeout_s);
+  o.body_timeout = ms(body_timeout_s);
+  o.keep_alive_timeout = ms(keep_alive_timeout_s);
+  o.max_connections = max_connections;
   return o;
+}
+
+std::vector<std::string> HttpOptions::FrontendArgs() const {
+  return {"--http-threads",         std::to_string(http_threads),
+          "--max-body-bytes",       std::to_string(max_body_bytes),
+          "--http-header-timeout-s", fmt::format("{}", header_timeout_s),
+          "--http-body-timeout-s",  fmt::format("{}", body_timeout_s),
+          "--http-keep-alive-timeout-s", fmt::format("{}", keep_alive_timeout_s),
+          "--max-connections",      std::to_string(max_connections)};
 }
 
 std::string HttpOptions::ApiKey() const {
@@ -31,6 +49,23 @@ void AddHttpOptions(CLI::App& app, HttpOptions* options) {
       ->check(CLI::Range(1, 1 << 30));
   app.add_option("--max-body-bytes", options->max_body_bytes, "Largest request body (else 413)")
       ->check(CLI::Range(1, 1 << 30));
+  app.add_option("--http-header-timeout-s", options->header_timeout_s,
+                 "Seconds a request's line and headers may take to arrive (from the connection's "
+                 "accept, or the request's first byte on a kept-alive one); else 408 and close (default 10)")
+      ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--http-body-timeout-s", options->body_timeout_s,
+                 "Seconds a request's whole body may take to arrive after its headers; else 408 "
+                 "and close (default 30)")
+      ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--http-keep-alive-timeout-s", options->keep_alive_timeout_s,
+                 "Seconds an idle kept-alive connection waits for its next request before it is "
+                 "closed (default 5)")
+      ->check(CLI::Range(0.001, 86400.0));
+  app.add_option("--max-connections", options->max_connections,
+                 "HTTP connections open at once; beyond, the one waiting longest for its request "
+                 "is closed, or when all are busy the new one gets 503 with Retry-After (lowered "
+                 "to fit ulimit -n; default 1024)")
+      ->check(CLI::Range(1, 1 << 24));
 }
 
 ShutdownSignals::ShutdownSignals() {

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <cstddef>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -18,12 +19,20 @@ struct HttpOptions {
   std::string api_key;  // empty: the environment variable TANDEM_API_KEY, if set
   int http_threads = 2;
   size_t max_body_bytes = 8u << 20;
+  // Slow and idle clients (frontend/http_server.h): seconds, and connections open at once.
+  double header_timeout_s = 10;
+  double body_timeout_s = 30;
+  double keep_alive_timeout_s = 5;
+  size_t max_connections = 1024;
 
   http::HttpServer::Options ToServerOptions() const;
+  // These options as `tandem frontend` flags (for `tandem run`'s frontend process).
+  std::vector<std::string> FrontendArgs() const;
   std::string ApiKey() const;  // --api-key, else TANDEM_API_KEY, else empty (no auth)
 };
 
-// --host, --port, --api-key, --http-threads, --max-body-bytes.
+// --host, --port, --api-key, --http-threads, --max-body-bytes, --http-header-timeout-s,
+// --http-body-timeout-s, --http-keep-alive-timeout-s, --max-connections.
 void AddHttpOptions(CLI::App& app, HttpOptions* options);
 
 // SIGINT and SIGTERM end a serving process. The constructor blocks them in the calling thread:
