@@ -187,26 +187,13 @@ __global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
   const int group = a.num_heads / a.num_kv_heads;
   const int g_count = min(G, group - head_chunk * G);
   const int h0 = kvh * group + head_chunk * G;  // first query head of this CTA
-  const int ctx = a.context_lens[seq];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int kg = warp * kKeysPerWarp + lane / kLanesPerKey;  // key group
   const int li = lane % kLanesPerKey;                        // lane in the key group: dims li*8..+8
 
-  if (ctx <= 0) {  // nothing to attend to: zeros (callers never pass this)
-    if (split == 0) {
-      for (int i = threadIdx.x; i < g_count * HD; i += kThreads) {
-        a.out[seq * a.out_stride + static_cast<int64_t>(h0 + i / HD) * HD + i % HD] =
-            __float2bfloat16(0.0f);
-      }
-    }
-    return;
-  }
-  int chunk = 0, used = 0;
-  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, &used);
-  if (split >= used) return;
-  const int start = split * chunk;
-  const int end = min(start + chunk, ctx);
+  int start = 0, end = 0, used = 0;
+  if (!CtaChunk<HD>(a, ws, seq, split, h0, g_count, &start, &end, &used)) return;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
 
   float q[G][8];

@@ -58,22 +58,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int split = blockIdx.x;
   const int group = a.num_heads / a.num_kv_heads;  // <= 16
   const int h0 = kvh * group;
-  const int ctx = a.context_lens[seq];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  if (ctx <= 0) {  // nothing to attend to: zeros (callers never pass this)
-    if (split == 0) {
-      for (int i = tid; i < group * HD; i += kThreads) {
-        a.out[seq * a.out_stride + static_cast<int64_t>(h0 + i / HD) * HD + i % HD] =
-            __float2bfloat16(0.0f);
-      }
-    }
-    return;
-  }
-  int chunk = 0, used = 0;
-  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, &used);
-  if (split >= used) return;
-  const int start = split * chunk;
-  const int end = min(start + chunk, ctx);
+  int start = 0, end = 0, used = 0;
+  if (!CtaChunk<HD>(a, ws, seq, split, h0, group, &start, &end, &used)) return;
   const int num_tiles = (end - start + kTile - 1) / kTile;
   const int my_tiles = warp < num_tiles ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;

@@ -45,6 +45,30 @@ struct Workspace {
   bool merge_in_kernel;  // the last CTA of a group merges (else PagedDecodeReduceKernel)
 };
 
+// The keys [*start, *end) of sequence seq's context that split `split` covers and the number of
+// splits its context uses (*used); false when this CTA has nothing to do: past the last split, or an
+// empty context (callers never pass one), whose g_count heads from h0 the split-0 CTA zeroes.
+template <int HD>
+__device__ inline bool CtaChunk(const PagedDecodeArgs& a, const Workspace& ws, int seq, int split,
+                                int h0, int g_count, int* start, int* end, int* used) {
+  const int ctx = a.context_lens[seq];
+  if (ctx <= 0) {
+    if (split == 0) {
+      for (int i = threadIdx.x; i < g_count * HD; i += kThreads) {
+        a.out[seq * a.out_stride + static_cast<int64_t>(h0 + i / HD) * HD + i % HD] =
+            __float2bfloat16(0.0f);
+      }
+    }
+    return false;
+  }
+  int chunk = 0;
+  SplitLayout(ctx, ws.splits, ws.min_chunk, &chunk, used);
+  if (split >= *used) return false;
+  *start = split * chunk;
+  *end = min(*start + chunk, ctx);
+  return true;
+}
+
 // The last CTA of a (sequence, KV head, head chunk) merges the `used` partial results of its
 // g_count heads into bf16 out. `scratch` (2 * G * kPagedDecodeMaxSplits floats) is free shared
 // memory. Every thread of the CTA calls this.
