@@ -170,16 +170,21 @@ TEST(AsyncEngine, DestructionAbortsUnfinishedRequests) {
   EXPECT_EQ(sink.reason, FinishReason::kAbort);
 }
 
-// Remote prefill through AsyncEngineOptions::remote_prefill: a failed outcome falls back to local
-// prefill; a request cancelled while its remote prefill is out keeps its blocks until the outcome
-// arrives (a prefill worker may still be writing into them), then ends with kAbort.
-TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
+// An engine that sends prompts of more than 8 uncached tokens to a remote prefill.
+Result<std::unique_ptr<Engine>> MakeRemotePrefillEngine() {
   EngineConfig config;
   config.num_kv_blocks = 1024;
   config.block_size = 4;
   config.max_num_batched_tokens = 64;
   config.max_local_prefill_tokens = 8;
-  auto engine = Engine::Create(std::make_unique<testing::FakeModelRunner>(512, 1 << 18), nullptr, config);
+  return Engine::Create(std::make_unique<testing::FakeModelRunner>(512, 1 << 18), nullptr, config);
+}
+
+// Remote prefill through AsyncEngineOptions::remote_prefill: a failed outcome falls back to local
+// prefill; a request cancelled while its remote prefill is out keeps its blocks until the outcome
+// arrives (a prefill worker may still be writing into them), then ends with kAbort.
+TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
+  auto engine = MakeRemotePrefillEngine();
   ASSERT_TRUE(engine.ok());
   std::mutex mu;
   std::condition_variable cv;
@@ -237,12 +242,7 @@ TEST(AsyncEngine, RemotePrefillOutcomesAndDeferredCancel) {
 // the abort are two outputs of one request in one Step; both reach the callback, the abort last,
 // and the blocks go back.
 TEST(AsyncEngine, ARemotePrefillsFirstTokenAndItsCancelInOneIteration) {
-  EngineConfig config;
-  config.num_kv_blocks = 1024;
-  config.block_size = 4;
-  config.max_num_batched_tokens = 64;
-  config.max_local_prefill_tokens = 8;
-  auto engine = Engine::Create(std::make_unique<testing::FakeModelRunner>(512, 1 << 18), nullptr, config);
+  auto engine = MakeRemotePrefillEngine();
   ASSERT_TRUE(engine.ok());
   AsyncEngine* self = nullptr;
   AsyncEngineOptions options;
