@@ -2,7 +2,6 @@
 #include "frontend/http_connection.h"
 
 #include <algorithm>
-#include <cctype>
 #include <exception>
 #include <functional>
 #include <stdexcept>
@@ -21,6 +20,7 @@
 
 #include "common/logging.h"
 #include "frontend/errors.h"
+#include "frontend/http_request_parse.h"
 
 namespace tandem::http::detail {
 
@@ -33,7 +33,6 @@ using namespace asio::experimental::awaitable_operators;
 namespace {
 
 constexpr auto kUseTuple = asio::as_tuple(asio::use_awaitable);
-constexpr size_t kHeaderLimit = 64 * 1024;
 constexpr size_t kMaxReadAhead = 1 << 20;  // pipelined bytes buffered while a handler runs
 constexpr std::chrono::milliseconds kLinger{1000};
 constexpr const char* kJson = "application/json";
@@ -41,59 +40,6 @@ constexpr const char* kJson = "application/json";
 // "10 s", "1.5 s"
 std::string Seconds(std::chrono::milliseconds d) {
   return fmt::format("{:g} s", static_cast<double>(d.count()) / 1000.0);
-}
-
-std::string Lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
-}
-
-Request ToRequest(bhttp::request<bhttp::string_body>&& msg) {
-  Request r;
-  r.method = std::string(msg.method_string());
-  std::string_view target = msg.target();
-  size_t q = target.find('?');
-  r.target = std::string(target.substr(0, q));
-  if (q != std::string_view::npos) r.query = std::string(target.substr(q + 1));
-  for (const auto& field : msg) {
-    std::string key = Lower(field.name_string());
-    auto [it, inserted] = r.headers.emplace(key, std::string(field.value()));
-    if (!inserted) it->second += ", " + std::string(field.value());
-  }
-  r.body = std::move(msg.body());
-  return r;
-}
-
-// The comma-separated tokens of a header value, trimmed and lower-case.
-std::vector<std::string> Tokens(std::string_view value) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos <= value.size()) {
-    size_t comma = value.find(',', pos);
-    if (comma == std::string_view::npos) comma = value.size();
-    std::string_view t = value.substr(pos, comma - pos);
-    while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.remove_prefix(1);
-    while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.remove_suffix(1);
-    if (!t.empty()) out.push_back(Lower(t));
-    pos = comma + 1;
-  }
-  return out;
-}
-
-// A body the server cannot read as sent: a Content-Encoding other than identity (415) or a
-// Transfer-Encoding other than chunked / identity (501). Status 0: fine.
-std::pair<int, std::string> UnsupportedEncoding(const Request& request) {
-  for (const std::string& t : Tokens(request.Header("content-encoding"))) {
-    if (t != "identity")
-      return {415, "Content-Encoding '" + ClientText(t, 64) + "' is not supported; send the body "
-                   "uncompressed."};
-  }
-  for (const std::string& t : Tokens(request.Header("transfer-encoding"))) {
-    if (t != "chunked" && t != "identity")
-      return {501, "Transfer-Encoding '" + ClientText(t, 64) + "' is not supported (only chunked)."};
-  }
-  return {0, ""};
 }
 
 }  // namespace
