@@ -13,6 +13,7 @@ PACKAGES=(
   libucx-dev libfabric-dev
   etcd-server nats-server libnats-dev
   python3 python3-jinja2 python3-yaml nodejs npm
+  clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer, ASan/UBSan (CI's bounded fuzz run)
 )
 
 missing=()
