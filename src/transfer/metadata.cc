@@ -82,7 +82,14 @@ std::string EncodeMetadata(const AgentMetadata& md) {
 }
 
 Result<AgentMetadata> DecodeMetadata(std::string_view bytes) {
-  json j = json::from_cbor(bytes.begin(), bytes.end(), /*strict=*/true, /*allow_exceptions=*/false);
+  json j;
+  try {
+    j = json::from_cbor(bytes.begin(), bytes.end(), /*strict=*/true, /*allow_exceptions=*/false);
+  } catch (const json::exception& e) {
+    // allow_exceptions=false still throws for an array or object header of an excessive size
+    // (nlohmann 3.11: out_of_range.408 from the DOM parser), which a peer's bytes may claim.
+    return Err(StatusCode::kDataLoss, "agent metadata is not CBOR: {}", e.what());
+  }
   if (j.is_discarded() || !j.is_object()) return Err(StatusCode::kDataLoss, "agent metadata is not CBOR");
   try {
     if (j.at("version").get<uint32_t>() != kMetadataVersion) {
