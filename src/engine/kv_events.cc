@@ -123,6 +123,7 @@ Result<KvEvent> KvEventFromJson(const nlohmann::json& j) {
   e.event_id = j["event_id"].get<uint64_t>();
   const nlohmann::json& data = j["data"];
   if (auto it = data.find("stored"); it != data.end()) {
+    if (!it->is_object()) return Status(StatusCode::kInvalidArgument, "stored: not an object");
     KvStoredEvent s;
     auto parent = it->find("parent_hash");
     if (parent == it->end() || !parent->is_number_unsigned()) {
@@ -132,6 +133,8 @@ Result<KvEvent> KvEventFromJson(const nlohmann::json& j) {
     TANDEM_ASSIGN_OR_RETURN(s.block_hashes, HashesFromJson(it->value("block_hashes", nlohmann::json()), "stored"));
     e.data = std::move(s);
   } else if (auto it = data.find("removed"); it != data.end()) {
+    // value() throws on a non-object: a worker's bad payload must not end the router's process.
+    if (!it->is_object()) return Status(StatusCode::kInvalidArgument, "removed: not an object");
     KvRemovedEvent r;
     TANDEM_ASSIGN_OR_RETURN(r.block_hashes, HashesFromJson(it->value("block_hashes", nlohmann::json()), "removed"));
     e.data = std::move(r);
