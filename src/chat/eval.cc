@@ -182,14 +182,22 @@ Evaluator::Flow Evaluator::ExecFor(const Stmt& s, std::string& out) {
 
 Value Evaluator::MakeMacro(const Stmt& s, const std::string& name) {
   const Stmt* stmt = &s;
-  std::vector<std::shared_ptr<Frame>> closure = frames_;
+  // The scopes it sees, held weakly: the macro is stored in one of them, and a strong reference
+  // would be a cycle that outlives the render (the whole context leaked per render; found by
+  // tests/fuzz/chat_template_fuzz). A scope already gone (a loop's, after the loop) is empty.
+  std::vector<std::weak_ptr<Frame>> closure(frames_.begin(), frames_.end());
   return Value::Callable([stmt, closure, name](CallArgs& a) {
     auto frame = std::make_shared<Frame>();
     if (a.pos.size() > stmt->targets.size())
       FailAt(a.line, "macro '" + name + "' takes not more than " + std::to_string(stmt->targets.size()) +
                          " argument(s)");
-    Evaluator inner(closure[0]);
-    inner.frames_ = closure;
+    std::vector<std::shared_ptr<Frame>> scopes;
+    for (const auto& weak : closure) {
+      auto scope = weak.lock();
+      scopes.push_back(scope ? scope : std::make_shared<Frame>());
+    }
+    Evaluator inner(scopes[0]);
+    inner.frames_ = std::move(scopes);
     inner.frames_.push_back(frame);
     for (const auto& [k, v] : a.kw) {
       bool known = k == "caller";
