@@ -116,7 +116,7 @@ for t in "${TARGETS[@]}"; do
     grep -m1 -A30 -E '^==[0-9]+==ERROR|runtime error|invariant broken|deadly signal|ERROR: libFuzzer' "$log" >&2 || tail -40 "$log" >&2
   fi
   corpus=$(find "$work" "$seeds" -type f | wc -l)
-  kb=$(du -skc "$work" "$seeds" | tail -1 | cut -f1)
+  kb=$(( $(find "$work" "$seeds" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}') / 1024 ))
   row=$(printf '%s\t%s\t%s\t%s\t%s (%s KiB)' "$t" "${execs:-?}" "${rate:-?}" "$crashes" "$corpus" "$kb")
   rows+=("$row")
   printf '%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$MODE" "$row" >> "$BUILD_DIR/fuzz-stats.tsv"
