@@ -8,6 +8,8 @@
 #include "chat/lexer.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "chat/text.h"
@@ -248,8 +250,15 @@ class Lexer {
     for (size_t k = b; k < pos_; ++k)
       if (src_[k] != '_') text.push_back(src_[k]);
     Token t{is_float ? Token::Type::kFloat : Token::Type::kInt, text, line_};
-    if (is_float) t.float_value = std::stod(text);
-    else t.int_value = std::stoll(text);
+    // Not std::stod / std::stoll: they throw out_of_range (escaping Parse) for 1e999 or 2**64.
+    // Python reads 1e999 as inf and 1e-999 as 0.0, as strtod; an integer beyond 64 bits is an error.
+    if (is_float) {
+      t.float_value = std::strtod(text.c_str(), nullptr);
+    } else {
+      errno = 0;
+      t.int_value = std::strtoll(text.c_str(), nullptr, 10);
+      if (errno == ERANGE) Fail("integer literal '" + text + "' out of range", line_);
+    }
     tokens_.push_back(std::move(t));
   }
 
@@ -269,8 +278,15 @@ class Lexer {
       if (pos_ >= src_.size()) Fail("unterminated string", line);
       char e = src_[pos_++];
       auto hex = [&](int n) {
+        // n hex digits, as Python requires them (std::stoul threw on "\xZZ" and read "\x4Z" as 4).
         if (pos_ + n > src_.size()) Fail("bad escape in string", line_);
-        char32_t v = static_cast<char32_t>(std::stoul(src_.substr(pos_, n), nullptr, 16));
+        char32_t v = 0;
+        for (int k = 0; k < n; ++k) {
+          const char h = src_[pos_ + k];
+          if (!std::isxdigit(static_cast<unsigned char>(h))) Fail("bad escape in string", line_);
+          v = v * 16 + static_cast<char32_t>(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : (h | 0x20) - 'a' + 10);
+        }
+        if (v > 0x10FFFF) Fail("bad escape in string (beyond U+10FFFF)", line_);
         pos_ += n;
         AppendUtf8(value, v);
       };

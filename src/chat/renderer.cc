@@ -23,6 +23,8 @@ Result<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
     return t;
   } catch (const chat::TemplateError& e) {
     return Status(StatusCode::kInvalidArgument, e.what());
+  } catch (const std::exception& e) {  // as Render: no exception leaves the parser
+    return Status(StatusCode::kInvalidArgument, std::string("chat template error: ") + e.what());
   }
 }
 
