@@ -38,6 +38,22 @@ bool Same(const ParsedHttpRequest& a, const ParsedHttpRequest& b) {
 
 }  // namespace
 
+// BOOST_ENABLE_ASSERT_HANDLER (tests/fuzz/CMakeLists.txt): every Boost assertion aborts except
+// the one Beast fixed after Boost 1.81 (boostorg/beast#2861): parse_chunk_header asserts n >= 5
+// when the last chunk "0\r\n" came alone and one more byte follows; the code after it is right.
+namespace boost {
+void assertion_failed(char const* expr, char const* function, char const* file, long line) {
+  if (std::string_view(expr) == "n >= 5" && std::string_view(function).find("parse_chunk_header") != std::string_view::npos)
+    return;
+  fprintf(stderr, "%s:%ld: %s: Assertion '%s' failed.\n", file, line, function, expr);
+  abort();
+}
+void assertion_failed_msg(char const* expr, char const* msg, char const* function, char const* file, long line) {
+  fprintf(stderr, "%s:%ld: %s: Assertion '%s' failed: %s\n", file, line, function, expr, msg);
+  abort();
+}
+}  // namespace boost
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   std::string_view bytes(reinterpret_cast<const char*>(data), size);

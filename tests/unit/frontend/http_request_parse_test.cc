@@ -56,6 +56,20 @@ TEST(HttpRequestParse, SameRequestWhateverTheReadSize) {
   (void)ParseRequestBytes("POST /vtio\xbfs HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: gzip, chunKed\r\n\r\n0\n\r\n", 64, 3);
 }
 
+// The last chunk "0\r\n" alone, then its final CRLF a byte at a time (a Beast 1.81 debug
+// assertion fires there, boostorg/beast#2861; the parse itself is right): found by
+// tests/fuzz/http_request_fuzz.
+TEST(HttpRequestParse, LastChunkAByteAtATime) {
+  const std::string head = "POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
+  for (const std::string body : {"0\r\n\r\n", "2\r\n{}\r\n0\r\n\r\n", "0\r\nX-T: 1\r\n\r\n"}) {
+    auto p = ParseRequestBytes(head + body, 64, 1);
+    EXPECT_FALSE(p.error) << p.error.message();
+    ASSERT_TRUE(p.complete) << body;
+    EXPECT_EQ(p.request.body, body[0] == '2' ? "{}" : "") << body;
+    EXPECT_EQ(p.consumed, head.size() + body.size()) << body;
+  }
+}
+
 TEST(HttpRequestParse, IncompleteRequestIsNotAnError) {
   auto p = ParseRequestBytes("POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\n{}", 64);
   EXPECT_FALSE(p.error);
