@@ -21,18 +21,23 @@ using testing::Collected;
 using testing::FakeModelRunner;
 using testing::RunToCompletion;
 
+// What a DevicePickRunner saw; owned by the test, as the engine destroys its runner.
+struct PickCounts {
+  int num_picks = 0, num_specs = 0, num_penalized = 0;
+};
+
 class DevicePickRunner : public FakeModelRunner {
  public:
-  DevicePickRunner() : FakeModelRunner(64, 4096) {}
+  explicit DevicePickRunner(PickCounts* counts) : FakeModelRunner(64, 4096), counts_(*counts) {}
   bool SamplesOnDevice() const override { return true; }
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
     for (const SequenceSlice& s : batch.seqs) {
       EXPECT_NE(s.logits, SequenceSlice::Logits::kLast);  // no row leaves the "device"
       if (s.logits != SequenceSlice::Logits::kPick) continue;
-      ++num_picks;
-      if (s.pick != nullptr) ++num_specs;
+      ++counts_.num_picks;
+      if (s.pick != nullptr) ++counts_.num_specs;
       if (s.pick != nullptr && s.pick->has_penalties()) {
-        ++num_penalized;
+        ++counts_.num_penalized;
         // Unique ids in the vocabulary.
         std::map<int32_t, int> seen;
         for (const auto& e : s.pick->penalties) {
@@ -44,7 +49,7 @@ class DevicePickRunner : public FakeModelRunner {
     }
     return ModelRunner::Execute(batch, out);
   }
-  int num_picks = 0, num_specs = 0, num_penalized = 0;
+  PickCounts& counts_;
 };
 
 EngineConfig Config() {
@@ -96,8 +101,10 @@ TEST(EngineDevicePick, SeededOutputsEqualTheHostSamplingRoute) {
       {"plain", plain}, {"nucleus", nucleus}, {"minp", minp}, {"greedy_pen", greedy_pen},
       {"greedy", greedy}};
   auto host = RunRequests(std::make_unique<FakeModelRunner>(64, 4096), reqs);
-  auto device_runner = std::make_unique<DevicePickRunner>();
-  DevicePickRunner* device = device_runner.get();
+  // Counted outside the runner: RunRequests' engine destroys it before returning (reading its
+  // members afterwards was a heap-use-after-free, found by scripts/sanitize.sh tsan).
+  PickCounts counts;
+  auto device_runner = std::make_unique<DevicePickRunner>(&counts);
   auto got = RunRequests(std::move(device_runner), reqs);
   for (const auto& [id, p] : reqs) {
     ASSERT_EQ(got[id].token_ids.size(), 12u) << id;
@@ -109,9 +116,9 @@ TEST(EngineDevicePick, SeededOutputsEqualTheHostSamplingRoute) {
       EXPECT_EQ(got[id].logprobs[i].top, host[id].logprobs[i].top) << id << i;
     }
   }
-  EXPECT_EQ(device->num_picks, 5 * 12);
-  EXPECT_EQ(device->num_specs, 4 * 12);       // all but the plain greedy row
-  EXPECT_EQ(device->num_penalized, 2 * 12);   // minp and greedy_pen
+  EXPECT_EQ(counts.num_picks, 5 * 12);
+  EXPECT_EQ(counts.num_specs, 4 * 12);       // all but the plain greedy row
+  EXPECT_EQ(counts.num_penalized, 2 * 12);   // minp and greedy_pen
 }
 
 }  // namespace
