@@ -79,7 +79,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Check(st.ok() == (guards.size() == 1), "a pin held after a refused kBegin");
       auto reply = rma::ReplyTo(*m, rma::ControlType::kEnd, Status::Ok());
       Check(guards.End(reply) == st.ok(), "kEnd did not find the pin of its kBegin");
-      guards.Begin(*m, now);
+      (void)guards.Begin(*m, now);  // again, to be expired (refused or not)
       guards.Expire(now + std::chrono::milliseconds(m->timeout_ms) + std::chrono::seconds(2));
       Check(guards.size() == 0, "a pin outlived its expiry");
     }
