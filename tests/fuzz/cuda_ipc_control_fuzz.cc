@@ -53,16 +53,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Target& t = TheTarget();
-  std::string bytes;
-  if (data[0] & 1) {
-    const std::string aux = "fuzz-peer\n" + fuzz::kInstance;
-    ipc::MsgHeader hello;
-    hello.type = ipc::MsgType::kHello;
-    hello.aux_len = static_cast<uint32_t>(aux.size());
-    bytes.append(reinterpret_cast<const char*>(&hello), sizeof(hello));
-    bytes += aux;
-  }
-  bytes.append(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string bytes = fuzz::WithOptionalHello<ipc::MsgHeader>(data, size, ipc::MsgType::kHello);
   int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&t.address), t.address_len) != 0) {
     perror("cuda_ipc_control_fuzz: connect");

@@ -33,6 +33,24 @@ inline constexpr uint64_t kDeviceAddr = 0x7f0000000000;
 inline constexpr uint64_t kDeviceLen = 1 << 20;
 inline const std::string kInstance = "fuzz-instance";
 
+// The bytes a fuzz input sends to a control server: data[1..] after a valid hello of the wire's
+// Header (with its `type` set to `hello_type`) when data[0] is odd, so that inputs reach both the
+// handshake and what follows it. `size` >= 1.
+template <typename Header, typename Type>
+std::string WithOptionalHello(const uint8_t* data, size_t size, Type hello_type) {
+  std::string bytes;
+  if (data[0] & 1) {
+    const std::string aux = "fuzz-peer\n" + kInstance;
+    Header hello;
+    hello.type = hello_type;
+    hello.aux_len = static_cast<uint32_t>(aux.size());
+    bytes.append(reinterpret_cast<const char*>(&hello), sizeof(hello));
+    bytes += aux;
+  }
+  bytes.append(reinterpret_cast<const char*>(data) + 1, size - 1);
+  return bytes;
+}
+
 class FuzzHost final : public transfer::BackendHost {
  public:
   FuzzHost() : table_(std::make_shared<transfer::RegionTable>()) {

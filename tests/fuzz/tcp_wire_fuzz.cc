@@ -50,16 +50,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   Target& t = TheTarget();
-  std::string bytes;
-  if (data[0] & 1) {
-    const std::string aux = "fuzz-peer\n" + fuzz::kInstance;
-    tcp::FrameHeader hello;
-    hello.type = tcp::FrameType::kHello;
-    hello.aux_len = static_cast<uint32_t>(aux.size());
-    bytes.append(reinterpret_cast<const char*>(&hello), sizeof(hello));
-    bytes += aux;
-  }
-  bytes.append(reinterpret_cast<const char*>(data) + 1, size - 1);
+  const std::string bytes = fuzz::WithOptionalHello<tcp::FrameHeader>(data, size, tcp::FrameType::kHello);
   int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
