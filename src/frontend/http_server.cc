@@ -1,9 +1,6 @@
 #include "frontend/http_server.h"
 
-#include <fcntl.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <thread>
@@ -22,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/log_limiter.h"
+#include "common/spare_descriptor.h"
 #include "common/logging.h"
 #include "frontend/http_connection.h"
 
@@ -128,14 +126,10 @@ struct HttpServer::Impl {
   std::atomic<int> port{0};
   bool started = false;
   bool stopped = false;
-  // A descriptor kept spare for RefuseWaiting() (/dev/null); -1 when it could not be reopened.
-  int spare_fd = -1;
+  SpareDescriptor spare;  // held from Start() to Stop(), for accepts out of descriptors
   LogLimiter accept_log{std::chrono::seconds(10)};
 
   asio::awaitable<void> AcceptLoop();
-  // Out of descriptors: frees the spare one to accept and close the connections waiting in the
-  // backlog (at most 64), then takes it back. The number refused.
-  int RefuseWaiting();
 };
 
 namespace {
@@ -151,8 +145,6 @@ asio::awaitable<void> RejectConnection(std::shared_ptr<detail::Connection> conne
   co_await connection->Reject();
 }
 
-int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
-
 bool OutOfDescriptors(const boost::system::error_code& ec) {
   return ec == asio::error::no_descriptors ||
          ec == boost::system::errc::too_many_files_open_in_system;
@@ -163,23 +155,6 @@ bool OutOfMemory(const boost::system::error_code& ec) {
 }
 
 }  // namespace
-
-int HttpServer::Impl::RefuseWaiting() {
-  if (spare_fd < 0) {
-    spare_fd = OpenSpare();  // maybe descriptors came free meanwhile
-    return 0;
-  }
-  ::close(spare_fd);
-  int refused = 0;
-  // The acceptor's descriptor is non-blocking (Asio sets it so for its asynchronous accept).
-  for (; refused < 64; ++refused) {
-    int fd = ::accept4(acceptor->native_handle(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) break;
-    ::close(fd);
-  }
-  spare_fd = OpenSpare();
-  return refused;
-}
 
 asio::awaitable<void> HttpServer::Impl::AcceptLoop() {
   constexpr auto use_tuple = asio::as_tuple(asio::use_awaitable);
@@ -194,7 +169,7 @@ asio::awaitable<void> HttpServer::Impl::AcceptLoop() {
       // Out of descriptors and the like: refuse what waits, pause (longer while it lasts), and
       // say so once per 10 s, not at every failure.
       const bool descriptors = OutOfDescriptors(ec);
-      const int refused = descriptors ? RefuseWaiting() : 0;
+      const int refused = descriptors ? spare.RefuseWaiting(acceptor->native_handle()) : 0;
       uint64_t suppressed = 0;
       if (accept_log.ShouldLog(&suppressed)) {
         log::warn("http: accept failed: {} ({} connections open{}); {}pausing accepts up to {} "
@@ -210,7 +185,7 @@ asio::awaitable<void> HttpServer::Impl::AcceptLoop() {
       continue;
     }
     pause = kMinAcceptPause;
-    if (spare_fd < 0) spare_fd = OpenSpare();
+    spare.Refill();
     boost::system::error_code opt_ec;
     socket.set_option(tcp::no_delay(true), opt_ec);  // each chunk leaves at once
     auto connection = std::make_shared<detail::Connection>(std::move(socket), state);
@@ -311,7 +286,7 @@ Status HttpServer::Start() {
   if (m.acceptor->listen(asio::socket_base::max_listen_connections, ec)) return fail("listen on");
   m.port = m.acceptor->local_endpoint(ec).port();
 
-  m.spare_fd = OpenSpare();
+  m.spare.Refill();
   m.started = true;
   asio::co_spawn(*m.accept_strand, m.AcceptLoop(), asio::detached);
   for (int i = 0; i < o.num_threads; ++i) {
@@ -352,8 +327,7 @@ void HttpServer::Stop() {
   m.acceptor.reset();
   m.accept_strand.reset();
   m.io.reset();  // destroys what was abandoned
-  if (m.spare_fd >= 0) ::close(m.spare_fd);
-  m.spare_fd = -1;
+  m.spare.Release();
   log::info("HTTP server on port {} stopped", m.port.load());
 }
 

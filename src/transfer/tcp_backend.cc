@@ -1,7 +1,5 @@
 #include "transfer/tcp_backend.h"
 
-#include <fcntl.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -15,6 +13,7 @@
 #include <thread>
 
 #include "common/log_limiter.h"
+#include "common/spare_descriptor.h"
 #include "common/logging.h"
 #include "transfer/staging.h"
 #include "transfer/tcp_client.h"
@@ -103,8 +102,6 @@ std::vector<std::vector<Segment>> Split(const std::vector<Segment>& segments, ui
 
 constexpr int kMinAcceptPauseMs = 50;
 constexpr int kMaxAcceptPauseMs = 1000;
-
-int OpenSpare() { return ::open("/dev/null", O_RDONLY | O_CLOEXEC); }
 
 struct ServerConn {
   int fd = -1;
@@ -273,14 +270,15 @@ class TcpBackend final : public Backend {
   }
 
   void AcceptLoop() {
-    int spare = OpenSpare();  // freed to refuse what waits when the descriptor table is full
+    SpareDescriptor spare;  // freed to refuse what waits when the descriptor table is full
+    spare.Refill();
     int pause_ms = kMinAcceptPauseMs;
     while (!stopping_) {
       int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
       if (fd < 0) {
         const int err = errno;
         if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM) {
-          OutOfResources(err, &spare);
+          OutOfResources(err, spare);
           for (int waited = 0; waited < pause_ms && !stopping_; waited += kTickMs) {
             std::this_thread::sleep_for(std::chrono::milliseconds(kTickMs));
           }
@@ -289,7 +287,7 @@ class TcpBackend final : public Backend {
         continue;  // the tick (EAGAIN), EINTR, or a failed handshake
       }
       pause_ms = kMinAcceptPauseMs;
-      if (spare < 0) spare = OpenSpare();
+      spare.Refill();
       SetSocketOptions(fd);
       auto conn = std::make_shared<ServerConn>();
       conn->fd = fd;
@@ -322,7 +320,6 @@ class TcpBackend final : public Backend {
       }
       RefuseOverCap(fd);
     }
-    if (spare >= 0) ::close(spare);
   }
 
   // Beyond max_connections: a kError for the peer's hello (ResourceExhausted), then close.
@@ -347,19 +344,8 @@ class TcpBackend final : public Backend {
 
   // accept() out of descriptors or memory: refuse the waiting connections through the spare
   // descriptor (they see a close, not a hang), one warning per 10 s at most.
-  void OutOfResources(int err, int* spare) {
-    int refused = 0;
-    if ((err == EMFILE || err == ENFILE) && *spare >= 0) {
-      ::close(*spare);
-      for (; refused < 64; ++refused) {
-        pollfd p{listen_fd_, POLLIN, 0};
-        if (::poll(&p, 1, 0) != 1) break;
-        int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) break;
-        ::close(fd);
-      }
-    }
-    if (*spare >= 0 || err == EMFILE || err == ENFILE) *spare = OpenSpare();
+  void OutOfResources(int err, SpareDescriptor& spare) {
+    const int refused = err == EMFILE || err == ENFILE ? spare.RefuseWaiting(listen_fd_) : 0;
     uint64_t suppressed = 0;
     if (accept_log_.ShouldLog(&suppressed)) {
       log::warn("tcp transfer backend of {}: accept failed: {}{}; refused {} waiting, pausing "
