@@ -163,14 +163,20 @@ Status ClientConn::Handshake() {
   FrameHeader h;
   h.type = FrameType::kHello;
   h.aux_len = static_cast<uint32_t>(aux.size());
-  TANDEM_RETURN_IF_ERROR(SendAll(fd, &h, sizeof(h), tick));
-  TANDEM_RETURN_IF_ERROR(SendAll(fd, aux.data(), aux.size(), tick));
+  Status sent = SendAll(fd, &h, sizeof(h), tick);
+  if (sent.ok()) sent = SendAll(fd, aux.data(), aux.size(), tick);
   FrameHeader r;
-  TANDEM_RETURN_IF_ERROR(RecvAll(fd, &r, sizeof(r), tick));
+  Status got = RecvAll(fd, &r, sizeof(r), tick);
+  // A listener at its connection limit writes an error frame and closes without reading the
+  // hello, so the hello's send can fail (EPIPE, ECONNRESET) with that frame already queued
+  // here: its reason beats the send error.
+  if (!got.ok()) return sent.ok() ? got : sent;
   if (r.magic != kMagic || r.aux_len > kMaxAux) return Err(StatusCode::kInternal, "bad hello response");
   std::string msg(r.aux_len, '\0');
-  TANDEM_RETURN_IF_ERROR(RecvAll(fd, msg.data(), msg.size(), tick));
+  got = RecvAll(fd, msg.data(), msg.size(), tick);
+  if (!got.ok()) return sent.ok() ? got : sent;
   if (r.type == FrameType::kError) return Status(static_cast<StatusCode>(r.status_code), msg);
+  TANDEM_RETURN_IF_ERROR(sent);
   if (r.type != FrameType::kHelloOk) return Err(StatusCode::kInternal, "unexpected hello response");
   return Status::Ok();
 }
