@@ -4,8 +4,10 @@
 #include <mutex>
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/server_posix.h>
 
 #include "common/logging.h"
+#include "rpc/connection_gate.h"
 #include "rpc/worker_service.h"
 
 namespace tandem::runtime {
@@ -15,6 +17,7 @@ struct WorkerServer::Impl {
   WorkerService service;
   std::mutex mu;
   std::unique_ptr<grpc::Server> server;
+  ConnectionGate gate;  // accepts for `server` (declared after it: stopped first)
   int port = 0;
   bool stopped = false;
 
@@ -36,13 +39,11 @@ Status WorkerServer::Start() {
   }
   const WorkerServerOptions& o = impl_->options;
   if (o.handshake_timeout_ms <= 0 || o.keepalive_time_ms <= 0 || o.keepalive_timeout_ms <= 0 ||
-      o.max_connection_idle_ms <= 0) {
-    return Err(StatusCode::kInvalidArgument, "worker server timeouts must be > 0");
+      o.max_connection_idle_ms <= 0 || o.max_connections <= 0) {
+    return Err(StatusCode::kInvalidArgument, "worker server timeouts and max_connections must be > 0");
   }
   const std::string address = o.host + ":" + std::to_string(o.port);
-  grpc::ServerBuilder builder;
-  int selected_port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &selected_port);
+  grpc::ServerBuilder builder;  // no listening port: the gate accepts and hands connections over
   builder.RegisterService(&impl_->service);
   // Frontends ping idle connections (remote_engine_client.cc) to notice a vanished host.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
@@ -54,12 +55,22 @@ Status WorkerServer::Start() {
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
   impl_->server = builder.BuildAndStart();
-  if (!impl_->server || selected_port == 0) {
+  if (!impl_->server) return Err(StatusCode::kFailedPrecondition, "cannot start the gRPC server");
+  ConnectionGate::Options gate;
+  gate.host = o.host;
+  gate.port = o.port;
+  gate.max_connections = o.max_connections;
+  gate.handshake_timeout_ms = o.handshake_timeout_ms;
+  grpc::Server* server = impl_->server.get();
+  Status st = impl_->gate.Start(gate, [server](int fd) { grpc::AddInsecureChannelFromFd(server, fd); });
+  if (!st.ok()) {
+    impl_->server->Shutdown();
+    impl_->server->Wait();
     impl_->server.reset();
-    return Err(StatusCode::kFailedPrecondition, "cannot serve gRPC on {} (in use or bad address)",
-               address);
+    return Err(StatusCode::kFailedPrecondition, "cannot serve gRPC on {} (in use or bad address): {}",
+               address, st.message());
   }
-  impl_->port = selected_port;
+  impl_->port = impl_->gate.port();
   return Status::Ok();
 }
 
@@ -77,6 +88,8 @@ std::string WorkerServer::endpoint() const {
 
 void WorkerServer::SetReady(bool ready) { impl_->service.SetReady(ready); }
 
+int WorkerServer::num_connections() const { return impl_->gate.num_connections(); }
+
 void WorkerServer::Stop(int grace_ms) {
   std::unique_ptr<grpc::Server> server;
   {
@@ -85,6 +98,7 @@ void WorkerServer::Stop(int grace_ms) {
     server = std::move(impl_->server);
   }
   if (!server) return;
+  impl_->gate.Stop();  // no connection is handed to the server once it shuts down
   // Calls still running at the deadline are cancelled (OnCancel -> EngineClient::Cancel).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
   server->Wait();

@@ -42,9 +42,12 @@ struct WorkerServerOptions {
   // a connection without a call for max_connection_idle_ms gets a GOAWAY (its client reconnects
   // on its next call).
   int max_connection_idle_ms = 300000;
-  // gRPC 1.51 (Debian 12) has no cap on incoming connections (GRPC_ARG_MAX_ALLOWED_INCOMING_
-  // CONNECTIONS came later) and its memory quota reclaims by closing connections, so neither is
-  // set: the timeouts above are what frees a stray client's descriptor.
+  // At most max_connections TCP connections at a time (> 0): one beyond is closed at once, with
+  // a warning at most every 10 s. gRPC 1.51 (Debian 12) has no such cap (GRPC_ARG_MAX_ALLOWED_
+  // INCOMING_CONNECTIONS came later), so the server accepts through its own ConnectionGate
+  // (connection_gate.h), which also applies handshake_timeout_ms (to the HTTP/2 client preface)
+  // and hands each connection to gRPC by descriptor.
+  int max_connections = 1024;
 };
 
 class WorkerServer {
@@ -56,10 +59,11 @@ class WorkerServer {
   WorkerServer& operator=(const WorkerServer&) = delete;
 
   // Binds and serves on gRPC's threads. FailedPrecondition: cannot bind (port in use, bad host)
-  // or already started; InvalidArgument: a timeout above <= 0.
+  // or already started; InvalidArgument: a timeout or max_connections <= 0.
   Status Start();
   int port() const;              // the bound port; 0 before Start()
   std::string endpoint() const;  // "host:port" to publish in discovery
+  int num_connections() const;   // TCP connections open (waiting for their preface or served)
   void SetReady(bool ready);     // reported by Health (default true)
   // Stops accepting calls, cancels those in flight (their engine requests are cancelled), waits
   // for them up to `grace_ms`. Idempotent.
