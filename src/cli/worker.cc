@@ -53,6 +53,7 @@ struct WorkerOptions {
   EngineOptions engine;
   std::string host = "127.0.0.1";
   int port = 0;
+  int max_connections = 1024;  // the gRPC server's cap (WorkerServerOptions::max_connections)
   std::string namespace_name = "tandem";
   std::string discovery;    // --discovery: "" = the embedded file discovery, etcd://host:port
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
@@ -208,6 +209,7 @@ int RunWorker(const WorkerOptions& opt) {
   }
 
   runtime::WorkerServerOptions server_options{opt.host, opt.port, prefill_handler};
+  server_options.max_connections = opt.max_connections;
   server_options.events = event_ring;
   server_options.snapshot = kv_publisher->snapshot_provider();
   runtime::WorkerServer server(engine, server_options);
@@ -298,6 +300,9 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--host", opt->host, "Address of the gRPC server (and the one published)");
   app.add_option("--port", opt->port, "gRPC port (0: any free port, logged)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--max-connections", opt->max_connections,
+                 "Most TCP connections the gRPC server holds at a time; one beyond is closed at once")
+      ->check(CLI::PositiveNumber);
   app.add_option("--namespace", opt->namespace_name, "Discovery namespace");
   app.add_option("--discovery", opt->discovery,
                  "Where workers register: 'file' (default: the embedded file discovery), "
