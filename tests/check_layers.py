@@ -20,7 +20,7 @@ LAYERS = [
     "model",         # HF config, safetensors, weights, model runners (CPU, CUDA)
     "tokenizer",     # byte-level BPE, added tokens, incremental detokenizer
     "chat",          # chat templates (the Jinja subset), chat prompt encoding
-    "grammar",       # structured outputs (not yet)
+    "grammar",       # structured outputs: grammars, the byte-level pushdown automaton, token masks
     "engine",        # requests, scheduler, KV cache, sampler, engine loop
     "transfer",      # the transfer agent and its backends
     "transfer/cuda",  # the agent's CUDA copier and CUDA IPC calls

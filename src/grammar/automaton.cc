@@ -1,0 +1,293 @@
+#include "grammar/automaton.h"
+
+#include <algorithm>
+#include <functional>
+
+namespace tandem::grammar {
+
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> Utf8Sequences(uint32_t lo, uint32_t hi) {
+  std::vector<std::vector<std::pair<uint8_t, uint8_t>>> out;
+  hi = std::min(hi, kMaxCodepoint);
+  std::function<void(uint32_t, uint32_t)> split = [&](uint32_t a, uint32_t b) {
+    if (a > b) return;
+    if (a < 0xD800 && b > 0xDFFF) {  // the surrogates are no code points of UTF-8 text
+      split(a, 0xD7FF);
+      split(0xE000, b);
+      return;
+    }
+    if (a >= 0xD800 && b <= 0xDFFF) return;
+    if (a >= 0xD800 && a <= 0xDFFF) a = 0xE000;
+    if (b >= 0xD800 && b <= 0xDFFF) b = 0xD7FF;
+    if (a > b) return;
+    // One encoded length at a time.
+    for (uint32_t edge : {0x7Fu, 0x7FFu, 0xFFFFu}) {
+      if (a <= edge && b > edge) {
+        split(a, edge);
+        split(edge + 1, b);
+        return;
+      }
+    }
+    const int n = a < 0x80 ? 1 : a < 0x800 ? 2 : a < 0x10000 ? 3 : 4;
+    // Where a and b differ above the low 6*i bits, split so that every position is one range.
+    for (int i = 1; i < n; ++i) {
+      const uint32_t m = (1u << (6 * i)) - 1;
+      if ((a & ~m) != (b & ~m)) {
+        if ((a & m) != 0) {
+          split(a, a | m);
+          split((a | m) + 1, b);
+          return;
+        }
+        if ((b & m) != m) {
+          split(a, (b & ~m) - 1);
+          split(b & ~m, b);
+          return;
+        }
+      }
+    }
+    std::string ea, eb;
+    AppendUtf8(a, ea);
+    AppendUtf8(b, eb);
+    std::vector<std::pair<uint8_t, uint8_t>> seq;
+    for (size_t k = 0; k < ea.size(); ++k) {
+      seq.emplace_back(static_cast<uint8_t>(ea[k]), static_cast<uint8_t>(eb[k]));
+    }
+    out.push_back(std::move(seq));
+  };
+  split(lo, hi);
+  return out;
+}
+
+namespace {
+
+struct RawNode {
+  std::vector<ByteEdge> bytes;
+  std::vector<int> eps;
+  std::vector<CallEdge> calls;
+  bool final = false;
+};
+
+class Builder {
+ public:
+  Builder(const Grammar& g, size_t max_nodes) : g_(g), max_nodes_(max_nodes) {}
+
+  int New() {
+    if (raw_.size() >= max_nodes_) {
+      too_large_ = true;
+      return 0;
+    }
+    raw_.emplace_back();
+    return static_cast<int>(raw_.size()) - 1;
+  }
+  bool too_large() const { return too_large_; }
+  std::vector<RawNode>& raw() { return raw_; }
+
+  void Chain(const std::vector<std::pair<uint8_t, uint8_t>>& seq, int from, int to) {
+    int cur = from;
+    for (size_t k = 0; k < seq.size() && !too_large_; ++k) {
+      const int next = k + 1 == seq.size() ? to : New();
+      raw_[cur].bytes.push_back({seq[k].first, seq[k].second, next});
+      cur = next;
+    }
+  }
+
+  void Build(int expr, int from, int to) {
+    if (too_large_) return;
+    const Expr& e = g_.expr(expr);
+    switch (e.kind) {
+      case ExprKind::kEmpty:
+        raw_[from].eps.push_back(to);
+        return;
+      case ExprKind::kBytes: {
+        std::vector<std::pair<uint8_t, uint8_t>> seq;
+        for (unsigned char c : e.bytes) seq.emplace_back(c, c);
+        Chain(seq, from, to);
+        return;
+      }
+      case ExprKind::kCharClass: {
+        std::vector<CodepointRange> ranges = e.ranges;
+        if (e.negated) {
+          std::vector<CodepointRange> inv;
+          uint32_t next = 0;
+          for (const CodepointRange& r : e.ranges) {
+            if (r.lo > next) inv.push_back({next, r.lo - 1});
+            next = r.hi + 1;
+          }
+          if (next <= kMaxCodepoint) inv.push_back({next, kMaxCodepoint});
+          ranges = std::move(inv);
+        }
+        for (const CodepointRange& r : ranges) {
+          for (const auto& seq : Utf8Sequences(r.lo, r.hi)) Chain(seq, from, to);
+        }
+        return;
+      }
+      case ExprKind::kSequence: {
+        int cur = from;
+        for (size_t k = 0; k < e.children.size(); ++k) {
+          const int next = k + 1 == e.children.size() ? to : New();
+          Build(e.children[k], cur, next);
+          cur = next;
+        }
+        return;
+      }
+      case ExprKind::kChoice:
+        for (int c : e.children) Build(c, from, to);
+        return;
+      case ExprKind::kRepeat: {
+        int cur = from;
+        for (int i = 0; i < e.min && !too_large_; ++i) {
+          const int next = New();
+          Build(e.children[0], cur, next);
+          cur = next;
+        }
+        if (e.max == kUnbounded) {
+          const int loop = New();
+          raw_[cur].eps.push_back(loop);
+          Build(e.children[0], loop, loop);
+          raw_[loop].eps.push_back(to);
+          return;
+        }
+        for (int i = e.min; i < e.max && !too_large_; ++i) {
+          raw_[cur].eps.push_back(to);
+          const int next = New();
+          Build(e.children[0], cur, next);
+          cur = next;
+        }
+        raw_[cur].eps.push_back(to);
+        return;
+      }
+      case ExprKind::kRuleRef:
+        raw_[from].calls.push_back({e.rule, to});
+        return;
+    }
+  }
+
+ private:
+  const Grammar& g_;
+  size_t max_nodes_;
+  std::vector<RawNode> raw_;
+  bool too_large_ = false;
+};
+
+}  // namespace
+
+Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
+  TANDEM_RETURN_IF_ERROR(g.Validate());
+  Builder b(g, max_nodes);
+  const size_t num_rules = g.rules().size();
+  std::vector<int> raw_start(num_rules);
+  for (size_t r = 0; r < num_rules; ++r) {
+    const int s = b.New();
+    const int e = b.New();
+    if (b.too_large()) break;
+    b.raw()[e].final = true;
+    raw_start[r] = s;
+    b.Build(g.rule(static_cast<int>(r)).body, s, e);
+  }
+  if (b.too_large()) {
+    return Err(StatusCode::kInvalidArgument, "grammar too large: over {} automaton nodes", max_nodes);
+  }
+  std::vector<RawNode>& raw = b.raw();
+
+  // Epsilon elimination, keeping the nodes reachable from a rule start.
+  std::vector<int> index(raw.size(), -1);
+  std::vector<int> order;
+  auto visit = [&](int n) {
+    if (index[n] < 0) {
+      index[n] = static_cast<int>(order.size());
+      order.push_back(n);
+    }
+  };
+  for (int s : raw_start) visit(s);
+  Automaton a;
+  std::vector<int> stack;
+  std::vector<char> seen(raw.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    Node node;
+    stack.assign(1, order[k]);
+    std::vector<int> closure;
+    while (!stack.empty()) {
+      int n = stack.back();
+      stack.pop_back();
+      if (seen[n]) continue;
+      seen[n] = 1;
+      closure.push_back(n);
+      for (int m : raw[n].eps) stack.push_back(m);
+    }
+    for (int n : closure) {
+      seen[n] = 0;
+      node.final = node.final || raw[n].final;
+      for (const ByteEdge& e : raw[n].bytes) {
+        visit(e.target);
+        node.bytes.push_back(e);
+      }
+      for (const CallEdge& c : raw[n].calls) {
+        visit(c.ret);
+        node.calls.push_back(c);
+      }
+    }
+    a.nodes_.push_back(std::move(node));
+  }
+  for (Node& node : a.nodes_) {
+    for (ByteEdge& e : node.bytes) e.target = index[e.target];
+    for (CallEdge& c : node.calls) c.ret = index[c.ret];
+    std::sort(node.bytes.begin(), node.bytes.end(), [](const ByteEdge& x, const ByteEdge& y) {
+      return x.lo != y.lo ? x.lo < y.lo : x.target < y.target;
+    });
+  }
+  for (int s : raw_start) a.starts_.push_back(index[s]);
+  for (const Rule& r : g.rules()) a.names_.push_back(r.name);
+  a.root_ = g.root();
+
+  // Nullable rules (a fixpoint), then the rules each can call before its first byte: a cycle
+  // there is left recursion.
+  std::vector<char> nullable(num_rules, 0);
+  auto before_first_byte = [&](size_t r, std::vector<int>* callees) {
+    std::vector<char> on(a.nodes_.size(), 0);
+    std::vector<int> todo{a.starts_[r]};
+    bool can_end = false;
+    while (!todo.empty()) {
+      int n = todo.back();
+      todo.pop_back();
+      if (on[n]) continue;
+      on[n] = 1;
+      can_end = can_end || a.nodes_[n].final;
+      for (const CallEdge& c : a.nodes_[n].calls) {
+        if (callees) callees->push_back(c.rule);
+        if (nullable[c.rule]) todo.push_back(c.ret);
+      }
+    }
+    return can_end;
+  };
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t r = 0; r < num_rules; ++r) {
+      if (!nullable[r] && before_first_byte(r, nullptr)) nullable[r] = changed = true;
+    }
+  }
+  std::vector<std::vector<int>> left(num_rules);
+  for (size_t r = 0; r < num_rules; ++r) before_first_byte(r, &left[r]);
+  std::vector<int> state(num_rules, 0);  // 0 new, 1 on the path, 2 done
+  std::function<int(int)> cycle = [&](int r) -> int {
+    state[r] = 1;
+    for (int c : left[r]) {
+      if (state[c] == 1) return c;
+      if (state[c] == 0) {
+        if (int found = cycle(c); found >= 0) return found;
+      }
+    }
+    state[r] = 2;
+    return -1;
+  };
+  for (size_t r = 0; r < num_rules; ++r) {
+    if (state[r] == 0) {
+      if (int found = cycle(static_cast<int>(r)); found >= 0) {
+        return Err(StatusCode::kInvalidArgument,
+                   "grammar: rule '{}' is left-recursive (it can reach itself before any text)",
+                   g.rule(found).name);
+      }
+    }
+  }
+  return a;
+}
+
+}  // namespace tandem::grammar

@@ -1,0 +1,61 @@
+// Automaton: a Grammar (grammar.h) compiled to a byte-level pushdown automaton: one NFA per rule,
+// without epsilon moves, whose nodes share one index space. A node has
+//   byte edges  (a byte range and the node it leads to),
+//   call edges  (enter a rule at its start node; when that rule ends, go on at `ret`), and
+//   final       (the rule may end here).
+// Code points are encoded as UTF-8 byte-range chains (surrogates excluded), so a matcher runs on
+// the bytes of tokens directly. Left recursion (a rule that can reach itself before consuming a
+// byte) is refused: the matcher's closure would not terminate on it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "common/status.h"
+#include "grammar/grammar.h"
+
+namespace tandem::grammar {
+
+struct ByteEdge {
+  uint8_t lo = 0;
+  uint8_t hi = 0;
+  int32_t target = -1;
+};
+
+struct CallEdge {
+  int32_t rule = -1;
+  int32_t ret = -1;  // the node to go on at once the rule ended
+};
+
+struct Node {
+  std::vector<ByteEdge> bytes;
+  std::vector<CallEdge> calls;
+  bool final = false;
+};
+
+class Automaton {
+ public:
+  // Limits: at most `max_nodes` nodes after expanding repetitions (else InvalidArgument: the
+  // grammar is too large); InvalidArgument for a left-recursive rule, naming it, and for
+  // Grammar::Validate's errors.
+  static Result<Automaton> Compile(const Grammar& g, size_t max_nodes = 2'000'000);
+
+  const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
+  size_t num_nodes() const { return nodes_.size(); }
+  int start(int rule) const { return starts_[static_cast<size_t>(rule)]; }
+  int root_rule() const { return root_; }
+  const std::string& rule_name(int rule) const { return names_[static_cast<size_t>(rule)]; }
+
+ private:
+  std::vector<Node> nodes_;
+  std::vector<int> starts_;
+  std::vector<std::string> names_;
+  int root_ = -1;
+};
+
+// UTF-8 byte-range sequences covering the code points [lo, hi] (surrogates D800-DFFF left out):
+// each inner vector is one sequence of {lo, hi} byte ranges, one per encoded byte. The usual
+// construction (as in RE2 and Rust's regex-syntax utf8 module).
+std::vector<std::vector<std::pair<uint8_t, uint8_t>>> Utf8Sequences(uint32_t lo, uint32_t hi);
+
+}  // namespace tandem::grammar

@@ -1,0 +1,63 @@
+// Matcher: where one output stands in its grammar's pushdown automaton (automaton.h), advanced
+// byte by byte. Its state is the set of stacks the bytes so far can have led to (the automaton is
+// nondeterministic); the stacks share their frames in an arena where each (node, parent frame)
+// pair exists once, so a set of stacks is a sorted vector of top-frame indexes and advancing or
+// trying bytes never copies a stack (the persistent stack of xgrammar, arXiv:2411.15100 section 3).
+// Not thread-safe; one per request.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "grammar/automaton.h"
+
+namespace tandem::grammar {
+
+class Matcher {
+ public:
+  // A set of stacks: top frames (sorted, unique), and whether the root rule may end here.
+  struct State {
+    std::vector<int32_t> tops;
+    bool accepting = false;
+    bool operator==(const State&) const = default;
+  };
+
+  explicit Matcher(std::shared_ptr<const Automaton> automaton);
+
+  // Advances over `bytes`. False, and the state unchanged, when they cannot follow.
+  bool Accept(std::string_view bytes);
+  // Whether `bytes` could follow, without advancing.
+  bool CanAccept(std::string_view bytes);
+  // The root rule may end here (end of sequence allowed).
+  bool IsAccepting() const { return state_.accepting; }
+  // No byte can follow (then only the end may, if IsAccepting()).
+  bool IsComplete() const { return state_.tops.empty(); }
+
+  const State& state() const { return state_; }
+  void Reset();  // back to the start
+  // `from` advanced over one byte into `*to` (empty when it cannot follow). `to` != &from.
+  void Step(const State& from, uint8_t byte, State* to);
+  size_t num_frames() const { return frames_.size(); }
+
+ private:
+  struct Frame {
+    int32_t node;
+    int32_t parent;  // the caller's frame (its node: where to go on), -1 for the root
+  };
+  int32_t Intern(int32_t node, int32_t parent);
+  // Adds frame f's closure (calls entered, ended rules returned from) to `out`.
+  void Close(int32_t f, State* out);
+
+  std::shared_ptr<const Automaton> automaton_;
+  std::vector<Frame> frames_;
+  std::unordered_map<uint64_t, int32_t> index_;
+  std::vector<int32_t> work_;
+  std::vector<uint32_t> mark_;  // per frame: the Close() pass that added it
+  uint32_t pass_ = 0;
+  State state_;
+};
+
+}  // namespace tandem::grammar
