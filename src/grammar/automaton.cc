@@ -66,9 +66,41 @@ struct RawNode {
   bool final = false;
 };
 
+// Expression size in automaton nodes, roughly (for the inlining decision); saturates.
+size_t EstimateSize(const Grammar& g, int expr, const std::vector<size_t>& rule_size) {
+  const Expr& e = g.expr(expr);
+  auto sat = [](size_t a, size_t b) { return std::min<size_t>(a + b, 1u << 30); };
+  switch (e.kind) {
+    case ExprKind::kEmpty: return 1;
+    case ExprKind::kBytes: return e.bytes.size();
+    case ExprKind::kCharClass: return 4 * (e.ranges.size() + 1);
+    case ExprKind::kSequence:
+    case ExprKind::kChoice: {
+      size_t n = 1;
+      for (int c : e.children) n = sat(n, EstimateSize(g, c, rule_size));
+      return n;
+    }
+    case ExprKind::kRepeat: {
+      const size_t times = static_cast<size_t>(e.max == kUnbounded ? e.min + 1 : e.max);
+      return std::min<size_t>(sat(1, EstimateSize(g, e.children[0], rule_size) * times), 1u << 30);
+    }
+    case ExprKind::kRuleRef: return rule_size[static_cast<size_t>(e.rule)];
+  }
+  return 1;
+}
+
+void CollectRefs(const Grammar& g, int expr, std::vector<int>* out) {
+  const Expr& e = g.expr(expr);
+  if (e.kind == ExprKind::kRuleRef) out->push_back(e.rule);
+  for (int c : e.children) CollectRefs(g, c, out);
+}
+
 class Builder {
  public:
-  Builder(const Grammar& g, size_t max_nodes) : g_(g), max_nodes_(max_nodes) {}
+  // A reference to a rule in `inline_rule` is expanded in place (a copy of its body) instead of
+  // a call edge: then a token mask needs no stack to decide it (automaton.h).
+  Builder(const Grammar& g, size_t max_nodes, std::vector<char> inline_rule)
+      : g_(g), max_nodes_(max_nodes), inline_(std::move(inline_rule)) {}
 
   int New() {
     if (raw_.size() >= max_nodes_) {
@@ -156,7 +188,11 @@ class Builder {
         return;
       }
       case ExprKind::kRuleRef:
-        raw_[from].calls.push_back({e.rule, to});
+        if (inline_[static_cast<size_t>(e.rule)]) {
+          Build(g_.rule(e.rule).body, from, to);
+        } else {
+          raw_[from].calls.push_back({e.rule, to});
+        }
         return;
     }
   }
@@ -166,13 +202,51 @@ class Builder {
   size_t max_nodes_;
   std::vector<RawNode> raw_;
   bool too_large_ = false;
+  std::vector<char> inline_;
 };
+
+// Rules that can be inlined: not recursive (no rule reaches itself through references), and small.
+std::vector<char> InlinableRules(const Grammar& g, size_t max_inline) {
+  const size_t n = g.rules().size();
+  std::vector<std::vector<int>> refs(n);
+  for (size_t r = 0; r < n; ++r) CollectRefs(g, g.rule(static_cast<int>(r)).body, &refs[r]);
+  std::vector<char> recursive(n, 0);
+  for (size_t r = 0; r < n; ++r) {
+    std::vector<char> seen(n, 0);
+    std::vector<int> todo(refs[r].begin(), refs[r].end());
+    while (!todo.empty() && !recursive[r]) {
+      int x = todo.back();
+      todo.pop_back();
+      if (static_cast<size_t>(x) == r) recursive[r] = 1;
+      if (seen[x]) continue;
+      seen[x] = 1;
+      todo.insert(todo.end(), refs[x].begin(), refs[x].end());
+    }
+  }
+  // Sizes bottom-up over the non-recursive rules (a DAG); recursive ones count as a call.
+  std::vector<size_t> size(n, 0);
+  std::vector<char> done(n, 0);
+  std::function<void(int)> measure = [&](int r) {
+    if (done[r]) return;
+    done[r] = 1;
+    size[r] = 1;
+    if (recursive[r]) return;
+    for (int x : refs[r]) measure(x);
+    size[r] = EstimateSize(g, g.rule(r).body, size);
+  };
+  std::vector<char> out(n, 0);
+  for (size_t r = 0; r < n; ++r) {
+    measure(static_cast<int>(r));
+    out[r] = !recursive[r] && size[r] <= max_inline;
+  }
+  return out;
+}
 
 }  // namespace
 
 Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
   TANDEM_RETURN_IF_ERROR(g.Validate());
-  Builder b(g, max_nodes);
+  Builder b(g, max_nodes, InlinableRules(g, /*max_inline=*/4096));
   const size_t num_rules = g.rules().size();
   std::vector<int> raw_start(num_rules);
   for (size_t r = 0; r < num_rules; ++r) {
@@ -197,7 +271,7 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
       order.push_back(n);
     }
   };
-  for (int s : raw_start) visit(s);
+  visit(raw_start[static_cast<size_t>(g.root())]);  // and the rules called (below); inlined ones are in place
   Automaton a;
   std::vector<int> stack;
   std::vector<char> seen(raw.size(), 0);
@@ -222,6 +296,7 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
       }
       for (const CallEdge& c : raw[n].calls) {
         visit(c.ret);
+        visit(raw_start[static_cast<size_t>(c.rule)]);
         node.calls.push_back(c);
       }
     }
@@ -234,7 +309,7 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
       return x.lo != y.lo ? x.lo < y.lo : x.target < y.target;
     });
   }
-  for (int s : raw_start) a.starts_.push_back(index[s]);
+  for (int s : raw_start) a.starts_.push_back(index[s]);  // -1: a rule never called
   for (const Rule& r : g.rules()) a.names_.push_back(r.name);
   a.root_ = g.root();
 
@@ -243,6 +318,7 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
   std::vector<char> nullable(num_rules, 0);
   auto before_first_byte = [&](size_t r, std::vector<int>* callees) {
     std::vector<char> on(a.nodes_.size(), 0);
+    if (a.starts_[r] < 0) return false;
     std::vector<int> todo{a.starts_[r]};
     bool can_end = false;
     while (!todo.empty()) {

@@ -4,7 +4,9 @@
 //   call edges  (enter a rule at its start node; when that rule ends, go on at `ret`), and
 //   final       (the rule may end here).
 // Code points are encoded as UTF-8 byte-range chains (surrogates excluded), so a matcher runs on
-// the bytes of tokens directly. Left recursion (a rule that can reach itself before consuming a
+// the bytes of tokens directly. A reference to a rule that is not recursive and small (about 4096
+// nodes at most) is compiled in place, not as a call, so that most of a token mask can be decided
+// per node without looking at the stack (matcher.h, token_mask.h). Left recursion (a rule that can reach itself before consuming a
 // byte) is refused: the matcher's closure would not terminate on it.
 #pragma once
 
@@ -42,7 +44,7 @@ class Automaton {
 
   const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
   size_t num_nodes() const { return nodes_.size(); }
-  int start(int rule) const { return starts_[static_cast<size_t>(rule)]; }
+  int start(int rule) const { return starts_[static_cast<size_t>(rule)]; }  // -1: never called
   int root_rule() const { return root_; }
   const std::string& rule_name(int rule) const { return names_[static_cast<size_t>(rule)]; }
 

@@ -11,7 +11,7 @@ Matcher::Matcher(std::shared_ptr<const Automaton> automaton) : automaton_(std::m
 void Matcher::Reset() {
   state_ = State{};
   ++pass_;
-  Close(Intern(automaton_->start(automaton_->root_rule()), -1), &state_);
+  Close(Intern(automaton_->start(automaton_->root_rule()), kNoParent), &state_);
   std::sort(state_.tops.begin(), state_.tops.end());
 }
 
@@ -37,8 +37,10 @@ void Matcher::Close(int32_t f0, State* out) {
     const Node& n = automaton_->node(frame.node);
     if (!n.bytes.empty()) out->tops.push_back(f);
     if (n.final) {
-      if (frame.parent < 0) {
+      if (frame.parent == kNoParent) {
         out->accepting = true;
+      } else if (frame.parent == kUnknownParent) {
+        out->context_end = true;
       } else {
         work_.push_back(frame.parent);  // the caller goes on at its return node
       }
@@ -53,6 +55,7 @@ void Matcher::Close(int32_t f0, State* out) {
 void Matcher::Step(const State& from, uint8_t byte, State* to) {
   to->tops.clear();
   to->accepting = false;
+  to->context_end = false;
   ++pass_;
   for (int32_t f : from.tops) {
     const Frame frame = frames_[f];

@@ -19,11 +19,16 @@ namespace tandem::grammar {
 class Matcher {
  public:
   // A set of stacks: top frames (sorted, unique), and whether the root rule may end here.
+  // context_end: a stack whose bottom is kUnknownParent ended its rule here (token_mask.h uses
+  // such stacks to decide tokens for a node whatever the stack below it).
   struct State {
     std::vector<int32_t> tops;
     bool accepting = false;
+    bool context_end = false;
     bool operator==(const State&) const = default;
   };
+  static constexpr int32_t kNoParent = -1;       // the root rule's frame
+  static constexpr int32_t kUnknownParent = -2;  // a stack cut off below (token_mask.h)
 
   explicit Matcher(std::shared_ptr<const Automaton> automaton);
 
@@ -41,6 +46,10 @@ class Matcher {
   // `from` advanced over one byte into `*to` (empty when it cannot follow). `to` != &from.
   void Step(const State& from, uint8_t byte, State* to);
   size_t num_frames() const { return frames_.size(); }
+  // The frame for `node` over `parent` (a frame, or kNoParent / kUnknownParent), made when new.
+  int32_t FrameOf(int32_t node, int32_t parent) { return Intern(node, parent); }
+  int32_t NodeOf(int32_t frame) const { return frames_[static_cast<size_t>(frame)].node; }
+  const Automaton& automaton() const { return *automaton_; }
 
  private:
   struct Frame {

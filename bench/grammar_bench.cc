@@ -1,0 +1,128 @@
+// grammar_bench: the grammar engine's costs on the bundled model's Qwen3 vocabulary (151,669 ids):
+// compile time per grammar, and the time to fill one token mask (p50, p99 over the steps of
+// random generations), cached (TokenMasker::Fill) beside one uncached vocabulary walk.
+//
+//   build/bench/grammar_bench [--generations N] [--steps N]
+//
+// Prints one table row per grammar. Single-threaded; times are wall clock on this machine.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "grammar/automaton.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/token_mask.h"
+#include "tokenizer/tokenizer.h"
+
+namespace {
+
+using tandem::grammar::Automaton;
+using tandem::grammar::Matcher;
+using tandem::grammar::TokenMasker;
+using tandem::grammar::TokenVocab;
+using Clock = std::chrono::steady_clock;
+
+struct Case {
+  const char* name;
+  const char* gbnf;
+};
+
+const Case kCases[] = {
+    {"json", R"(
+root   ::= value
+value  ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
+member ::= string ws ":" ws value
+array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
+string ::= "\"" char* "\""
+char   ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws     ::= [ \t\n]{0,2}
+)"},
+    {"person", R"(
+root ::= "{" ws "\"name\"" ws ":" ws str ws "," ws "\"age\"" ws ":" ws int ws "," ws "\"tags\"" ws ":" ws "[" ws ( str ( ws "," ws str ){0,4} )? ws "]" ws "}"
+str  ::= "\"" [^"\\\x00-\x1F]{0,40} "\""
+int  ::= "0" | [1-9] [0-9]{0,2}
+ws   ::= [ \n]{0,1}
+)"},
+    {"date_list", R"(
+root ::= "[" date ( ", " date ){0,9} "]"
+date ::= [0-9]{4} "-" ( "0" [1-9] | "1" [0-2] ) "-" ( [0-2] [0-9] | "3" [01] )
+)"},
+};
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int generations = 5, steps = 64;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    if (!std::strcmp(argv[i], "--generations")) generations = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+  }
+  auto tok = tandem::Tokenizer::Load(TANDEM_DEFAULT_MODEL_DIR);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "grammar_bench: %s\n", tok.status().ToString().c_str());
+    return 1;
+  }
+  auto t0 = Clock::now();
+  auto vocab = TokenVocab::FromTokenizer(**tok, tandem::EndOfGenerationTokenIds(**tok));
+  const double vocab_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+  std::printf("vocabulary: %d ids, sorted in %.1f ms\n\n", vocab->size(), vocab_ms);
+  std::printf("| grammar | compile ms | nodes | mask p50 us | mask p99 us | first-visit max ms | uncached p50 us | steps |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const Case& c : kCases) {
+    auto c0 = Clock::now();
+    auto g = tandem::grammar::ParseGbnf(c.gbnf);
+    if (!g.ok()) return std::fprintf(stderr, "%s: %s\n", c.name, g.status().ToString().c_str()), 1;
+    auto a = Automaton::Compile(*g);
+    if (!a.ok()) return std::fprintf(stderr, "%s: %s\n", c.name, a.status().ToString().c_str()), 1;
+    const double compile_ms = std::chrono::duration<double, std::milli>(Clock::now() - c0).count();
+    auto automaton = std::make_shared<const Automaton>(std::move(*a));
+    TokenMasker masker(vocab, automaton);
+    std::vector<uint32_t> mask(vocab->mask_words());
+    std::vector<double> cached, uncached;
+    double first_max = 0;
+    std::mt19937 rng(1);
+    for (int gen = 0; gen < generations; ++gen) {
+      Matcher m(automaton);
+      for (int s = 0; s < steps; ++s) {
+        const size_t before = masker.cached_nodes();
+        auto f0 = Clock::now();
+        masker.Fill(m, mask.data());
+        const double us = std::chrono::duration<double, std::micro>(Clock::now() - f0).count();
+        if (masker.cached_nodes() != before) first_max = std::max(first_max, us / 1000);
+        cached.push_back(us);
+        if (s % 8 == 0) {
+          std::vector<uint32_t> ref(vocab->mask_words());
+          auto u0 = Clock::now();
+          masker.FillUncached(m, ref.data());
+          uncached.push_back(std::chrono::duration<double, std::micro>(Clock::now() - u0).count());
+        }
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id) {
+          if (mask[id / 32] >> (id % 32) & 1) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t next = allowed[rng() % allowed.size()];
+        if (vocab->bytes(next).empty() || !m.Accept(vocab->bytes(next))) break;  // a stop token
+      }
+    }
+    std::printf("| %s | %.2f | %zu | %.1f | %.1f | %.1f | %.1f | %zu |\n", c.name, compile_ms,
+                automaton->num_nodes(), Percentile(cached, 0.5), Percentile(cached, 0.99), first_max,
+                Percentile(uncached, 0.5), cached.size());
+  }
+  return 0;
+}
