@@ -13,12 +13,16 @@ namespace tandem::grammar::testing {
 
 class Pcre2 {
  public:
-  explicit Pcre2(const std::string& pattern) {
+  // js_dot: "." as in ECMA-262 (not CR or LF; the tests keep U+2028/9 out), else any character.
+  explicit Pcre2(const std::string& pattern, bool js_dot = false) {
     int err = 0;
     PCRE2_SIZE offset = 0;
     const std::string anchored = "(?:" + pattern + ")\\z";
+    pcre2_compile_context* ctx = pcre2_compile_context_create(nullptr);
+    pcre2_set_newline(ctx, PCRE2_NEWLINE_ANYCRLF);
     code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(anchored.c_str()), anchored.size(),
-                          PCRE2_UTF | PCRE2_ANCHORED | PCRE2_DOTALL, &err, &offset, nullptr);
+                          PCRE2_UTF | PCRE2_ANCHORED | (js_dot ? 0 : PCRE2_DOTALL), &err, &offset, ctx);
+    pcre2_compile_context_free(ctx);
     if (!code_) throw std::runtime_error("bad test pattern: " + pattern);
     data_ = pcre2_match_data_create_from_pattern(code_, nullptr);
   }

@@ -1,0 +1,102 @@
+// RegexToGrammar (regex.h) against PCRE2 on the same patterns (the ECMA-262 subset both read
+// alike): full matches and viable prefixes on random strings; unsupported syntax is a clear error.
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "grammar/automaton.h"
+#include "grammar/matcher.h"
+#include "grammar/regex.h"
+#include "pcre2_oracle.h"
+
+namespace tandem::grammar {
+namespace {
+
+struct RegexCase {
+  const char* pattern;
+  std::vector<std::string> pieces;
+  const char* pcre = nullptr;  // PCRE2's spelling where it differs (\u, [^])
+};
+
+class RegexTest : public ::testing::TestWithParam<RegexCase> {};
+
+TEST_P(RegexTest, AgreesWithPcre2) {
+  const RegexCase& c = GetParam();
+  auto g = RegexToGrammar(c.pattern);
+  ASSERT_TRUE(g.ok()) << c.pattern << ": " << g.status().ToString();
+  auto a = Automaton::Compile(*g);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto automaton = std::make_shared<const Automaton>(std::move(*a));
+  std::string pcre = c.pcre ? c.pcre : c.pattern;  // the anchors are implied by the full match
+  if (!pcre.empty() && pcre.front() == '^') pcre.erase(0, 1);
+  if (pcre.size() > 1 && pcre.back() == '$' && pcre[pcre.size() - 2] != '\\') pcre.pop_back();
+  testing::Pcre2 oracle(pcre, /*js_dot=*/true);
+  std::mt19937 rng(99);
+  int matches = 0;
+  for (int trial = 0; trial < 2500; ++trial) {
+    Matcher m(automaton);
+    std::string s;
+    bool viable = true;
+    for (int k = static_cast<int>(rng() % 12); k > 0 && viable; --k) {
+      // Mostly a piece that keeps the string viable (by the oracle), so that matches happen.
+      std::vector<const std::string*> pick;
+      for (const std::string& p : c.pieces) {
+        if (rng() % 5 == 0 || oracle.Viable(s + p)) pick.push_back(&p);
+      }
+      if (pick.empty()) pick.push_back(&c.pieces[rng() % c.pieces.size()]);
+      const std::string& piece = *pick[rng() % pick.size()];
+      s += piece;
+      viable = oracle.Viable(s);
+      ASSERT_EQ(m.Accept(piece), viable) << c.pattern << ": '" << s << "'";
+    }
+    if (!viable) continue;
+    matches += oracle.FullMatch(s);
+    ASSERT_EQ(m.IsAccepting(), oracle.FullMatch(s)) << c.pattern << ": '" << s << "'";
+  }
+  EXPECT_GT(matches, 3) << c.pattern;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Patterns, RegexTest,
+    ::testing::Values(
+        RegexCase{"^\\d{3}-\\d{4}$", {"1", "9", "-", "a", "123", "4567"}},
+        RegexCase{"[A-Z][a-z]+( [A-Z][a-z]+)*", {"A", "b", " ", "Zed", "x", "1"}},
+        RegexCase{"(cat|dog)s?|bird", {"cat", "dog", "s", "bird", "ca", "b"}},
+        RegexCase{"\\w+@\\w+\\.(com|org)", {"ab", "@", ".com", ".org", "x_1", "-", "."}},
+        RegexCase{"[^\\s,]+(,[^\\s,]+){0,3}", {"a", ",", " ", "\t", "é", "b"}},
+        RegexCase{"a.c", {"a", "c", "b", "\n", "\r", "é", "aé", "😀c"}},
+        RegexCase{"x{2,}?y{0,1}", {"x", "y", "xx", "z"}},
+        RegexCase{"\\u00e9+\\x41\\u{1F600}", {"é", "A", "😀", "e"}, "\\x{e9}+\\x41\\x{1F600}"},
+        RegexCase{"[\\d.\\-]+[^]?", {"1", ".", "-", "x", "\n", "é"}, "[\\d.\\-]+[\\s\\S]?"},
+        RegexCase{"(?:ab|a)(?<tail>bc)*", {"a", "b", "c", "ab", "bc"}},
+        RegexCase{"\\[\\]\\(\\)\\{\\}\\*\\+\\?\\.\\\\\\/\\^\\$\\|", {"[]()", "{}*+", "?.\\/", "^$|", "x"}},
+        RegexCase{"[a-f0-9]{8}-[a-f0-9]{4}", {"abcd1234", "-", "abcd", "g", "0"}},
+        RegexCase{"a{2}b{1,3}c*|\\s\\S", {"a", "b", "c", " ", "\t", "x"}},
+        RegexCase{"[^a-c]\\W\\D", {"a", "d", " ", "!", "1", "é", "_"}}));
+
+TEST(RegexErrorsTest, UnsupportedSyntaxIsNamed) {
+  auto error = [](const char* p) {
+    auto g = RegexToGrammar(p);
+    return g.ok() ? std::string() : g.status().ToString();
+  };
+  EXPECT_NE(error("(a)\\1").find("backreferences"), std::string::npos);
+  EXPECT_NE(error("a(?=b)").find("lookaround"), std::string::npos);
+  EXPECT_NE(error("\\bword").find("word boundary"), std::string::npos);
+  EXPECT_NE(error("a|^b").find("anchors"), std::string::npos);
+  EXPECT_NE(error("\\p{L}").find("\\p{"), std::string::npos);
+  EXPECT_NE(error("(ab").find("missing ')'"), std::string::npos);
+  EXPECT_NE(error("ab)").find("unbalanced"), std::string::npos);
+  EXPECT_NE(error("[ab").find("missing ']'"), std::string::npos);
+  EXPECT_NE(error("*a").find("nothing to repeat"), std::string::npos);
+  EXPECT_NE(error("a{3,1}").find("m < n"), std::string::npos);
+  EXPECT_NE(error("a{99999}").find("over 10000"), std::string::npos);
+  EXPECT_NE(error("[z-a]").find("out of order"), std::string::npos);
+  EXPECT_NE(error("a++").find("possessive"), std::string::npos);
+  EXPECT_EQ(error("a{,3}"), "");  // a literal "{,3}", as ECMA-262 reads it
+}
+
+}  // namespace
+}  // namespace tandem::grammar
