@@ -363,6 +363,28 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
       }
     }
   }
+  // The fewest bytes to each node's rule end: relaxed until nothing changes (targets mostly come
+  // later in the numbering, so a backward sweep settles most of it at once).
+  auto add = [](int64_t x, int64_t y) { return std::min<int64_t>(x + y, kNever); };
+  a.min_to_end_.assign(a.nodes_.size(), kNever);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (size_t k = a.nodes_.size(); k-- > 0;) {
+      const Node& node = a.nodes_[k];
+      int64_t best = node.final ? 0 : kNever;
+      for (const ByteEdge& e : node.bytes) best = std::min(best, add(1, a.min_to_end_[e.target]));
+      for (const CallEdge& c : node.calls) {
+        best = std::min(best, add(a.min_to_end_[a.starts_[c.rule]], a.min_to_end_[c.ret]));
+      }
+      if (best < a.min_to_end_[k]) {
+        a.min_to_end_[k] = static_cast<int32_t>(best);
+        changed = true;
+      }
+    }
+  }
+  if (a.min_to_end_[a.starts_[a.root_]] == kNever) {
+    return Status(StatusCode::kInvalidArgument, "grammar: the root rule can never end (no finite text matches it)");
+  }
   return a;
 }
 

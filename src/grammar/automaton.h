@@ -10,6 +10,7 @@
 // byte) is refused: the matcher's closure would not terminate on it.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -47,11 +48,16 @@ class Automaton {
   int start(int rule) const { return starts_[static_cast<size_t>(rule)]; }  // -1: never called
   int root_rule() const { return root_; }
   const std::string& rule_name(int rule) const { return names_[static_cast<size_t>(rule)]; }
+  // The fewest bytes from node i to the end of its rule (calls included), kNever when it cannot
+  // end. Compile refuses a grammar whose root can never end.
+  static constexpr int32_t kNever = INT32_MAX;
+  int32_t min_bytes_to_end(int i) const { return min_to_end_[static_cast<size_t>(i)]; }
 
  private:
   std::vector<Node> nodes_;
   std::vector<int> starts_;
   std::vector<std::string> names_;
+  std::vector<int32_t> min_to_end_;
   int root_ = -1;
 };
 

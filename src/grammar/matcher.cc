@@ -67,6 +67,18 @@ void Matcher::Step(const State& from, uint8_t byte, State* to) {
   std::sort(to->tops.begin(), to->tops.end());
 }
 
+int64_t Matcher::MinBytesToComplete(const State& state) const {
+  int64_t best = state.accepting ? 0 : Automaton::kNever;
+  for (int32_t top : state.tops) {
+    int64_t d = 0;
+    for (int32_t f = top; f >= 0 && d < Automaton::kNever; f = frames_[f].parent) {
+      d += automaton_->min_bytes_to_end(frames_[f].node);
+    }
+    best = std::min(best, d);
+  }
+  return best;
+}
+
 bool Matcher::CanAccept(std::string_view bytes) {
   State a = state_, b;
   for (unsigned char c : bytes) {

@@ -43,6 +43,8 @@ class Matcher {
 
   const State& state() const { return state_; }
   void Reset();  // back to the start
+  // The fewest bytes that complete `state` (its best stack), Automaton::kNever when none does.
+  int64_t MinBytesToComplete(const State& state) const;
   // `from` advanced over one byte into `*to` (empty when it cannot follow). `to` != &from.
   void Step(const State& from, uint8_t byte, State* to);
   size_t num_frames() const { return frames_.size(); }
