@@ -16,6 +16,7 @@
 #include <fstream>
 #include <memory>
 #include <sstream>
+#include <random>
 #include <string>
 #include <thread>
 #include <utility>
@@ -95,21 +96,26 @@ class ChildProcess {
   int status_ = 0;
 };
 
-// A port that was free a moment ago (bind 127.0.0.1:0, read it, close).
+// A port that was free a moment ago, for a child to bind. Drawn at random below the kernel's
+// ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default): a port bound as 0 comes
+// from that range, where the kernel hands the same port to the next outgoing connection or
+// listener of any process before the child binds it (a decode worker's metrics port was taken
+// that way once, "Address already in use").
 inline int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    socklen_t len = sizeof addr;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) port = ntohs(addr.sin_port);
+  static thread_local std::mt19937 rng(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int candidate = 20000 + static_cast<int>(rng() % 12000);  // 20000-31999
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return 0;
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<uint16_t>(candidate));
+    const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    close(fd);
+    if (ok) return candidate;
   }
-  close(fd);
-  return port;
+  return 0;
 }
 
 // Polls `f` every 50 ms until it is true or `timeout` passed; returns its last value.

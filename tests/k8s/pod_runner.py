@@ -44,6 +44,7 @@ period).
 
 import ctypes
 import os
+import random
 import re
 import signal
 import socket
@@ -57,9 +58,18 @@ LOOPBACK = "127.0.0.1"
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
+    """A port free a moment ago, drawn below the kernel's ephemeral range (32768-60999 by
+    default), where the next outgoing connection of any process could take it before the pod
+    binds it (tests/integration/process_util.h, FreePort)."""
+    for _ in range(200):
+        port = random.randint(20000, 31999)
+        with socket.socket() as s:
+            try:
+                s.bind((LOOPBACK, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-31999")
 
 
 def port_accepts(port, timeout=0.5):
