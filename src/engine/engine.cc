@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "common/logging.h"
+#include "engine/grammar_state.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_cache_sizing.h"
 #include "engine/request.h"
@@ -37,9 +38,13 @@ constexpr int kMaxLogprobs = 20;
 // ApplyPenalties), so ModelRunner::Execute may pick it (kPick without a PickSpec, the same tie
 // rule and logprobs as sampler.h). Other rows need the host sampler, or a PickSpec when the
 // runner samples on its device.
+bool Structured(const SamplingParams& p) {
+  return p.structured.kind != grammar::StructuredKind::kNone;
+}
+
 bool PickedByRunner(const SamplingParams& p) {
   return p.temperature <= 0.0f && p.repetition_penalty == 1.0f && p.frequency_penalty == 0.0f &&
-         p.presence_penalty == 0.0f;
+         p.presence_penalty == 0.0f && !Structured(p);
 }
 
 Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, bool have_tokenizer) {
@@ -101,6 +106,7 @@ class EngineImpl final : public Engine {
         if (std::find(eos_ids_.begin(), eos_ids_.end(), id) == eos_ids_.end()) eos_ids_.push_back(id);
       }
     }
+    grammar_ = std::make_unique<GrammarRuntime>(tokenizer_, eos_ids_);
   }
 
   Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,
@@ -121,6 +127,13 @@ class EngineImpl final : public Engine {
                  config_.max_model_len);
     }
     TANDEM_RETURN_IF_ERROR(ValidateSamplingParams(params, vocab, tokenizer_ != nullptr));
+    if (Structured(params)) {
+      if (params.structured_prefix_tokens < 0 || params.structured_prefix_tokens >= num_prompt) {
+        return Err(StatusCode::kInvalidArgument, "structured_prefix_tokens {} is outside [0, {})",
+                   params.structured_prefix_tokens, num_prompt);
+      }
+      TANDEM_RETURN_IF_ERROR(grammar_->Check(params.structured));
+    }
     if (kv_.BlocksFor(num_prompt) > kv_.num_blocks()) {
       return Err(StatusCode::kInvalidArgument,
                  "the prompt has {} tokens, which need {} KV blocks of {} tokens, but the KV pool "
@@ -157,6 +170,13 @@ class EngineImpl final : public Engine {
     // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
     r.generator.seed(params.seed ? *params.seed : global_generator_());
     if (tokenizer_) entry->text = std::make_unique<TextStream>(tokenizer_, params);
+    if (Structured(params)) {
+      std::span<const int32_t> prefix(r.token_ids);
+      prefix = prefix.subspan(prefix.size() - static_cast<size_t>(params.structured_prefix_tokens));
+      auto state = grammar_->Start(params.structured, prefix, /*allow_stop=*/!params.ignore_eos);
+      if (!state.ok()) return state.status();
+      entry->grammar = std::move(*state);
+    }
     scheduler_.AddRequest(&r);
     requests_.emplace(request_id, std::move(entry));
     return Status::Ok();
@@ -226,7 +246,8 @@ class EngineImpl final : public Engine {
       slice.block_table = kv_.GetBlockIds(s.request->request_id);
       slice.logits = SequenceSlice::Logits::kNone;
       const SamplingParams& sp = s.request->params;
-      if (s.samples && (device_sampling || PickedByRunner(sp))) {
+      // A structured output's row is masked on the host (GrammarState) before it is sampled.
+      if (s.samples && !Structured(sp) && (device_sampling || PickedByRunner(sp))) {
         slice.logits = SequenceSlice::Logits::kPick;
         // ComputeLogprobs clamps the count to the vocabulary; Execute refuses more.
         slice.num_logprobs = std::min(sp.logprobs, model_config().vocab_size);
@@ -387,6 +408,7 @@ class EngineImpl final : public Engine {
   struct Entry {
     Request request;
     std::unique_ptr<TextStream> text;  // null without a tokenizer
+    std::unique_ptr<GrammarState> grammar;  // a structured output's (sampling_params.h)
     std::function<void(const LayerKVReady&)> on_layer_kv_ready;  // RequestOptions
   };
 
@@ -424,8 +446,9 @@ class EngineImpl final : public Engine {
     const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
                            p.presence_penalty != 0.0f;
     std::vector<float> raw;  // logprobs come from the model's own distribution
-    if (p.logprobs >= 0 && penalties) raw.assign(logits.begin(), logits.end());
+    if (p.logprobs >= 0 && (penalties || e.grammar)) raw.assign(logits.begin(), logits.end());
     if (penalties) ApplyPenalties(logits, r.prompt_token_ids(), r.output_token_ids(), p);
+    if (e.grammar) e.grammar->ApplyMask(logits);
     const int32_t token = SampleToken(logits, p, r.generator);
     std::optional<TokenLogprob> logprob;
     if (p.logprobs >= 0) {
@@ -450,6 +473,14 @@ class EngineImpl final : public Engine {
         !p.ignore_eos && std::find(eos_ids_.begin(), eos_ids_.end(), token) != eos_ids_.end();
     const bool is_stop_token =
         std::find(p.stop_token_ids.begin(), p.stop_token_ids.end(), token) != p.stop_token_ids.end();
+    bool grammar_done = false;
+    if (e.grammar && !is_eos && !is_stop_token) {
+      if (Status st = e.grammar->Accept(token); !st.ok()) {  // a remote prefill's token, say
+        log::warn("request {}: {}", r.request_id, st.message());
+        return Finish(r.request_id, FinishReason::kError);  // the token is not emitted
+      }
+      grammar_done = e.grammar->IsComplete();
+    }
     if (is_eos || is_stop_token) {
       reason = FinishReason::kStop;  // the stop token's text is not part of the output text
     } else if (e.text) {
@@ -457,13 +488,15 @@ class EngineImpl final : public Engine {
       out.new_text = std::move(t.text);
       if (t.stopped) reason = FinishReason::kStop;
     }
+    if (reason == FinishReason::kNone && grammar_done) reason = FinishReason::kStop;
     if (reason == FinishReason::kNone &&
         (r.num_output_tokens() >= p.max_tokens || r.num_tokens() >= config_.max_model_len)) {
       reason = FinishReason::kLength;
     }
     if (reason == FinishReason::kNone) return out;
 
-    const bool stopped_by_string = reason == FinishReason::kStop && !is_eos && !is_stop_token;
+    const bool stopped_by_string =
+        reason == FinishReason::kStop && !is_eos && !is_stop_token && !grammar_done;
     RequestOutput last = Finish(r.request_id, reason);  // e is gone from here on
     if (!stopped_by_string) out.new_text += last.new_text;
     out.held_block_ids = std::move(last.held_block_ids);
@@ -487,6 +520,7 @@ class EngineImpl final : public Engine {
   Scheduler scheduler_;
   std::mt19937_64 global_generator_;
   std::vector<int32_t> eos_ids_;
+  std::unique_ptr<GrammarRuntime> grammar_;  // structured outputs: compiled grammars, token masks
   std::vector<RemotePrefillTask> remote_tasks_;  // admitted, not yet taken
   std::unordered_set<std::string> held_;         // finished hold_blocks requests' ids
   std::unordered_map<std::string, std::unique_ptr<Entry>> requests_;

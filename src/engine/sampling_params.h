@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "grammar/structured_output.h"
+
 namespace tandem {
 
 struct SamplingParams {
@@ -29,6 +31,14 @@ struct SamplingParams {
   // from the model's distribution (log_softmax of the raw logits, before penalties/temperature).
   int logprobs = -1;
   bool skip_special_tokens = true;  // in the detokenized text
+  // Structured output (grammar/structured_output.h): each token must keep the output inside the
+  // grammar (the others are masked before sampling; end-of-sequence only where the grammar may
+  // end), and the request stops with finish reason "stop" once the grammar is complete.
+  // StructuredKind::kNone: unconstrained.
+  grammar::StructuredOutputSpec structured;
+  // With `structured`: the last this-many prompt tokens were generated under it already (a
+  // migrated request's output so far); the grammar resumes after them.
+  int structured_prefix_tokens = 0;
 };
 
 }  // namespace tandem
