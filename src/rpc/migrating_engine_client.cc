@@ -180,6 +180,10 @@ struct MigratingEngineClient::Impl {
         request.prompt_token_ids.insert(request.prompt_token_ids.end(), state->generated.begin(),
                                         state->generated.end());
         request.params.max_tokens -= static_cast<int>(state->generated.size());
+        // A structured output resumes its grammar after the tokens generated so far.
+        if (request.params.structured.kind != grammar::StructuredKind::kNone) {
+          request.params.structured_prefix_tokens += static_cast<int>(state->generated.size());
+        }
         request.request_id = fmt::format("{}#m{}", state->id, state->attempt);
         state->inner_id = request.request_id;
         inner_id = request.request_id;

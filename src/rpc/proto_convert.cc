@@ -19,6 +19,10 @@ void ToProto(const SamplingParams& in, v1::SamplingParams* out) {
   out->set_ignore_eos(in.ignore_eos);
   out->set_logprobs(in.logprobs);
   out->set_skip_special_tokens(in.skip_special_tokens);
+  out->set_structured_kind(static_cast<int32_t>(in.structured.kind));
+  out->set_structured_spec(in.structured.spec);
+  out->set_structured_any_whitespace(in.structured.any_whitespace);
+  out->set_structured_prefix_tokens(in.structured_prefix_tokens);
 }
 
 SamplingParams FromProto(const v1::SamplingParams& in) {
@@ -37,6 +41,11 @@ SamplingParams FromProto(const v1::SamplingParams& in) {
   p.ignore_eos = in.ignore_eos();
   p.logprobs = in.logprobs();
   p.skip_special_tokens = in.skip_special_tokens();
+  // An unknown kind (a newer peer) is kept as is: the engine refuses it, never samples freely.
+  p.structured.kind = static_cast<grammar::StructuredKind>(in.structured_kind());
+  p.structured.spec = in.structured_spec();
+  p.structured.any_whitespace = in.structured_any_whitespace();
+  p.structured_prefix_tokens = in.structured_prefix_tokens();
   return p;
 }
 
