@@ -8,6 +8,7 @@
 
 #include "chat/prompt.h"
 #include "frontend/errors.h"
+#include "frontend/structured_output_params.h"
 
 namespace tandem::openai {
 
@@ -131,20 +132,12 @@ ApiError NotSupported(const std::string& param, const std::string& what) {
 }
 
 // Parameters the engine has no implementation for: 400 unless in the no-op form clients send by
-// default (logit_bias {}, response_format {"type":"text"}, min_tokens 0,
-// include_stop_str_in_output false), rather than accepting and ignoring them.
+// default (logit_bias {}, min_tokens 0, include_stop_str_in_output false), rather than accepting
+// and ignoring them. (response_format: structured_output_params.h.)
 std::optional<ApiError> RejectUnsupported(const ojson& body) {
   if (const ojson* lb = Field(body, "logit_bias")) {
     if (!lb->is_object()) return InvalidType("logit_bias", "an object", *lb);
     if (!lb->empty()) return NotSupported("logit_bias", "'logit_bias'");
-  }
-  if (const ojson* rf = Field(body, "response_format")) {
-    if (!rf->is_object()) return InvalidType("response_format", "an object", *rf);
-    const ojson* type = Field(*rf, "type");
-    if (!type || !type->is_string())
-      return InvalidType("response_format.type", "a string", type ? *type : ojson());
-    if (type->get_ref<const std::string&>() != "text")
-      return NotSupported("response_format", "'response_format' other than {\"type\": \"text\"}");
   }
   std::optional<int64_t> min_tokens;
   TANDEM_TRY(ReadInt(body, "min_tokens", &min_tokens));
@@ -255,6 +248,7 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
   TANDEM_TRY(ReadBool(body, "skip_special_tokens", &p.skip_special_tokens));
   if (const ojson* user = Field(body, "user"); user && !user->is_string())
     return InvalidType("user", "a string", *user);
+  if (auto e = ParseStructuredOutput(body, &p)) return e;
   return RejectUnsupported(body);
 }
 
