@@ -24,7 +24,11 @@ using json_detail::JsonRules;
 const std::set<std::string, std::less<>>& Annotations() {
   static const std::set<std::string, std::less<>> k = {
       "title", "description", "$schema", "$id", "$comment", "examples", "default",
-      "deprecated", "readOnly", "writeOnly", "$defs", "definitions"};
+      "deprecated", "readOnly", "writeOnly", "$defs", "definitions",
+      // OpenAPI 3.0's "nullable": true (the openai client's zod helper emits it) only widens the
+      // type by null, which JSON Schema validators do not read: generating without null is valid
+      // under both readings.
+      "nullable"};
   return k;
 }
 

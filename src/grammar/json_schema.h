@@ -9,7 +9,8 @@
 // pattern (regex.h), format (date, time, date-time, email, uuid, ipv4); integer minimum, maximum,
 // exclusiveMinimum, exclusiveMaximum; the same for number with integral bounds.
 // Ignored (annotations): title, description, $schema, $id, $comment, examples, default,
-// deprecated, readOnly, writeOnly, $defs, definitions.
+// deprecated, readOnly, writeOnly, $defs, definitions, and OpenAPI's nullable (no null is
+// generated for it: JSON Schema validators do not read it).
 // Anything else is InvalidArgument naming the keyword: a schema is never enforced partly.
 //
 // What the grammar generates is a subset of what the schema allows, chosen so that any validator
