@@ -243,12 +243,17 @@ void ClientConn::SenderLoop() {
     }
     st = SendStripe(*s);
     if (!st.ok()) BreakAs(Who::kSender, st);
-    Status fail;
+    bool answered = false, left_to_us = false;
+    Status end;
     {
       std::lock_guard lock(mu_);
       s->in_send = false;
-      if (broken_) {  // the receiver left this one to us
-        fail = why_;
+      if (s->answered) {  // the answer came while we were still sending
+        answered = true;
+        end = s->answer;
+      } else if (broken_) {  // the receiver left this one to us
+        left_to_us = true;
+        end = why_;
         for (auto it = awaiting_.begin(); it != awaiting_.end(); ++it) {
           if (*it == s) {
             awaiting_.erase(it);
@@ -257,10 +262,8 @@ void ClientConn::SenderLoop() {
         }
       }
     }
-    if (!fail.ok()) {
-      Finish(s, fail);
-      break;
-    }
+    if (answered || left_to_us) Finish(s, end);
+    if (left_to_us) break;
   }
   sender_done_ = true;
 }
@@ -328,6 +331,11 @@ void ClientConn::ReceiverLoop() {
     {
       std::lock_guard lock(mu_);
       if (!awaiting_.empty() && awaiting_.front() == s) awaiting_.pop_front();
+      if (s->in_send) {  // the sender finishes it once it let go of the caller's buffer
+        s->answered = true;
+        s->answer = result;
+        continue;
+      }
     }
     Finish(s, result);
   }

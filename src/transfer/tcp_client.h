@@ -44,7 +44,13 @@ struct Stripe {
   std::string aux;  // inline notification (kWrite, flags) or the notification (kNotify)
   uint16_t flags = 0;
   uint64_t bytes = 0;
-  bool in_send = false;  // guarded by the connection's mutex
+  // Guarded by the connection's mutex. The target's answer may arrive while the sender is still
+  // inside SendStripe (in, or just out of, the send() of the last bytes): the receiver then
+  // leaves the answer here and the sender finishes the stripe once it is out, so a transfer is
+  // done only after no thread of ours touches its memory.
+  bool in_send = false;
+  bool answered = false;
+  Status answer;
   std::atomic<bool> finished{false};
 };
 
