@@ -29,11 +29,16 @@ void RmaBackend::StartProgressThread() {
 }
 
 void RmaBackend::Submit(std::function<void()> fn) {
-  {
-    std::lock_guard lock(mu_);
-    commands_.push_back(std::move(fn));
-  }
-  Wake();
+  std::lock_guard lock(mu_);
+  commands_.push_back(std::move(fn));
+  WakeLocked();
+}
+
+void RmaBackend::WakeLocked() {
+  // Once the thread saw stop_ it goes on to StopTransport, which closes what Wake writes to: a
+  // Wake from another thread then could write to a closed (or reused) descriptor. Shutdown's
+  // Wake comes under the lock that sets stop_, so the thread is woken before it can see it.
+  if (!stop_) Wake();
 }
 
 template <typename T>
@@ -47,6 +52,7 @@ T RmaBackend::RunSync(std::function<T()> fn) {
     if (!stop_) {
       commands_.push_back([task] { (*task)(); });
       task.reset();
+      WakeLocked();
     }
   }
   if (task) {  // stopping: the thread may be gone before it runs commands; wait for it, then run here
@@ -56,7 +62,6 @@ T RmaBackend::RunSync(std::function<T()> fn) {
     (*task)();
     return result.get();
   }
-  Wake();
   return result.get();
 }
 
@@ -169,8 +174,8 @@ Status RmaBackend::Post(std::shared_ptr<TransferRequest> req) {
     if (stop_) return Err(StatusCode::kFailedPrecondition, "{} backend is shut down", name_);
     if (!known_.count(req->peer)) return Err(StatusCode::kNotFound, "{} backend does not know peer {}", name_, req->peer);
     commands_.push_back([this, req] { StartXfer(req); });
+    WakeLocked();
   }
-  Wake();
   return Status::Ok();
 }
 
@@ -447,13 +452,11 @@ void RmaBackend::Shutdown() {
     std::lock_guard lock(mu_);
     if (shut_down_) return;
     shut_down_ = true;
+    WakeLocked();  // while stop_ is still false; the thread sees it only after this lock
     stop_ = true;
     known_.clear();
   }
-  if (thread_.joinable()) {
-    Wake();
-    thread_.join();
-  }
+  if (thread_.joinable()) thread_.join();
   // Commands that arrived after the thread stopped: run them here (they fail or no-op).
   std::deque<std::function<void()>> rest;
   {

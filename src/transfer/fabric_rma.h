@@ -127,12 +127,13 @@ class RmaBackend : public Backend {
   virtual void StartPush(const ControlMessage& begin) {}
   virtual int Progress() = 0;                // handles what completed; returns how many events
   virtual void WaitEvents(int timeout_ms) = 0;
-  virtual void Wake() = 0;           // any thread: WaitEvents returns
+  virtual void Wake() = 0;           // any thread, under the base's lock: WaitEvents returns
   virtual void StopTransport() = 0;  // at shutdown: afterwards no operation touches memory
 
  private:
   void Loop();
   void Submit(std::function<void()> fn);
+  void WakeLocked();  // mu_ held: Wake(), unless the thread is stopping
   template <typename T>
   T RunSync(std::function<T()> fn);
   void ApplyPeer(std::shared_ptr<Peer> peer);
