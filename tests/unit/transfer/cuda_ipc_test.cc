@@ -230,7 +230,11 @@ TEST_F(CudaIpcTest, APeerOfTheFirstControlProtocolIsRefused) {
   if (!reg.ok() || !WriteMsg(out_fd, agent->ExportMetadata())) _exit(4);
   for (;;) {
     auto cmd = ReadMsg(in_fd);
-    if (!cmd || *cmd == "quit") _exit(0);
+    if (!cmd || *cmd == "quit") {  // the agent shuts down first: its threads are joined
+      reg->Reset();
+      agent.reset();
+      _exit(0);
+    }
     std::string answer = "(none)";
     for (auto until = Clock::now() + 10s; Clock::now() < until;) {
       auto notes = agent->GetNotifications();

@@ -56,7 +56,11 @@ using testing::WriteMsg;
   if (!WriteMsg(out_fd, (*agent)->ExportMetadata())) _exit(5);
   for (;;) {
     auto cmd = ReadMsg(in_fd);
-    if (!cmd || *cmd == "quit") _exit(0);
+    if (!cmd || *cmd == "quit") {  // the agent shuts down first: its threads are joined
+      reg->Reset();
+      agent->reset();
+      _exit(0);
+    }
     if (*cmd == "wait") {
       std::string message = "(none)";
       for (auto until = Clock::now() + 10s; Clock::now() < until;) {

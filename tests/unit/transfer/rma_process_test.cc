@@ -78,7 +78,11 @@ std::optional<std::string> ReadMsg(int fd) {
   if (!reg.ok() || !WriteMsg(kChildOut, (*agent)->ExportMetadata())) _exit(4);
   for (;;) {
     auto cmd = ReadMsg(kChildIn);
-    if (!cmd || *cmd == "quit") _exit(0);
+    if (!cmd || *cmd == "quit") {  // the agent shuts down first: its threads are joined
+      reg->Reset();
+      agent->reset();
+      _exit(0);
+    }
     if (*cmd == "wait") {
       std::string message = "(none)";
       for (auto until = Clock::now() + 10s; Clock::now() < until;) {
@@ -95,14 +99,19 @@ std::optional<std::string> ReadMsg(int fd) {
 }
 
 // True once one of the first 64 bytes at `p` is not 0 (data has started to land there), within `max`.
+// The backend's thread writes there meanwhile: the bytes are read through /proc/self/mem (a copy
+// the kernel makes), as reading them here would race that thread (TSan reported it).
 bool DataArrived(const uint8_t* p, std::chrono::milliseconds max = 10s) {
-  const volatile uint8_t* v = p;  // written by the backend's thread meanwhile
-  for (auto until = Clock::now() + max; Clock::now() < until; std::this_thread::sleep_for(500us)) {
-    for (int i = 0; i < 64; ++i) {
-      if (v[i] != 0) return true;
-    }
+  int fd = ::open("/proc/self/mem", O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool arrived = false;
+  for (auto until = Clock::now() + max; !arrived && Clock::now() < until; std::this_thread::sleep_for(500us)) {
+    uint8_t seen[64];
+    if (::pread(fd, seen, sizeof(seen), static_cast<off_t>(reinterpret_cast<uintptr_t>(p))) != sizeof(seen)) break;
+    for (uint8_t b : seen) arrived |= b != 0;
   }
-  return false;
+  ::close(fd);
+  return arrived;
 }
 
 const bool kChildHook = [] {
