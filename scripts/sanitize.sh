@@ -2,7 +2,7 @@
 # Sanitizer runs of the test suites (issue 21), each in its own build directory, CUDA off:
 #
 #   scripts/sanitize.sh asan     ASan + UBSan (a UB report aborts): every test (build-asan/, ctest)
-#   scripts/sanitize.sh tsan     TSan: the runtime (rpc, worker, events), router, transfer and engine
+#   scripts/sanitize.sh tsan     TSan: the runtime (rpc, worker, events, discovery), router, transfer and engine
 #                                unit tests (build-tsan/)
 #   scripts/sanitize.sh          both
 #
@@ -21,7 +21,7 @@ TEST_JOBS=${SANITIZE_TEST_JOBS:-2}
 NICE=${SANITIZE_NICE:-5}
 CXX_BIN=${SANITIZE_CXX:-c++}
 CC_BIN=${SANITIZE_CC:-$( [ "$CXX_BIN" = clang++ ] && echo clang || echo cc )}
-TSAN_SUITES=${TSAN_SUITES:-"test_rpc test_worker test_events test_router test_transfer test_engine"}
+TSAN_SUITES=${TSAN_SUITES:-"test_rpc test_worker test_events test_discovery test_router test_transfer test_engine"}
 KINDS=()
 ASAN_SUITES=""
 REGEX=""
