@@ -1,5 +1,6 @@
 #include "events/nats_event_plane.h"
 
+#include <chrono>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -16,14 +17,48 @@ std::string NatsError(natsStatus s) {
   return last && *last ? last : natsStatus_GetText(s);
 }
 
+// Set by the connection's closed callback, the last one libnats delivers for it (on its callback
+// thread, after the disconnected callback of the close). Heap-allocated: left behind if that
+// callback does not come in time.
+struct CloseLatch {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool closed = false;
+};
+
+void OnClosed(natsConnection*, void* closure) {
+  auto* latch = static_cast<CloseLatch*>(closure);
+  std::lock_guard<std::mutex> lock(latch->mu);
+  latch->closed = true;
+  latch->cv.notify_all();
+}
+
 // The connection, shared by the plane and its subscriptions (it outlives the last of them).
 struct NatsConnection {
   std::string url;
   natsConnection* nc = nullptr;
+  CloseLatch* latch = new CloseLatch;
+  NatsConnection() = default;
+  NatsConnection(const NatsConnection&) = delete;
+  NatsConnection& operator=(const NatsConnection&) = delete;
+  // Waits for the closed callback: until then libnats' thread may still be in OnDisconnected,
+  // and at process exit that raced the destruction of the logger (TSan, test_events).
   ~NatsConnection() {
-    if (nc) {
-      natsConnection_Close(nc);
-      natsConnection_Destroy(nc);
+    if (!nc) {
+      delete latch;  // never connected: no callback comes (natsConnection_Connect without retry)
+      return;
+    }
+    natsConnection_Close(nc);
+    bool closed = false;
+    {
+      std::unique_lock<std::mutex> lock(latch->mu);
+      closed = latch->cv.wait_for(lock, std::chrono::seconds(5), [&] { return latch->closed; });
+    }
+    natsConnection_Destroy(nc);
+    if (closed) {
+      delete latch;
+    } else {
+      log::warn("event plane: {}: no closed callback from libnats within 5 s", url);
     }
   }
   Status Connected() const {
@@ -173,6 +208,7 @@ Result<std::unique_ptr<EventPlane>> MakeNatsEventPlane(EventPlaneOptions options
   if (s == NATS_OK) s = natsOptions_SetReconnectWait(opts, 250);
   if (s == NATS_OK) s = natsOptions_SetDisconnectedCB(opts, OnDisconnected, nullptr);
   if (s == NATS_OK) s = natsOptions_SetReconnectedCB(opts, OnReconnected, nullptr);
+  if (s == NATS_OK) s = natsOptions_SetClosedCB(opts, OnClosed, conn->latch);
   if (s == NATS_OK) s = natsConnection_Connect(&conn->nc, opts);
   const std::string error = s == NATS_OK ? "" : NatsError(s);
   natsOptions_Destroy(opts);
