@@ -8,6 +8,48 @@ Matcher::Matcher(std::shared_ptr<const Automaton> automaton) : automaton_(std::m
   Reset();
 }
 
+namespace {
+
+uint64_t HashState(const Matcher::State& s) {
+  uint64_t h = 1469598103934665603ull ^ (s.accepting ? 0x9e37u : 0u) ^ (s.context_end ? 0x7f4au : 0u);
+  for (int32_t t : s.tops) h = (h ^ static_cast<uint32_t>(t)) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
+
+int32_t Matcher::StateId(const State& state) {
+  if (table_.empty()) table_.push_back({State{}, nullptr});  // kDeadState
+  if (state.tops.empty() && !state.accepting && !state.context_end) return kDeadState;
+  std::vector<int32_t>& ids = table_index_[HashState(state)];
+  for (int32_t id : ids) {
+    if (table_[static_cast<size_t>(id)].state == state) return id;
+  }
+  const auto id = static_cast<int32_t>(table_.size());
+  table_.push_back({state, nullptr});
+  ids.push_back(id);
+  return id;
+}
+
+int32_t Matcher::StepId(int32_t id, uint8_t byte) {
+  if (id == kDeadState) return kDeadState;
+  TableEntry* e = &table_[static_cast<size_t>(id)];
+  if (!e->next) {
+    e->next = std::make_unique<int32_t[]>(256);
+    std::fill(e->next.get(), e->next.get() + 256, -1);
+  }
+  if (e->next[byte] >= 0) return e->next[byte];
+  Step(e->state, byte, &step_scratch_);
+  const int32_t to = StateId(step_scratch_);  // may grow table_: e is stale after this
+  table_[static_cast<size_t>(id)].next[byte] = to;
+  return to;
+}
+
+void Matcher::ClearStateTable() {
+  table_.clear();
+  table_index_.clear();
+}
+
 void Matcher::Reset() {
   state_ = State{};
   ++pass_;

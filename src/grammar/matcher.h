@@ -53,6 +53,17 @@ class Matcher {
   int32_t NodeOf(int32_t frame) const { return frames_[static_cast<size_t>(frame)].node; }
   const Automaton& automaton() const { return *automaton_; }
 
+  // States by number, with their transitions memoized: the DFA of the sets of stacks, built as it
+  // is walked (the token-mask walks of token_mask.h meet the same states again and again, e.g.
+  // inside a string every byte leads back to the same state). Numbers stay valid until
+  // ClearStateTable(). kDeadState: no stack and no end.
+  static constexpr int32_t kDeadState = 0;
+  int32_t StateId(const State& state);
+  const State& StateById(int32_t id) const { return table_[static_cast<size_t>(id)].state; }
+  int32_t StepId(int32_t id, uint8_t byte);
+  size_t num_states() const { return table_.size(); }
+  void ClearStateTable();
+
  private:
   struct Frame {
     int32_t node;
@@ -69,6 +80,13 @@ class Matcher {
   std::vector<uint32_t> mark_;  // per frame: the Close() pass that added it
   uint32_t pass_ = 0;
   State state_;
+  struct TableEntry {
+    State state;
+    std::unique_ptr<int32_t[]> next;  // 256 transitions, -1 not yet known; made on first StepId
+  };
+  std::vector<TableEntry> table_;
+  std::unordered_map<uint64_t, std::vector<int32_t>> table_index_;  // state hash -> ids
+  State step_scratch_;
 };
 
 }  // namespace tandem::grammar

@@ -59,7 +59,8 @@ template <typename OnToken>
 void TokenMasker::Walk(Matcher& m, const Matcher::State& start, OnToken&& on) {
   const std::vector<int32_t>& sorted = vocab_->sorted();
   const std::vector<uint32_t>& lcp = vocab_->lcp();
-  states_[0] = start;
+  // States by number (Matcher::StepId memoizes transitions), one per depth of the current prefix.
+  states_[0] = m.StateId(start);
   context_[0] = start.context_end;
   size_t depth = 0;                   // states_[0..depth] hold the previous token's prefix
   size_t dead_len = SIZE_MAX;         // the previous tokens failed after this many shared bytes
@@ -75,23 +76,18 @@ void TokenMasker::Walk(Matcher& m, const Matcher::State& start, OnToken&& on) {
     const std::string& t = vocab_->bytes(id);
     size_t j = std::min(shared, depth);
     for (; j < t.size(); ++j) {
-      if (states_[j].tops.empty()) break;  // nothing can take byte j
-      m.Step(states_[j], static_cast<uint8_t>(t[j]), &states_[j + 1]);
-      context_[j + 1] = context_[j] || states_[j + 1].context_end;
+      if (m.StateById(states_[j]).tops.empty()) break;  // nothing can take byte j
+      states_[j + 1] = m.StepId(states_[j], static_cast<uint8_t>(t[j]));
+      context_[j + 1] = context_[j] || m.StateById(states_[j + 1]).context_end;
     }
     depth = j;
-    if (j == t.size()) {
-      const Matcher::State& end = states_[j];
-      if (!end.tops.empty() || end.accepting || end.context_end) {
-        on(id, Verdict::kAccepted);
-        continue;
-      }
-      // The last byte failed: the verdict of a longer token sharing all of it is decided below.
+    if (j == t.size() && states_[j] != Matcher::kDeadState) {
+      on(id, Verdict::kAccepted);
+      continue;
     }
     // Byte j (or the last) cannot be taken here. Before it, did a rule end with bytes left?
     const size_t before = j == t.size() ? j - 1 : j;
-    const Verdict v = context_[before] ? Verdict::kUncertain : Verdict::kRejected;
-    on(id, v);
+    on(id, context_[before] ? Verdict::kUncertain : Verdict::kRejected);
     dead_len = j;
     dead_verdict = context_[j] ? Verdict::kUncertain : Verdict::kRejected;
   }
@@ -125,22 +121,15 @@ void TokenMasker::Fill(Matcher& m, uint32_t* mask) {
     if (masks.uncertain.empty()) continue;
     Matcher::State single;
     single.tops = {top};
+    const int32_t from = m.StateId(single);
     for (int32_t id : masks.uncertain) {
       if (mask[id / 32] & (1u << (id % 32))) continue;
-      const std::string& t = vocab_->bytes(id);
-      scratch_a_ = single;
-      bool alive = true;
-      for (unsigned char c : t) {
-        if (scratch_a_.tops.empty()) {
-          alive = false;
-          break;
-        }
-        m.Step(scratch_a_, c, &scratch_b_);
-        std::swap(scratch_a_, scratch_b_);
+      int32_t at = from;
+      for (unsigned char c : vocab_->bytes(id)) {
+        at = m.StepId(at, c);
+        if (at == Matcher::kDeadState) break;
       }
-      if (alive && (!scratch_a_.tops.empty() || scratch_a_.accepting)) {
-        mask[id / 32] |= 1u << (id % 32);
-      }
+      if (at != Matcher::kDeadState) mask[id / 32] |= 1u << (id % 32);
     }
   }
   if (state.accepting) {

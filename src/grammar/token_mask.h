@@ -86,9 +86,8 @@ class TokenMasker {
   std::shared_ptr<const TokenVocab> vocab_;
   std::shared_ptr<const Automaton> automaton_;
   std::unordered_map<int32_t, NodeMasks> cache_;  // by automaton node
-  std::vector<Matcher::State> states_;            // per depth of the walk
-  std::vector<char> context_;                      // per depth: a rule end with bytes left seen
-  Matcher::State scratch_a_, scratch_b_;
+  std::vector<int32_t> states_;  // per depth of the walk: Matcher state numbers
+  std::vector<char> context_;    // per depth: a rule end with bytes left seen
 };
 
 }  // namespace tandem::grammar
