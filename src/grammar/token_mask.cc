@@ -7,6 +7,10 @@
 
 namespace tandem::grammar {
 
+namespace {
+constexpr size_t kMaxMatcherStates = 1 << 16;
+}  // namespace
+
 TokenVocab::TokenVocab(std::vector<std::string> tokens, const std::vector<int32_t>& special,
                        std::vector<int32_t> stop_ids)
     : tokens_(std::move(tokens)), stop_ids_(std::move(stop_ids)) {
@@ -60,6 +64,7 @@ void TokenMasker::Walk(Matcher& m, const Matcher::State& start, OnToken&& on) {
   const std::vector<int32_t>& sorted = vocab_->sorted();
   const std::vector<uint32_t>& lcp = vocab_->lcp();
   // States by number (Matcher::StepId memoizes transitions), one per depth of the current prefix.
+  if (m.num_states() > kMaxMatcherStates) m.ClearStateTable();  // about 1 KiB each
   states_[0] = m.StateId(start);
   context_[0] = start.context_end;
   size_t depth = 0;                   // states_[0..depth] hold the previous token's prefix
@@ -121,6 +126,7 @@ void TokenMasker::Fill(Matcher& m, uint32_t* mask) {
     if (masks.uncertain.empty()) continue;
     Matcher::State single;
     single.tops = {top};
+    if (m.num_states() > kMaxMatcherStates) m.ClearStateTable();
     const int32_t from = m.StateId(single);
     for (int32_t id : masks.uncertain) {
       if (mask[id / 32] & (1u << (id % 32))) continue;
