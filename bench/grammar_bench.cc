@@ -2,14 +2,16 @@
 // compile time per grammar, and the time to fill one token mask (p50, p99 over the steps of
 // random generations), cached (TokenMasker::Fill) beside one uncached vocabulary walk.
 //
-//   build/bench/grammar_bench [--generations N] [--steps N]
+//   build/bench/grammar_bench [--generations N] [--steps N] [--schemas tests/grammar/schemas.json]
 //
-// Prints one table row per grammar. Single-threaded; times are wall clock on this machine.
+// Prints one table row per grammar, then one for the tests' schema suite (compile time per
+// schema; mask times over 2 random generations of each). Single-threaded; wall clock.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <random>
 #include <string>
@@ -17,9 +19,12 @@
 
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
 #include "grammar/matcher.h"
 #include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
+
+#include <nlohmann/json.hpp>
 
 namespace {
 
@@ -68,9 +73,11 @@ double Percentile(std::vector<double> v, double p) {
 
 int main(int argc, char** argv) {
   int generations = 5, steps = 64;
+  std::string schemas_path = TANDEM_SOURCE_DIR "/tests/grammar/schemas.json";
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--generations")) generations = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--schemas")) schemas_path = argv[i + 1];
   }
   auto tok = tandem::Tokenizer::Load(TANDEM_DEFAULT_MODEL_DIR);
   if (!tok.ok()) {
@@ -124,5 +131,49 @@ int main(int argc, char** argv) {
                 automaton->num_nodes(), Percentile(cached, 0.5), Percentile(cached, 0.99), first_max,
                 Percentile(uncached, 0.5), cached.size());
   }
+  // The schema suite of the tests: compile time per schema, and mask times over all its steps.
+  std::ifstream in(schemas_path);
+  if (!in) {
+    std::fprintf(stderr, "grammar_bench: cannot read %s\n", schemas_path.c_str());
+    return 1;
+  }
+  const auto suite = nlohmann::ordered_json::parse(in);
+  std::vector<double> compile_ms, mask_us;
+  size_t first_visits = 0;
+  for (const auto& c : suite) {
+    auto c0 = Clock::now();
+    auto g = tandem::grammar::JsonSchemaToGrammar(c["schema"].dump());
+    if (!g.ok()) return std::fprintf(stderr, "%s\n", g.status().ToString().c_str()), 1;
+    auto a = Automaton::Compile(*g);
+    if (!a.ok()) return std::fprintf(stderr, "%s\n", a.status().ToString().c_str()), 1;
+    compile_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - c0).count());
+    auto automaton = std::make_shared<const Automaton>(std::move(*a));
+    TokenMasker masker(vocab, automaton);
+    std::vector<uint32_t> mask(vocab->mask_words());
+    std::mt19937 rng(7);
+    for (int gen = 0; gen < 2; ++gen) {
+      Matcher m(automaton);
+      for (int s = 0; s < steps; ++s) {
+        const size_t before = masker.cached_nodes();
+        auto f0 = Clock::now();
+        masker.Fill(m, mask.data());
+        mask_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - f0).count());
+        first_visits += masker.cached_nodes() != before;
+        std::vector<int32_t> allowed;
+        for (int32_t id = 0; id < vocab->size(); ++id) {
+          if (mask[id / 32] >> (id % 32) & 1) allowed.push_back(id);
+        }
+        if (allowed.empty()) break;
+        const int32_t next = allowed[rng() % allowed.size()];
+        if (vocab->bytes(next).empty() || !m.Accept(vocab->bytes(next))) break;
+      }
+    }
+  }
+  std::printf("\nschema suite (%s): %zu schemas\n\n", schemas_path.c_str(), suite.size());
+  std::printf("| compile p50 ms | compile p95 ms | compile max ms | mask p50 us | mask p99 us | steps | steps with a first visit |\n");
+  std::printf("|---|---|---|---|---|---|---|\n");
+  std::printf("| %.2f | %.2f | %.2f | %.1f | %.1f | %zu | %zu |\n", Percentile(compile_ms, 0.5),
+              Percentile(compile_ms, 0.95), Percentile(compile_ms, 1.0), Percentile(mask_us, 0.5),
+              Percentile(mask_us, 0.99), mask_us.size(), first_visits);
   return 0;
 }
