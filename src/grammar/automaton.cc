@@ -385,6 +385,14 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
   if (a.min_to_end_[a.starts_[a.root_]] == kNever) {
     return Status(StatusCode::kInvalidArgument, "grammar: the root rule can never end (no finite text matches it)");
   }
+  // Edges into what can never end are dropped: a matcher never enters a state it cannot leave
+  // (a rule like x ::= "c" x beside a finite alternative would otherwise let an output run on).
+  for (Node& node : a.nodes_) {
+    std::erase_if(node.bytes, [&](const ByteEdge& e) { return a.min_to_end_[e.target] == kNever; });
+    std::erase_if(node.calls, [&](const CallEdge& c) {
+      return a.min_to_end_[a.starts_[c.rule]] == kNever || a.min_to_end_[c.ret] == kNever;
+    });
+  }
   return a;
 }
 

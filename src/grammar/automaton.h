@@ -49,7 +49,8 @@ class Automaton {
   int root_rule() const { return root_; }
   const std::string& rule_name(int rule) const { return names_[static_cast<size_t>(rule)]; }
   // The fewest bytes from node i to the end of its rule (calls included), kNever when it cannot
-  // end. Compile refuses a grammar whose root can never end.
+  // end. Compile refuses a grammar whose root can never end, and drops the edges into nodes and
+  // rules that can never end, so that every state a matcher reaches can still complete.
   static constexpr int32_t kNever = INT32_MAX;
   int32_t min_bytes_to_end(int i) const { return min_to_end_[static_cast<size_t>(i)]; }
 

@@ -48,6 +48,20 @@ TEST(GbnfTest, LeftRecursionAndSizeAreRefused) {
   EXPECT_NE(a.status().message().find("too large"), std::string::npos);
 }
 
+// A branch that can never end is cut off: only the finite alternative remains, and the root
+// alone never ending is an error.
+TEST(GbnfTest, BranchesThatCanNeverEndAreDropped) {
+  auto g = ParseGbnf("root ::= \"a\" x | \"b\"\nx ::= \"c\" x");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto a = Automaton::Compile(*g);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  Matcher m(std::make_shared<const Automaton>(std::move(*a)));
+  EXPECT_FALSE(m.CanAccept("a"));
+  EXPECT_TRUE(m.Accept("b"));
+  EXPECT_TRUE(m.IsAccepting());
+  EXPECT_NE(ErrorOf("root ::= \"c\" root").find("can never end"), std::string::npos);
+}
+
 TEST(GbnfTest, CommentsContinuationsAndGroupsAcrossLines) {
   auto g = ParseGbnf("# a comment\nroot ::= \"a\" |  # first\n  \"b\" (\n \"c\"\n | \"d\" )\n");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
