@@ -28,7 +28,7 @@ MODE=time
 CI=0
 BUILD_ONLY=0
 TARGETS=()
-ALL_TARGETS=(http_request openai_request tokenizer chat_template kv_event_codec tcp_wire cuda_ipc_control
+ALL_TARGETS=(http_request openai_request tokenizer chat_template grammar kv_event_codec tcp_wire cuda_ipc_control
              fabric_control graph_yaml)
 
 while (($#)); do

@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include "grammar/json_schema.h"
 #include "grammar/structured_output.h"
 
 namespace tandem::openai {
@@ -40,6 +41,9 @@ std::optional<ApiError> SchemaText(const std::string& param, const ojson& v, std
   if (v.is_string()) {
     *out = v.get<std::string>();
   } else if (v.is_object() || v.is_boolean()) {
+    if (grammar::JsonNestedDeeperThan(v, grammar::kMaxJsonNesting)) {  // before dump() recurses
+      return Invalid(param, fmt::format("'{}' is nested deeper than {} levels.", param, grammar::kMaxJsonNesting));
+    }
     *out = v.dump();
   } else {
     return Invalid(param, fmt::format("'{}' must be a JSON Schema (an object).", param));
@@ -49,7 +53,7 @@ std::optional<ApiError> SchemaText(const std::string& param, const ojson& v, std
 
 std::optional<ApiError> ChoiceText(const std::string& param, const ojson& v, std::string* out) {
   if (!v.is_array() || v.empty()) return Invalid(param, fmt::format("'{}' must be a non-empty list of strings.", param));
-  for (const ojson& c : v) {
+  for (const ojson& c : v) {  // strings only: dump() below does not recurse
     if (!c.is_string()) return Invalid(param, fmt::format("'{}' must be a non-empty list of strings.", param));
   }
   *out = v.dump();

@@ -61,6 +61,18 @@ class Converter {
     return Err(StatusCode::kInvalidArgument, "json schema at {}: {}", where, what);
   }
   int Lit(const std::string& s) { return g_.Bytes(s); }
+
+  // "#" or "#/json/pointer" within the root; null when it is neither or points nowhere.
+  const Json* Resolve(const std::string& ref) const {
+    if (ref == "#") return &root_;
+    if (ref.size() < 2 || ref[0] != '#' || ref[1] != '/') return nullptr;
+    try {
+      Json::json_pointer ptr(ref.substr(1));
+      return root_.contains(ptr) ? &root_.at(ptr) : nullptr;
+    } catch (const nlohmann::json::exception&) {  // a bad escape (~2) or array index
+      return nullptr;
+    }
+  }
   int Ws() { return g_.RuleRef(rules_.ws); }
 
   Result<int> Visit(const Json& s, int depth, const std::string& at) {
@@ -94,12 +106,8 @@ class Converter {
     auto found = refs_.find(ref);
     if (found != refs_.end()) return g_.RuleRef(found->second);
     if (ref.empty() || ref[0] != '#') return Bad(at, "only local $ref ('#...') is supported: " + ref);
-    const Json* target = &root_;
-    if (ref.size() > 1) {
-      Json::json_pointer ptr(ref.substr(1));
-      if (!root_.contains(ptr)) return Bad(at, "$ref " + ref + " does not resolve");
-      target = &root_.at(ptr);
-    }
+    const Json* target = Resolve(ref);
+    if (!target) return Bad(at, "$ref " + ref + " does not resolve");
     const int rule = g_.RuleNamed("ref" + std::to_string(refs_.size()));
     refs_.emplace(ref, rule);
     TANDEM_ASSIGN_OR_RETURN(int body, Visit(*target, depth + 1, ref));
@@ -203,11 +211,8 @@ class Converter {
     merged.erase("additionalProperties");
     for (const Json& part0 : s["allOf"]) {
       Json part = part0;
-      if (part.is_object() && part.contains("$ref") && part.size() == 1) {  // resolve to merge it
-        const std::string ref = part["$ref"];
-        if (ref.size() > 1 && ref[0] == '#' && root_.contains(Json::json_pointer(ref.substr(1)))) {
-          part = root_.at(Json::json_pointer(ref.substr(1)));
-        }
+      if (part.is_object() && part.contains("$ref") && part.size() == 1 && part["$ref"].is_string()) {
+        if (const Json* target = Resolve(part["$ref"].get<std::string>())) part = *target;  // to merge it
       }
       if (!part.is_object()) return Bad(at, "allOf parts must be object schemas");
       TANDEM_RETURN_IF_ERROR(close_over(part));
@@ -504,8 +509,28 @@ Result<Grammar> JsonSchemaToGrammar(std::string_view schema, const JsonSchemaOpt
   }
   Json root = Json::parse(schema, nullptr, /*allow_exceptions=*/false);
   if (root.is_discarded()) return Status(StatusCode::kInvalidArgument, "json schema is not valid JSON");
-  Converter c(root, options);
-  return c.Run();
+  if (JsonNestedDeeperThan(root, kMaxJsonNesting)) {
+    return Err(StatusCode::kInvalidArgument, "json schema nested deeper than {} levels", kMaxJsonNesting);
+  }
+  try {
+    Converter c(root, options);
+    return c.Run();
+  } catch (const nlohmann::json::exception& e) {  // a keyword of the wrong shape somewhere
+    return Err(StatusCode::kInvalidArgument, "json schema is malformed: {}", e.what());
+  }
+}
+
+bool JsonNestedDeeperThan(const nlohmann::ordered_json& value, int limit) {
+  std::vector<std::pair<const nlohmann::ordered_json*, int>> todo{{&value, 0}};
+  while (!todo.empty()) {
+    auto [v, depth] = todo.back();
+    todo.pop_back();
+    if (depth > limit) return true;
+    if (v->is_structured()) {
+      for (const auto& child : *v) todo.emplace_back(&child, depth + 1);
+    }
+  }
+  return false;
 }
 
 Grammar JsonObjectGrammar(const JsonSchemaOptions& options) {

@@ -26,6 +26,8 @@
 #include <cstddef>
 #include <string_view>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 #include "grammar/grammar.h"
 
@@ -44,5 +46,10 @@ Result<Grammar> JsonSchemaToGrammar(std::string_view schema, const JsonSchemaOpt
 
 // Any JSON object ({"type": "json_object"}), with the same whitespace rules.
 Grammar JsonObjectGrammar(const JsonSchemaOptions& options = {});
+
+// Whether `value` nests arrays/objects deeper than `limit` (checked without recursion, so that a
+// hostile document cannot overflow the stack; dump() and the converter recurse).
+constexpr int kMaxJsonNesting = 256;
+bool JsonNestedDeeperThan(const nlohmann::ordered_json& value, int limit);
 
 }  // namespace tandem::grammar

@@ -136,7 +136,20 @@ TEST(JsonSchemaTest, BadSchemasAreInvalidArgumentNamingTheProblem) {
   std::string deep;
   for (int i = 0; i < 5000; ++i) deep += "{\"type\":\"array\",\"items\":";
   deep += "{}" + std::string(5000, '}');
-  EXPECT_NE(ErrorOf(deep).find("nested deeper than 64"), std::string::npos);
+  EXPECT_NE(ErrorOf(deep).find("nested deeper than 256 levels"), std::string::npos);
+  std::string deep64;
+  for (int i = 0; i < 70; ++i) deep64 += "{\"type\":\"array\",\"items\":";
+  deep64 += "{}" + std::string(70, '}');
+  EXPECT_NE(ErrorOf(deep64).find("nested deeper than 64"), std::string::npos);
+  std::string deep_const = "{\"const\": " + std::string(100000, '[') + std::string(100000, ']') + "}";
+  EXPECT_NE(ErrorOf(deep_const).find("nested deeper"), std::string::npos);
+  // Found by tests/fuzz/grammar_fuzz.cc: a $ref that is no JSON pointer threw out of the converter.
+  EXPECT_NE(ErrorOf(R"({"$ref": "#abc"})").find("does not resolve"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"$defs": {"a": {}}, "$ref": "#/$defs/~2"})").find("does not resolve"), std::string::npos);
+  EXPECT_NE(ErrorOf(R"({"allOf": [{"$ref": "#x"}]})"), "");
+  // Keywords of the wrong shape inside allOf: errors, not exceptions.
+  EXPECT_NE(ErrorOf(R"({"allOf": [{"properties": [1, 2]}, {"properties": {"a": {}}}]})"), "");
+  EXPECT_NE(ErrorOf(R"({"allOf": [{"required": [1]}], "additionalProperties": false})"), "");
   std::string deep_ref = "{\"$defs\":{\"a\":{\"$ref\":\"#/$defs/a\"}},\"$ref\":\"#/$defs/a\"}";
   EXPECT_NE(ErrorOf(deep_ref), "") << "a $ref cycle with no text in between";
 }
