@@ -83,15 +83,6 @@ max_len() {
     *) echo 4096 ;;
   esac
 }
-# The tcp and cuda_ipc targets' servers run on their own threads, which libFuzzer's per-input
-# leak check does not wait for: it reported strings of a server thread (RecvMsg's aux, a status
-# message) as leaked once, which the input alone never reproduced (3 runs, LSan at exit clean).
-# For these two only LSan's check at exit stays on.
-extra_flags() {
-  case "$1" in
-    tcp_wire|cuda_ipc_control) echo -detect_leaks=0 ;;
-  esac
-}
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 mkdir -p "$BUILD_DIR/logs"
@@ -106,7 +97,7 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$work" "$art" "$seeds"
   before=$(find "$art" -type f | wc -l)
   common=(-max_len="$(max_len "$t")" -timeout=10 -rss_limit_mb=3072 -print_final_stats=1
-          -artifact_prefix="$art/" $(extra_flags "$t"))
+          -artifact_prefix="$art/")
   set +e
   case "$MODE" in
     seeds) nice -n "$NICE" "$bin" "${common[@]}" -runs=0 "$seeds" > "$log" 2>&1 ;;

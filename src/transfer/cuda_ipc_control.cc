@@ -261,7 +261,7 @@ void ControlServer::AcceptLoop() {
       return true;
     });
     conn->thread = std::thread([this, c = conn.get()] {
-      Serve(c->fd);
+      ServeControlConnection(c->fd, host_, stopping_, spin_us_);
       ::shutdown(c->fd, SHUT_RDWR);
       c->done = true;
     });
@@ -269,10 +269,10 @@ void ControlServer::AcceptLoop() {
   }
 }
 
-void ControlServer::Serve(int fd) {
-  auto idle = [&](int) { return stopping_ ? Err(StatusCode::kFailedPrecondition, "stopping") : Status::Ok(); };
+void ServeControlConnection(int fd, BackendHost& host, const std::atomic<bool>& stopping, int spin_us) {
+  auto idle = [&](int) { return stopping ? Err(StatusCode::kFailedPrecondition, "stopping") : Status::Ok(); };
   auto stall = [&](int ticks) {
-    if (stopping_) return Err(StatusCode::kFailedPrecondition, "stopping");
+    if (stopping) return Err(StatusCode::kFailedPrecondition, "stopping");
     if (ticks * tcp::kTickMs > 30000) return Err(StatusCode::kInternal, "peer stalled mid-message");
     return Status::Ok();
   };
@@ -292,21 +292,21 @@ void ControlServer::Serve(int fd) {
   }
   const auto nl = aux.find('\n');
   const std::string peer = aux.substr(0, nl);
-  if (nl == std::string::npos || aux.substr(nl + 1) != host_.instance_id()) {
+  if (nl == std::string::npos || aux.substr(nl + 1) != host.instance_id()) {
     (void)answer(h.xfer_id, Err(StatusCode::kFailedPrecondition, "this socket is agent {} instance {}",
-                                host_.agent_name(), host_.instance_id()));
+                                host.agent_name(), host.instance_id()));
     return;
   }
   if (!answer(h.xfer_id, Status::Ok()).ok()) return;
   std::map<uint64_t, RegionPin> pins;  // released when the connection ends
   for (;;) {
     // The next message often follows soon (BEGIN after END, a layer's BEGIN after the last one's).
-    SpinForData(fd, spin_us_);
+    SpinForData(fd, spin_us);
     if (!RecvMsg(fd, &h, &ranges, &aux, idle, stall).ok()) return;
     Status result;
     if (h.type == MsgType::kBegin) {
       // Our side of the bounds check; the pin holds the registrations until END.
-      auto pin = host_.PinRegistered(MemoryKind::kDevice, ranges);
+      auto pin = host.PinRegistered(MemoryKind::kDevice, ranges);
       if (pin.ok()) {
         pins[h.xfer_id] = std::move(pin).value();
       } else {
@@ -319,7 +319,7 @@ void ControlServer::Serve(int fd) {
         pins.erase(it);
       }
       // The initiator saw its copies land before sending END: the data is there. No answer.
-      if ((h.flags & kSuccess) && (h.flags & kHasNotification)) host_.DeliverNotification({peer, aux});
+      if ((h.flags & kSuccess) && (h.flags & kHasNotification)) host.DeliverNotification({peer, aux});
       continue;
     } else {
       return;

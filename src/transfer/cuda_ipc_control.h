@@ -103,7 +103,26 @@ class ControlConn {
   std::atomic<bool> broken_{false};
 };
 
-// The target's side: accepts connections and serves BEGIN/END against the host's registrations.
+// The target's side of one control connection: what ControlServer runs on each connection it
+// accepted, in that connection's thread. Serves `fd` in the calling thread until it ends: reads
+// the peer's kHello and answers kOk when its aux names `host`'s instance (else a kError,
+// FailedPrecondition, naming this agent); then answers each kBegin (kOk when host.PinRegistered
+// accepts its device ranges, the pin held until the kEnd of its xfer id or the end of the
+// connection; else kError with the pin's Status) and reads each kEnd (not answered: releases that
+// pin, delivers its notification to host.DeliverNotification when flags has both kSuccess and
+// kHasNotification).
+//
+// `fd` is a connected stream socket whose waits tick (SO_RCVTIMEO / SO_SNDTIMEO of tcp::kTickMs,
+// or non-blocking: every EAGAIN is a tick). `spin_us`: how long it polls for the next message
+// after each one before it sleeps in recv (0: not at all). Returns when the peer closes, on a
+// socket error, on a malformed message or one of another type (dropped without an answer; a peer
+// of the first protocol is logged as a warning), when no hello arrived within 30 s or the peer
+// stalls 30 s mid-message, or within a tick of `stopping` turning true; releases every pin it
+// holds. Never closes or shuts down `fd`.
+void ServeControlConnection(int fd, BackendHost& host, const std::atomic<bool>& stopping, int spin_us = 0);
+
+// The target's side: accepts connections and serves BEGIN/END against the host's registrations
+// (ServeControlConnection on a thread per connection).
 class ControlServer {
  public:
   // Listens on SocketName(host.instance_id()). `spin_us`: how long a connection's thread polls
@@ -119,7 +138,6 @@ class ControlServer {
   ControlServer(BackendHost& host, int listen_fd, int spin_us)
       : host_(host), listen_fd_(listen_fd), spin_us_(spin_us) {}
   void AcceptLoop();
-  void Serve(int fd);
 
   BackendHost& host_;
   const int listen_fd_;

@@ -18,6 +18,7 @@
 // past its deadline fails within a tick (20 ms) and takes its connection down; the target drops a
 // connection that stalls mid-message for io_timeout_ms. The next transfer reconnects.
 //
+// The listener serves each accepted connection on its own thread (tcp_serve.h, ServeConnection).
 // The listener against stray or hostile peers: a connection whose hello has not arrived within
 // handshake_timeout_ms of its accept is dropped; beyond max_connections accepted connections open
 // at once, a new one is answered a kError (ResourceExhausted: the initiator's connect fails with

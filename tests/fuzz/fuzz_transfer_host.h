@@ -1,16 +1,15 @@
 // For the transfer fuzz targets: a BackendHost with one host region and one (fake) device region at
-// fixed addresses, so that seed inputs can name memory inside them, and a client socket helper.
+// fixed addresses, so that seed inputs can name memory inside them, and a helper that serves one
+// input as a connection in the fuzzer's thread.
 #pragma once
 
-#include <netinet/in.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
-#include <arpa/inet.h>
-
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -78,32 +77,41 @@ class FuzzHost final : public transfer::BackendHost {
   std::atomic<uint64_t> notifications_{0};
 };
 
-// Sends `data` (then the end of the stream) and reads until the peer closes: the target's server
-// thread has then finished with these bytes. Aborts when the peer neither closes nor answers
-// within 10 s (a hang).
-inline void SendAndDrain(int fd, const void* data, size_t size) {
-  timeval tv{10, 0};
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    ssize_t n = ::send(fd, p, size, MSG_NOSIGNAL);
-    if (n <= 0) break;  // the target closed early: fine
-    p += n;
-    size -= static_cast<size_t>(n);
+// Serves `bytes` as the whole of one connection in the calling thread: writes them into one end
+// of a unix socketpair and shuts down that end's write side (the server reads them, then the end
+// of the stream), then calls `serve(fd)` on the other end, which is non-blocking so that no wait
+// sleeps: a full send buffer is a tick that returns at once, and the server's stall timeout ends
+// it after its count of ticks. Both ends get large send buffers (SO_SNDBUFFORCE where permitted,
+// else SO_SNDBUF up to the system's cap) so that the answers to an input of max_len fit. Aborts
+// when the pair cannot be made or the bytes not written whole.
+template <typename Serve>
+void ServeInThisThread(const std::string& bytes, Serve&& serve) {
+  int sv[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0) {
+    perror("fuzz: socketpair");
+    abort();
   }
-  ::shutdown(fd, SHUT_WR);
-  char buf[16 << 10];
-  for (;;) {
-    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-    if (n > 0) continue;
-    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      fprintf(stderr, "fuzz: the target neither answered nor closed within 10 s\n");
+  const int buf = 32 << 20;
+  for (int fd : sv) {
+    if (setsockopt(fd, SOL_SOCKET, SO_SNDBUFFORCE, &buf, sizeof(buf)) != 0) {
+      setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  }
+  const char* p = bytes.data();
+  for (size_t left = bytes.size(); left > 0;) {
+    ssize_t n = ::send(sv[1], p, left, MSG_NOSIGNAL);
+    if (n <= 0) {
+      perror("fuzz: writing the input into the socketpair");
       abort();
     }
-    break;
+    p += n;
+    left -= static_cast<size_t>(n);
   }
-  ::close(fd);
+  ::shutdown(sv[1], SHUT_WR);
+  serve(sv[0]);
+  ::close(sv[0]);
+  ::close(sv[1]);
 }
 
 }  // namespace tandem::fuzz
