@@ -68,10 +68,9 @@ Status RecvMsg(int fd, MsgHeader* h, std::vector<Descriptor>* ranges, std::strin
   if (h->magic != kMagic || h->num_ranges > kMaxRanges || h->aux_len > kMaxAux) {
     return Err(StatusCode::kDataLoss, "cuda_ipc control: malformed message");
   }
-  std::vector<WireRange> wire(h->num_ranges);
-  TANDEM_RETURN_IF_ERROR(tcp::RecvAll(fd, wire.data(), wire.size() * sizeof(WireRange), rest));
-  aux->assign(h->aux_len, '\0');
-  TANDEM_RETURN_IF_ERROR(tcp::RecvAll(fd, aux->data(), aux->size(), rest));
+  std::vector<WireRange> wire;
+  TANDEM_RETURN_IF_ERROR(tcp::RecvArray(fd, &wire, h->num_ranges, rest));
+  TANDEM_RETURN_IF_ERROR(tcp::RecvArray(fd, aux, h->aux_len, rest));
   ranges->clear();
   for (const WireRange& w : wire) ranges->push_back({w.addr, w.len, w.device_id});
   return Status::Ok();

@@ -172,8 +172,8 @@ Status ClientConn::Handshake() {
   // here: its reason beats the send error.
   if (!got.ok()) return sent.ok() ? got : sent;
   if (r.magic != kMagic || r.aux_len > kMaxAux) return Err(StatusCode::kInternal, "bad hello response");
-  std::string msg(r.aux_len, '\0');
-  got = RecvAll(fd, msg.data(), msg.size(), tick);
+  std::string msg;
+  got = RecvArray(fd, &msg, r.aux_len, tick);
   if (!got.ok()) return sent.ok() ? got : sent;
   if (r.type == FrameType::kError) return Status(static_cast<StatusCode>(r.status_code), msg);
   TANDEM_RETURN_IF_ERROR(sent);
@@ -279,8 +279,8 @@ void ClientConn::ReceiverLoop() {
       st = Err(StatusCode::kInternal, "protocol error: bad frame header");
       break;
     }
-    std::string aux(h.aux_len, '\0');
-    st = RecvAll(fd_, aux.data(), aux.size(), tick);
+    std::string aux;
+    st = RecvArray(fd_, &aux, h.aux_len, tick);
     if (!st.ok()) break;
     std::shared_ptr<Stripe> s;
     {

@@ -82,10 +82,10 @@ void ServeConnection(int fd, BackendHost& host, const ServeOptions& options, con
     if (h.magic != kMagic || h.num_segments > kMaxSegments || h.aux_len > kMaxAux) return;
     if (h.target_kind > static_cast<uint8_t>(MemoryKind::kDevice)) return;
     const auto kind = static_cast<MemoryKind>(h.target_kind);
-    std::vector<WireSegment> wire(h.num_segments);
-    std::string aux(h.aux_len, '\0');
-    if (!RecvAll(fd, wire.data(), wire.size() * sizeof(WireSegment), stall).ok()) return;
-    if (!RecvAll(fd, aux.data(), aux.size(), stall).ok()) return;
+    std::vector<WireSegment> wire;
+    std::string aux;
+    if (!RecvArray(fd, &wire, h.num_segments, stall).ok()) return;
+    if (!RecvArray(fd, &aux, h.aux_len, stall).ok()) return;
     std::vector<Descriptor> ranges;
     uint64_t total = 0;
     for (const WireSegment& w : wire) {

@@ -10,9 +10,11 @@
 // The target answers each request in order, so a connection's responses match its requests FIFO.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <type_traits>
 
 #include "common/status.h"
 
@@ -56,6 +58,27 @@ Status SendAll(int fd, const void* data, uint64_t len, const Tick& tick);
 Status RecvAll(int fd, void* data, uint64_t len, const Tick& tick);
 // Reads and drops `len` bytes.
 Status Discard(int fd, uint64_t len, const Tick& tick);
+
+// Reads `count` elements into `out` (a std::vector of a trivially copyable type, or a
+// std::string), replacing what it held, with RecvAll's waits and errors. It grows `out` as the
+// bytes arrive, kRecvStepBytes at a time, so that a length the peer claims in a header costs
+// memory only as far as the peer really sends (a 40-byte header claiming 2^22 segments no longer
+// allocates 96 MiB up front). On an error `out` holds what had arrived, zero-padded to a step.
+inline constexpr uint64_t kRecvStepBytes = 64 << 10;
+template <typename Container>
+Status RecvArray(int fd, Container* out, uint64_t count, const Tick& tick) {
+  using T = typename Container::value_type;
+  static_assert(std::is_trivially_copyable_v<T>);
+  constexpr uint64_t kStep = kRecvStepBytes / sizeof(T) > 0 ? kRecvStepBytes / sizeof(T) : 1;
+  out->clear();
+  while (out->size() < count) {
+    const size_t have = out->size();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(count - have, kStep));
+    out->resize(have + n);
+    TANDEM_RETURN_IF_ERROR(RecvAll(fd, out->data() + have, n * sizeof(T), tick));
+  }
+  return Status::Ok();
+}
 
 // Options every data socket gets: TCP_NODELAY, the tick as SO_RCVTIMEO/SO_SNDTIMEO.
 void SetSocketOptions(int fd);
