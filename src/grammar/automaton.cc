@@ -136,18 +136,7 @@ class Builder {
         return;
       }
       case ExprKind::kCharClass: {
-        std::vector<CodepointRange> ranges = e.ranges;
-        if (e.negated) {
-          std::vector<CodepointRange> inv;
-          uint32_t next = 0;
-          for (const CodepointRange& r : e.ranges) {
-            if (r.lo > next) inv.push_back({next, r.lo - 1});
-            next = r.hi + 1;
-          }
-          if (next <= kMaxCodepoint) inv.push_back({next, kMaxCodepoint});
-          ranges = std::move(inv);
-        }
-        for (const CodepointRange& r : ranges) {
+        for (const CodepointRange& r : ClassCodepoints(e)) {
           for (const auto& seq : Utf8Sequences(r.lo, r.hi)) Chain(seq, from, to);
         }
         return;

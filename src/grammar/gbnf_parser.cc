@@ -93,16 +93,9 @@ class Parser {
       }
     }
     // UTF-8 as written.
-    int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || pos_ + len > s_.size()) return Error("invalid UTF-8");
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len; ++k) {
-      unsigned char d = static_cast<unsigned char>(s_[pos_ + k]);
-      if ((d & 0xC0) != 0x80) return Error("invalid UTF-8");
-      v = (v << 6) | (d & 0x3F);
-    }
+    const size_t len = DecodeUtf8(s_, pos_, cp);
+    if (len == 0) return Error("invalid UTF-8");
     pos_ += len;
-    *cp = v;
     return Status::Ok();
   }
 

@@ -24,6 +24,39 @@ void AppendUtf8(uint32_t cp, std::string& out) {
   }
 }
 
+size_t DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp) {
+  if (pos >= s.size()) return 0;
+  const auto c = static_cast<unsigned char>(s[pos]);
+  const size_t len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
+  if (len == 0 || pos + len > s.size()) return 0;
+  uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
+  for (size_t k = 1; k < len; ++k) {
+    const auto d = static_cast<unsigned char>(s[pos + k]);
+    if ((d & 0xC0) != 0x80) return 0;
+    v = (v << 6) | (d & 0x3F);
+  }
+  *cp = v;
+  return len;
+}
+
+std::vector<CodepointRange> ComplementRanges(std::vector<CodepointRange> ranges) {
+  std::sort(ranges.begin(), ranges.end(),
+            [](const CodepointRange& a, const CodepointRange& b) { return a.lo < b.lo; });
+  std::vector<CodepointRange> out;
+  uint32_t next = 0;
+  for (const CodepointRange& r : ranges) {
+    if (r.hi < next) continue;
+    if (r.lo > next) out.push_back({next, r.lo - 1});
+    next = r.hi + 1;
+  }
+  if (next <= kMaxCodepoint) out.push_back({next, kMaxCodepoint});
+  return out;
+}
+
+std::vector<CodepointRange> ClassCodepoints(const Expr& e) {
+  return e.negated ? ComplementRanges(e.ranges) : e.ranges;
+}
+
 int Grammar::Add(Expr e) {
   exprs_.push_back(std::move(e));
   return static_cast<int>(exprs_.size()) - 1;

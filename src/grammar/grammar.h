@@ -101,5 +101,13 @@ Result<Grammar> ParseGbnf(std::string_view text, std::string_view root = "root")
 
 // Appends the UTF-8 encoding of code point `cp` (<= kMaxCodepoint) to `out`.
 void AppendUtf8(uint32_t cp, std::string& out);
+// Decodes the UTF-8 code point at s[pos]: its length in bytes (*cp set), 0 when the bytes there are
+// not a well-formed sequence (RFC 3629's lead and continuation bytes; overlong forms not checked).
+size_t DecodeUtf8(std::string_view s, size_t pos, uint32_t* cp);
+
+// The code points not in `ranges` (any order, may overlap) within [0, kMaxCodepoint], sorted.
+std::vector<CodepointRange> ComplementRanges(std::vector<CodepointRange> ranges);
+// The code points a kCharClass expression matches: its ranges, or their complement if negated.
+std::vector<CodepointRange> ClassCodepoints(const Expr& e);
 
 }  // namespace tandem::grammar

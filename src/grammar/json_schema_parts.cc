@@ -200,19 +200,8 @@ int JsonStringSafe(Grammar& g, int expr) {
     }
     case ExprKind::kCharClass: {
       // The class's code points minus the ones JSON must escape.
-      std::vector<CodepointRange> in = e.ranges;
-      if (e.negated) {
-        std::vector<CodepointRange> inv;
-        uint32_t next = 0;
-        for (const CodepointRange& r : e.ranges) {
-          if (r.lo > next) inv.push_back({next, r.lo - 1});
-          next = r.hi + 1;
-        }
-        if (next <= kMaxCodepoint) inv.push_back({next, kMaxCodepoint});
-        in = std::move(inv);
-      }
       std::vector<CodepointRange> out;
-      for (CodepointRange r : in) {
+      for (CodepointRange r : ClassCodepoints(e)) {
         if (r.hi < 0x20) continue;
         r.lo = std::max<uint32_t>(r.lo, 0x20);
         for (uint32_t cut : {static_cast<uint32_t>('"'), static_cast<uint32_t>('\\')}) {

@@ -22,18 +22,7 @@ Ranges Space() {
           {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 }
 
-Ranges Complement(Ranges r) {
-  std::sort(r.begin(), r.end(), [](const CodepointRange& a, const CodepointRange& b) { return a.lo < b.lo; });
-  Ranges out;
-  uint32_t next = 0;
-  for (const CodepointRange& x : r) {
-    if (x.hi < next) continue;
-    if (x.lo > next) out.push_back({next, x.lo - 1});
-    next = x.hi + 1;
-  }
-  if (next <= kMaxCodepoint) out.push_back({next, kMaxCodepoint});
-  return out;
-}
+Ranges Complement(Ranges r) { return ComplementRanges(std::move(r)); }
 
 class RegexParser {
  public:
@@ -149,17 +138,9 @@ class RegexParser {
   }
 
   Status Utf8(uint32_t* cp) {
-    const auto c = static_cast<unsigned char>(s_[pos_]);
-    const int len = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 0;
-    if (len == 0 || pos_ + len > s_.size()) return Error("invalid UTF-8");
-    uint32_t v = len == 1 ? c : len == 2 ? (c & 0x1F) : len == 3 ? (c & 0x0F) : (c & 0x07);
-    for (int k = 1; k < len; ++k) {
-      const auto d = static_cast<unsigned char>(s_[pos_ + k]);
-      if ((d & 0xC0) != 0x80) return Error("invalid UTF-8");
-      v = (v << 6) | (d & 0x3F);
-    }
+    const size_t len = DecodeUtf8(s_, pos_, cp);
+    if (len == 0) return Error("invalid UTF-8");
     pos_ += len;
-    *cp = v;
     return Status::Ok();
   }
 

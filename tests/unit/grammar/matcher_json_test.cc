@@ -1,6 +1,8 @@
-// A JSON grammar (RFC 8259, written in GBNF here) run by the Matcher, against nlohmann::json's
+// A JSON grammar (RFC 8259 in GBNF, tests/grammar/json.gbnf) run by the Matcher, against nlohmann::json's
 // own parser (nlohmann::json::accept) as the oracle, on valid documents and random edits of them.
 // Not regular (nesting), so this exercises the automaton's rule calls and returns.
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -16,20 +18,15 @@
 namespace tandem::grammar {
 namespace {
 
-constexpr const char* kJsonGbnf = R"(
-root   ::= ws value ws
-value  ::= object | array | string | number | "true" | "false" | "null"
-object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member ::= string ws ":" ws value
-array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string ::= "\"" char* "\""
-char   ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t\n\r]*
-)";
+// tests/grammar/json.gbnf: RFC 8259's JSON in GBNF.
+std::string JsonGbnf() {
+  std::ifstream in(TANDEM_TESTS_DIR "/grammar/json.gbnf");
+  EXPECT_TRUE(in) << "tests/grammar/json.gbnf";
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
 std::shared_ptr<const Automaton> JsonAutomaton() {
-  auto g = ParseGbnf(kJsonGbnf);
+  auto g = ParseGbnf(JsonGbnf());
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   auto a = Automaton::Compile(*g);
   EXPECT_TRUE(a.ok()) << a.status().ToString();

@@ -2,6 +2,8 @@
 // brute-force answer (each token's bytes tried on the Matcher), along random generations under a
 // JSON grammar, on a small vocabulary and on the bundled model's Qwen3 vocabulary (151,669 ids).
 // Stop tokens only where the grammar may end; special tokens never.
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -18,19 +20,14 @@
 namespace tandem::grammar {
 namespace {
 
-constexpr const char* kJsonGbnf = R"(
-root   ::= value
-value  ::= object | array | string | number | "true" | "false" | "null"
-object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
-member ::= string ws ":" ws value
-array  ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
-string ::= "\"" char* "\""
-char   ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} )
-number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
-ws     ::= [ \t\n]{0,2}
-)";
+// tests/grammar/json.gbnf: RFC 8259's JSON in GBNF.
+std::string JsonGbnf() {
+  std::ifstream in(TANDEM_TESTS_DIR "/grammar/json.gbnf");
+  EXPECT_TRUE(in) << "tests/grammar/json.gbnf";
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
 
-std::shared_ptr<const Automaton> Compile(const char* gbnf) {
+std::shared_ptr<const Automaton> Compile(const std::string& gbnf) {
   auto g = ParseGbnf(gbnf);
   EXPECT_TRUE(g.ok()) << g.status().ToString();
   auto a = Automaton::Compile(*g);
@@ -100,7 +97,7 @@ TEST(TokenMaskTest, SmallVocabularyAgreesWithBruteForce) {
   special[0] = special[1] = 1;
   auto vocab = std::make_shared<const TokenVocab>(tokens, std::vector<int32_t>{0, 1},
                                                   std::vector<int32_t>{0});
-  CheckGenerations(vocab, special, Compile(kJsonGbnf), 40, 60, 1);
+  CheckGenerations(vocab, special, Compile(JsonGbnf()), 40, 60, 1);
 }
 
 TEST(TokenMaskTest, QwenVocabularyAgreesWithBruteForce) {
@@ -111,7 +108,7 @@ TEST(TokenMaskTest, QwenVocabularyAgreesWithBruteForce) {
   auto vocab = TokenVocab::FromTokenizer(**tok, stops);
   std::vector<char> special(vocab->size(), 0);
   for (int32_t id = 0; id < vocab->size(); ++id) special[id] = (*tok)->IsSpecial(id);
-  CheckGenerations(vocab, special, Compile(kJsonGbnf), 3, 40, 8);
+  CheckGenerations(vocab, special, Compile(JsonGbnf()), 3, 40, 8);
 }
 
 }  // namespace
