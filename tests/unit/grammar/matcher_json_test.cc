@@ -1,8 +1,6 @@
 // A JSON grammar (RFC 8259 in GBNF, tests/grammar/json.gbnf) run by the Matcher, against nlohmann::json's
 // own parser (nlohmann::json::accept) as the oracle, on valid documents and random edits of them.
 // Not regular (nesting), so this exercises the automaton's rule calls and returns.
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,16 +12,12 @@
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar_test_util.h"
 
 namespace tandem::grammar {
 namespace {
 
-// tests/grammar/json.gbnf: RFC 8259's JSON in GBNF.
-std::string JsonGbnf() {
-  std::ifstream in(TANDEM_TESTS_DIR "/grammar/json.gbnf");
-  EXPECT_TRUE(in) << "tests/grammar/json.gbnf";
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::JsonGbnf;
 
 std::shared_ptr<const Automaton> JsonAutomaton() {
   auto g = ParseGbnf(JsonGbnf());

@@ -2,8 +2,6 @@
 // brute-force answer (each token's bytes tried on the Matcher), along random generations under a
 // JSON grammar, on a small vocabulary and on the bundled model's Qwen3 vocabulary (151,669 ids).
 // Stop tokens only where the grammar may end; special tokens never.
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -14,18 +12,14 @@
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
+#include "grammar_test_util.h"
 #include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::grammar {
 namespace {
 
-// tests/grammar/json.gbnf: RFC 8259's JSON in GBNF.
-std::string JsonGbnf() {
-  std::ifstream in(TANDEM_TESTS_DIR "/grammar/json.gbnf");
-  EXPECT_TRUE(in) << "tests/grammar/json.gbnf";
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::JsonGbnf;
 
 std::shared_ptr<const Automaton> Compile(const std::string& gbnf) {
   auto g = ParseGbnf(gbnf);
