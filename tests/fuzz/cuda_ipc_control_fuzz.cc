@@ -15,25 +15,14 @@
 using namespace tandem;
 using namespace tandem::transfer;
 
-namespace {
-
-fuzz::FuzzHost& TheHost() {
-  static auto* host = new fuzz::FuzzHost;
-  return *host;
-}
-
-const std::atomic<bool> kNotStopping{false};
-
-}  // namespace
-
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  TheHost();
+  fuzz::TheHost();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string bytes = fuzz::WithOptionalHello<ipc::MsgHeader>(data, size, ipc::MsgType::kHello);
-  fuzz::ServeInThisThread(bytes, [](int fd) { ipc::ServeControlConnection(fd, TheHost(), kNotStopping); });
+  fuzz::ServeInThisThread(bytes, [](int fd) { ipc::ServeControlConnection(fd, fuzz::TheHost(), fuzz::kNotStopping); });
   return 0;
 }

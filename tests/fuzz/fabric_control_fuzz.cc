@@ -49,15 +49,10 @@ bool Same(const rma::ControlMessage& a, const rma::ControlMessage& b) {
          a.keys == b.keys;
 }
 
-fuzz::FuzzHost& TheHost() {
-  static auto* host = new fuzz::FuzzHost;
-  return *host;
-}
-
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  TheHost();
+  fuzz::TheHost();
   return 0;
 }
 
@@ -73,7 +68,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto again = rma::DecodeControl(rma::EncodeControl(*m));
     Check(again.ok() && Same(*m, *again), "a control message changed in a round trip");
     if (m->type == rma::ControlType::kBegin) {
-      rma::GuardTable guards(TheHost());
+      rma::GuardTable guards(fuzz::TheHost());
       auto now = std::chrono::steady_clock::now();
       Status st = guards.Begin(*m, now);
       Check(st.ok() == (guards.size() == 1), "a pin held after a refused kBegin");

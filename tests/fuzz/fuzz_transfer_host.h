@@ -114,4 +114,14 @@ void ServeInThisThread(const std::string& bytes, Serve&& serve) {
   ::close(sv[1]);
 }
 
+// The one host of a target's process (made at LLVMFuzzerInitialize, never destroyed: the fuzzer
+// may exit from any thread).
+inline FuzzHost& TheHost() {
+  static auto* host = new FuzzHost;
+  return *host;
+}
+
+// The stop flag of a serving function that is never asked to stop.
+inline const std::atomic<bool> kNotStopping{false};
+
 }  // namespace tandem::fuzz

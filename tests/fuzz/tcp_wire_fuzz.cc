@@ -18,26 +18,20 @@ using namespace tandem::transfer;
 
 namespace {
 
-fuzz::FuzzHost& TheHost() {
-  static auto* host = new fuzz::FuzzHost;
-  return *host;
-}
-
 // The listener's defaults but io_timeout_ms (as the earlier listener-driven target had it): a
 // full send buffer ends the connection after 100 ticks, which return at once here.
 const tcp::ServeOptions kOptions{5000, 2000, transfer::kDefaultStagingChunkBytes};
-const std::atomic<bool> kNotStopping{false};
 
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  TheHost();
+  fuzz::TheHost();
   return 0;
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const std::string bytes = fuzz::WithOptionalHello<tcp::FrameHeader>(data, size, tcp::FrameType::kHello);
-  fuzz::ServeInThisThread(bytes, [](int fd) { tcp::ServeConnection(fd, TheHost(), kOptions, kNotStopping); });
+  fuzz::ServeInThisThread(bytes, [](int fd) { tcp::ServeConnection(fd, fuzz::TheHost(), kOptions, fuzz::kNotStopping); });
   return 0;
 }
