@@ -44,7 +44,8 @@ GrammarRuntime::GrammarRuntime(std::shared_ptr<const Tokenizer> tokenizer,
                                std::vector<int32_t> stop_ids)
     : tokenizer_(std::move(tokenizer)), stop_ids_(std::move(stop_ids)) {}
 
-Status GrammarRuntime::Check(const grammar::StructuredOutputSpec& spec) {
+Result<std::shared_ptr<const grammar::Automaton>> GrammarRuntime::Compiled(
+    const grammar::StructuredOutputSpec& spec) {
   if (!tokenizer_) {
     return Status(StatusCode::kInvalidArgument, "structured outputs need an engine with a tokenizer");
   }
@@ -53,14 +54,15 @@ Status GrammarRuntime::Check(const grammar::StructuredOutputSpec& spec) {
     return Err(StatusCode::kInvalidArgument, "structured output ({}): {}", grammar::KindName(spec.kind),
                a.status().message());
   }
-  return Status::Ok();
+  return a;
 }
+
+Status GrammarRuntime::Check(const grammar::StructuredOutputSpec& spec) { return Compiled(spec).status(); }
 
 Result<std::unique_ptr<GrammarState>> GrammarRuntime::Start(const grammar::StructuredOutputSpec& spec,
                                                             std::span<const int32_t> prefix,
                                                             bool allow_stop) {
-  TANDEM_RETURN_IF_ERROR(Check(spec));
-  auto automaton = cache_.Get(spec);
+  auto automaton = Compiled(spec);
   if (!automaton.ok()) return automaton.status();
   if (!vocab_) vocab_ = grammar::TokenVocab::FromTokenizer(*tokenizer_, stop_ids_);
   if (maskers_.size() > kMaxIdleMaskers) {

@@ -56,6 +56,9 @@ class GrammarRuntime {
                                               std::span<const int32_t> prefix, bool allow_stop);
 
  private:
+  // The spec's automaton from the cache (compiled on a miss); Check's errors.
+  Result<std::shared_ptr<const grammar::Automaton>> Compiled(const grammar::StructuredOutputSpec& spec);
+
   std::shared_ptr<const Tokenizer> tokenizer_;
   std::vector<int32_t> stop_ids_;
   grammar::StructuredOutputCache cache_;

@@ -121,24 +121,26 @@ int64_t Matcher::MinBytesToComplete(const State& state) const {
   return best;
 }
 
-bool Matcher::CanAccept(std::string_view bytes) {
-  State a = state_, b;
+bool Matcher::Advance(std::string_view bytes, State* out) {
+  *out = state_;
+  State next;
   for (unsigned char c : bytes) {
-    Step(a, c, &b);
-    if (b.tops.empty() && !b.accepting) return false;
-    std::swap(a, b);
+    Step(*out, c, &next);
+    if (next.tops.empty() && !next.accepting) return false;
+    std::swap(*out, next);
   }
   return true;
 }
 
+bool Matcher::CanAccept(std::string_view bytes) {
+  State scratch;
+  return Advance(bytes, &scratch);
+}
+
 bool Matcher::Accept(std::string_view bytes) {
-  State a = state_, b;
-  for (unsigned char c : bytes) {
-    Step(a, c, &b);
-    if (b.tops.empty() && !b.accepting) return false;
-    std::swap(a, b);
-  }
-  state_ = std::move(a);
+  State next;
+  if (!Advance(bytes, &next)) return false;
+  state_ = std::move(next);
   return true;
 }
 

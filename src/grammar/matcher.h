@@ -70,6 +70,8 @@ class Matcher {
     int32_t parent;  // the caller's frame (its node: where to go on), -1 for the root
   };
   int32_t Intern(int32_t node, int32_t parent);
+  // The state after `bytes` from the current one into *out; false when one of them cannot follow.
+  bool Advance(std::string_view bytes, State* out);
   // Adds frame f's closure (calls entered, ended rules returned from) to `out`.
   void Close(int32_t f, State* out);
 
