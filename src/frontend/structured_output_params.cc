@@ -1,6 +1,7 @@
 #include "frontend/structured_output_params.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -66,6 +67,27 @@ std::optional<ApiError> TextOf(const std::string& param, const ojson& v, std::st
   return std::nullopt;
 }
 
+// vLLM's spellings of the spec kinds: guided_<name> and structured_outputs.<name>.
+constexpr std::pair<const char*, StructuredKind> kSpecKinds[] = {
+    {"json", StructuredKind::kJsonSchema},
+    {"regex", StructuredKind::kRegex},
+    {"choice", StructuredKind::kChoice},
+    {"grammar", StructuredKind::kGrammar}};
+
+const StructuredKind* KindNamed(const std::string& name) {
+  for (const auto& [n, kind] : kSpecKinds) {
+    if (name == n) return &kind;
+  }
+  return nullptr;
+}
+
+// The spec text of `v` for `kind`: a schema (object or text), a list of strings, or a string.
+std::optional<ApiError> SpecText(const std::string& param, StructuredKind kind, const ojson& v, std::string* out) {
+  if (kind == StructuredKind::kJsonSchema) return SchemaText(param, v, out);
+  if (kind == StructuredKind::kChoice) return ChoiceText(param, v, out);
+  return TextOf(param, v, out);
+}
+
 std::optional<ApiError> Collect(const ojson& body, std::vector<Found>* found) {
   if (const ojson* rf = Present(body, "response_format")) {
     if (!rf->is_object()) return Invalid("response_format", "'response_format' must be an object.", "invalid_type");
@@ -93,25 +115,12 @@ std::optional<ApiError> Collect(const ojson& body, std::vector<Found>* found) {
                      fmt::format("'response_format.type' must be 'text', 'json_object' or 'json_schema', got '{}'.", t));
     }
   }
-  if (const ojson* v = Present(body, "guided_json")) {
-    Found f{"guided_json", {StructuredKind::kJsonSchema, ""}};
-    if (auto e = SchemaText(f.param, *v, &f.spec.spec)) return e;
-    found->push_back(std::move(f));
-  }
-  if (const ojson* v = Present(body, "guided_regex")) {
-    Found f{"guided_regex", {StructuredKind::kRegex, ""}};
-    if (auto e = TextOf(f.param, *v, &f.spec.spec)) return e;
-    found->push_back(std::move(f));
-  }
-  if (const ojson* v = Present(body, "guided_choice")) {
-    Found f{"guided_choice", {StructuredKind::kChoice, ""}};
-    if (auto e = ChoiceText(f.param, *v, &f.spec.spec)) return e;
-    found->push_back(std::move(f));
-  }
-  if (const ojson* v = Present(body, "guided_grammar")) {
-    Found f{"guided_grammar", {StructuredKind::kGrammar, ""}};
-    if (auto e = TextOf(f.param, *v, &f.spec.spec)) return e;
-    found->push_back(std::move(f));
+  for (const auto& [name, kind] : kSpecKinds) {
+    if (const ojson* v = Present(body, (std::string("guided_") + name).c_str())) {
+      Found f{std::string("guided_") + name, {kind, ""}};
+      if (auto e = SpecText(f.param, kind, *v, &f.spec.spec)) return e;
+      found->push_back(std::move(f));
+    }
   }
   if (const ojson* so = Present(body, "structured_outputs")) {
     if (!so->is_object()) return Invalid("structured_outputs", "'structured_outputs' must be an object.", "invalid_type");
@@ -119,26 +128,17 @@ std::optional<ApiError> Collect(const ojson& body, std::vector<Found>* found) {
       if (v.is_null()) continue;
       const std::string param = "structured_outputs." + key;
       Found f{param, {}};
-      if (key == "json") {
-        f.spec.kind = StructuredKind::kJsonSchema;
-        if (auto e = SchemaText(param, v, &f.spec.spec)) return e;
-      } else if (key == "regex") {
-        f.spec.kind = StructuredKind::kRegex;
-        if (auto e = TextOf(param, v, &f.spec.spec)) return e;
-      } else if (key == "choice") {
-        f.spec.kind = StructuredKind::kChoice;
-        if (auto e = ChoiceText(param, v, &f.spec.spec)) return e;
-      } else if (key == "grammar") {
-        f.spec.kind = StructuredKind::kGrammar;
-        if (auto e = TextOf(param, v, &f.spec.spec)) return e;
+      if (const StructuredKind* kind = KindNamed(key)) {
+        f.spec.kind = *kind;
+        if (auto e = SpecText(param, *kind, v, &f.spec.spec)) return e;
       } else if (key == "json_object") {
         if (!v.is_boolean()) return Invalid(param, fmt::format("'{}' must be a boolean.", param));
         if (!v.get<bool>()) continue;
         f.spec.kind = StructuredKind::kJsonObject;
-      } else if (key == "disable_any_whitespace" || key == "disable_fallback" ||
-                 key == "disable_additional_properties" || key == "whitespace_pattern" ||
+      } else if (key == "disable_any_whitespace" || key == "disable_fallback") {
+        continue;  // the first is read by ParseStructuredOutput, the second changes nothing here
+      } else if (key == "disable_additional_properties" || key == "whitespace_pattern" ||
                  key == "structural_tag") {
-        if (key == "disable_any_whitespace" || key == "disable_fallback") continue;  // read below / no-op
         return Invalid(param, fmt::format("'{}' is not supported.", param));
       } else {
         return Invalid(param, fmt::format("'{}' is not a structured output option.", param));
@@ -146,8 +146,7 @@ std::optional<ApiError> Collect(const ojson& body, std::vector<Found>* found) {
       found->push_back(std::move(f));
     }
   }
-  if (const ojson* v = Present(body, "guided_whitespace_pattern")) {
-    (void)v;
+  if (Present(body, "guided_whitespace_pattern")) {
     return Invalid("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported.");
   }
   if (const ojson* v = Present(body, "guided_decoding_backend"); v && !v->is_string()) {
