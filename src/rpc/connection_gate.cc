@@ -157,8 +157,9 @@ struct ConnectionGate::Impl {
       }
       pause = kMinAcceptPause;
       spare.Refill();
-      Prune();
-      if (static_cast<int>(waiting.size() + handed.size()) >= options.max_connections) {
+      auto full = [&] { return static_cast<int>(waiting.size() + handed.size()) >= options.max_connections; };
+      if (full()) Prune();  // only at the cap: one fstat per handed connection
+      if (full()) {
         ::close(fd);
         uint64_t suppressed = 0;
         if (full_log.ShouldLog(&suppressed)) {

@@ -14,7 +14,7 @@
 //   - accept() out of descriptors (EMFILE/ENFILE) refuses what waits in the backlog with a spare
 //     descriptor (common/spare_descriptor.h), pauses accepts 50 ms to 1 s, one line per 10 s.
 // A handed-over connection counts until its descriptor is closed (by gRPC): the gate notices by
-// fstat(), comparing the socket's inode, before each admission and once a second.
+// fstat(), comparing the socket's inode, once a second and before refusing one at the cap.
 // Linux/POSIX only.
 #pragma once
 
