@@ -28,7 +28,8 @@ run: build
 
 test: build
 	bash scripts/test-setup.sh
-	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS)
+	cd $(BUILD_DIR) && ctest --output-on-failure -j $(JOBS) \
+	  || { bash $(CURDIR)/scripts/ctest-failures.sh .; exit 1; }
 
 bench: build
 	$(BUILD_DIR)/bench/engine_bench

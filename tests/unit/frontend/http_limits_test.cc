@@ -336,17 +336,21 @@ TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
   spdlog::default_logger()->sinks().push_back(sink);
   rlimit saved{};
   ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  const spdlog::level::level_enum level = spdlog::default_logger()->level();
+  spdlog::default_logger()->set_level(spdlog::level::info);  // the warning counted below is seen
   struct Cleanup {
     std::shared_ptr<spdlog::sinks::ringbuffer_sink_mt> sink;
     rlimit saved;
     std::unique_ptr<HttpServer>& server;
+    spdlog::level::level_enum level;
     ~Cleanup() {
       setrlimit(RLIMIT_NOFILE, &saved);
+      spdlog::default_logger()->set_level(level);
       if (server) server->Stop();  // no server thread logs while the sink list changes
       auto& sinks = spdlog::default_logger()->sinks();
       sinks.erase(std::remove(sinks.begin(), sinks.end(), sink), sinks.end());
     }
-  } cleanup{sink, saved, server_};
+  } cleanup{sink, saved, server_, level};
   Start(o);  // after the sink is added, for the same reason
 
   // Every client socket exists before the limit drops: connect() needs no new descriptor.
@@ -359,8 +363,10 @@ TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
   low.rlim_cur = HighestFd() + 1;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
   // The table full (its holes too), then room for 4 accepted connections.
+  const size_t before_fill = fds_.size();
   for (int fd; (fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) fds_.push_back(fd);
   ASSERT_EQ(errno, EMFILE);
+  const size_t filled = fds_.size() - before_fill;
   for (int i = 0; i < 4; ++i) {
     ::close(fds_.back());
     fds_.pop_back();
@@ -381,10 +387,13 @@ TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
   for (int fd : wave1) refused1 += ClosedByServer(fd);
   // On failure, what the server did and said (a CI run failed here once without saying which).
   auto said = [&] {
-    std::string out = fmt::format("wave 1 refused {}/{}, wave 2 refused {}/{}, {} open; log:",
-                                  refused1, wave1.size(), refused2, wave2.size(),
-                                  server_->num_connections());
-    for (const std::string& line : sink->last_formatted()) out += "\n  " + line;
+    std::string out = fmt::format(
+        "wave 1 refused {}/{}, wave 2 refused {}/{}, {} open, limit {} with {} filled, {} cpus; log:",
+        refused1, wave1.size(), refused2, wave2.size(), server_->num_connections(),
+        low.rlim_cur, filled, std::thread::hardware_concurrency());
+    for (const std::string& line : sink->last_formatted()) {
+      if (line.find("http:") != std::string::npos) out += " | " + line.substr(0, 200);
+    }
     return out;
   };
   EXPECT_EQ(refused2, static_cast<int>(wave2.size())) << said();
