@@ -21,6 +21,9 @@
 #             when the carried binary is missing or cannot load
 #   sanitize  compute-sanitizer memcheck (small shapes) and racecheck (small prefill); also run when
 #             GPU_CHECK_SANITIZE=1
+#   ncu       Nsight Compute (clock control off) on the tensor-core decode kernels, both loads, at
+#             each shape of GPU_CHECK_NCU_SHAPES (default 64x4096,1x4096: batch x context, Qwen3-8B
+#             heads), untimed op_check rows (OPCHECK_DECODE_TIMED, OPCHECK_NO_TIMING)
 #   runner    cuda_runner_check: the CUDA ModelRunner against the CPU runner on the bundled tiny model
 #   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
 #             against tests/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
@@ -229,6 +232,18 @@ device() {
       > "$OUT_DIR/racecheck.log" 2>&1
     local race_rc=$?
     note sanitize "memcheck rc $mem_rc ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/memcheck.log")), racecheck prefill rc $race_rc ($(grep -m1 'RACECHECK SUMMARY\|ERROR SUMMARY' "$OUT_DIR/racecheck.log"))"
+  fi
+
+  if want ncu; then
+    [ -x "$BIN/cuda_op_check" ] || unpack cuda_op_check
+    local shape
+    for shape in $(echo "${GPU_CHECK_NCU_SHAPES:-64x4096,1x4096}" | tr , ' '); do
+      run_stage "ncu-$shape" 150 30 env OPCHECK_DECODE_TIMED="$shape" OPCHECK_NO_TIMING=1 \
+        ncu --clock-control none --kernel-name regex:PagedDecodeMmaKernel --launch-count 4 \
+        --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section WarpStateStats --section SchedulerStats --section LaunchStats \
+        "$BIN/cuda_op_check" --only decode
+    done
   fi
 
   if want archs; then

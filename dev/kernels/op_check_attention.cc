@@ -2,6 +2,8 @@
 // non-contiguous block tables with prefix blocks shared between sequences.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <random>
 
@@ -241,7 +243,8 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   a.num_splits = num_splits;
   a.policy = policy;
   a.kernel = kernel;
-  const bool mma = cuda::detail::ChoosePagedDecodeKernel(a, cuda::CurrentDeviceLimits()) == DK::kMma;
+  const DK chosen = cuda::detail::ChoosePagedDecodeKernel(a, cuda::CurrentDeviceLimits());
+  const bool mma = chosen != DK::kSimt;
   const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(a);
   DevBuf<unsigned char> ws(ws_bytes);
   if (ws_bytes > 0) ws.Poison();
@@ -279,7 +282,7 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   }
   std::vector<int> ones(num_seqs, 1);
   const Policy resolved = cuda::PagedDecodeResolvePolicy(policy);
-  std::string tag = mma ? " mma" : policy == Policy::kAuto ? " simt"
+  std::string tag = chosen == DK::kMmaPairLoads ? " mma pairs" : mma ? " mma" : policy == Policy::kAuto ? " simt"
                                  : resolved == Policy::kLegacy ? " simt legacy" : " simt fill";
   tag += (num_splits > 0 ? " splits " : " auto ") + std::to_string(cuda::PagedDecodeSplits(a));
   Row row{"paged_decode", Describe(h, ctx, ones) + tag};
@@ -288,8 +291,31 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   row.err = CompareBySequence(DownloadFloat(out), ref, seq_rows, q_row, &row.note);
   row.tol = kTolAttention;
   row.pass = row.err.non_finite == 0 && row.err.rel <= row.tol;
-  if (time_it) {
-    row.time_us = TimeUs(run, 10, 15);
+  if (time_it && !TimingOff()) {
+    // In a CUDA graph, as the engine's decode step runs it, each launch on the next of `copies`
+    // copies of the pool (>= 256 MB in all, so K/V come from HBM as in a real step, not from the
+    // 50 MB L2 that a small pool would stay in); the stream-launched time on one pool beside it.
+    constexpr int kReps = 20;
+    const int copies = static_cast<int>(
+        std::min<size_t>(kReps, (size_t{256} << 20) / std::max<size_t>(pool.bytes(), 1) + 1));
+    std::vector<DevBuf<bf16>> pools;
+    for (int c = 1; c < copies; ++c) {
+      pools.emplace_back(pool.size());
+      OC_CUDA(cudaMemcpy(pools.back().get(), pool.get(), pool.bytes(), cudaMemcpyDeviceToDevice));
+    }
+    int rep = 0;
+    row.time_us = TimeUsGraph([&](cudaStream_t st) {
+      cuda::PagedDecodeArgs b = a;
+      const int c = rep++ % copies;
+      if (c > 0) b.kv_pool = pools[c - 1].get();
+      OC_OK(cuda::PagedDecode(b, st));
+    }, kReps, 15);
+    const double stream_us = TimeUs(run, 10, 15);
+    char said[96];
+    std::snprintf(said, sizeof(said), "graph-timed over %d pool copies; stream-launched %.1f us",
+                  copies, stream_us);
+    row.note += (row.note.empty() ? "" : "; ") + std::string(said);
+    if (row.time_us < 0) row.time_us = stream_us;
     row.bytes = bytes;
   }
   Record(row);
@@ -354,8 +380,35 @@ void CheckPagedPrefill() {
   PrefillCase({2, 1, 128}, {0, 90}, {200, 70}, {0, 3}, false, {PK::kAuto}, 50);  // checked rows
 }
 
+// OPCHECK_DECODE_TIMED="1x4096,64x4096": only these timed shapes (each kernel), nothing else of
+// the decode group (a short run for ncu); unset: every check.
+std::vector<std::pair<int, int>> TimedDecodeShapesFromEnv() {
+  std::vector<std::pair<int, int>> shapes;
+  const char* v = std::getenv("OPCHECK_DECODE_TIMED");
+  for (const char* p = v; p != nullptr && *p != '\0';) {
+    int seqs = 0, len = 0, used = 0;
+    if (std::sscanf(p, "%dx%d%n", &seqs, &len, &used) != 2) break;
+    shapes.emplace_back(seqs, len);
+    p += used;
+    if (*p == ',') ++p;
+  }
+  return shapes;
+}
+
 void CheckPagedDecode() {
   const Heads qwen3_8b{32, 8, 128};
+  // Issue 22's kernels side by side: the SIMT kernel as the engine ran it before (legacy splits,
+  // reduce kernel), the first mma kernel (pair loads) and the current one.
+  const DK timed_kernels[] = {DK::kSimt, DK::kMmaPairLoads, DK::kMma};
+  if (const auto only = TimedDecodeShapesFromEnv(); !only.empty()) {
+    for (const auto& [seqs, len] : only) {
+      for (DK k : timed_kernels) {
+        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
+                   k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
+      }
+    }
+    return;
+  }
   std::mt19937 rng(NextSeed());
   std::vector<int> ctx = {1, 2, 15, 16, 17, 511, 512, 513, 1024, 1025, 4095, 4096};
   while (ctx.size() < 64) ctx.push_back(std::uniform_int_distribution<int>(1, 4096)(rng));
@@ -372,7 +425,7 @@ void CheckPagedDecode() {
         {1, 1024}, {1, 4096},  {1, 16384},  {8, 1024},   {8, 4096},  {8, 16384},
         {64, 1024}, {64, 4096}, {64, 16384}, {256, 1024}, {256, 4096}};
     for (const auto& [seqs, len] : timed) {
-      for (DK k : {DK::kSimt, DK::kMma}) {
+      for (DK k : timed_kernels) {
         DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
                    k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
       }
@@ -386,7 +439,7 @@ void CheckPagedDecode() {
   // Fixed splits: the fill merge (last CTA) and the legacy reduce kernel (first: these are what a
   // 1-SM emulator would not reach through the automatic choice).
   // Each kernel (the mma one runs every shape here but head_dim 256 and group 32).
-  for (DK k : {DK::kSimt, DK::kMma}) {
+  for (DK k : {DK::kSimt, DK::kMma, DK::kMmaPairLoads}) {
     for (Policy pol : {Policy::kFill, Policy::kLegacy}) {
       DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7, pol, k);
       DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256, pol, k);  // group 8, max splits

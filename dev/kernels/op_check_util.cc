@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 
 namespace tandem::opcheck {
 namespace {
@@ -81,8 +82,10 @@ ErrorStats Compare(const float* out, const float* ref, size_t n) {
   return s;
 }
 
+bool TimingOff() { return g_small || std::getenv("OPCHECK_NO_TIMING") != nullptr; }
+
 double TimeUs(const std::function<void()>& fn, int reps_per_sample, int samples) {
-  if (g_small) return -1;
+  if (TimingOff()) return -1;
   for (int i = 0; i < 3; ++i) fn();
   OC_CUDA(cudaDeviceSynchronize());
   cudaEvent_t start, stop;
@@ -101,6 +104,48 @@ double TimeUs(const std::function<void()>& fn, int reps_per_sample, int samples)
   OC_CUDA(cudaGetLastError());
   OC_CUDA(cudaEventDestroy(start));
   OC_CUDA(cudaEventDestroy(stop));
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+double TimeUsGraph(const std::function<void(cudaStream_t)>& fn, int reps_per_sample, int samples) {
+  if (TimingOff()) return -1;
+  cudaStream_t stream = nullptr;
+  OC_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  for (int i = 0; i < 3; ++i) fn(stream);
+  OC_CUDA(cudaStreamSynchronize(stream));
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t exec = nullptr;
+  bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+  if (ok) {
+    for (int r = 0; r < reps_per_sample; ++r) fn(stream);
+    ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess &&
+         cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+  }
+  std::vector<double> us;
+  if (ok) {
+    cudaEvent_t start, stop;
+    OC_CUDA(cudaEventCreate(&start));
+    OC_CUDA(cudaEventCreate(&stop));
+    OC_CUDA(cudaGraphLaunch(exec, stream));  // warm
+    for (int s = 0; s < samples; ++s) {
+      OC_CUDA(cudaEventRecord(start, stream));
+      OC_CUDA(cudaGraphLaunch(exec, stream));
+      OC_CUDA(cudaEventRecord(stop, stream));
+      OC_CUDA(cudaEventSynchronize(stop));
+      float ms = 0;
+      OC_CUDA(cudaEventElapsedTime(&ms, start, stop));
+      us.push_back(1000.0 * ms / reps_per_sample);
+    }
+    OC_CUDA(cudaEventDestroy(start));
+    OC_CUDA(cudaEventDestroy(stop));
+  }
+  (void)cudaGetLastError();  // a failed capture's error is this function's -1
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  OC_CUDA(cudaStreamSynchronize(stream));
+  OC_CUDA(cudaStreamDestroy(stream));
+  if (us.empty()) return -1;
   std::sort(us.begin(), us.end());
   return us[us.size() / 2];
 }

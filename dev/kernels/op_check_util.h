@@ -105,9 +105,17 @@ inline ErrorStats Compare(const std::vector<float>& out, const std::vector<float
   return Compare(out.data(), ref.data(), std::min(out.size(), ref.size()));
 }
 
+// True with --small or OPCHECK_NO_TIMING set (under a profiler): TimeUs / TimeUsGraph return -1.
+bool TimingOff();
 // Median time of one call of fn in microseconds (CUDA events around batches of calls, after a
 // warm-up). fn only enqueues work on the default stream.
 double TimeUs(const std::function<void()>& fn, int reps_per_sample = 10, int samples = 15);
+// The same, with the reps_per_sample calls of `fn` captured once into a CUDA graph on a stream of
+// its own and the graph launched per sample, as the engine's decode graphs run a kernel: no host
+// launch cost between the kernels (TimeUs of a kernel of a few us measures the host's enqueue).
+// -1 when --small or the capture fails.
+double TimeUsGraph(const std::function<void(cudaStream_t)>& fn, int reps_per_sample = 10,
+                   int samples = 15);
 
 // The measured ceilings of DESIGN.md section 5 (one H200, CUDA 13.0).
 constexpr double kCeilingGBs = 4270.0;

@@ -304,6 +304,12 @@ inline T __shfl_xor_sync(unsigned, T v, int o, int = 32) {
   emu::Exchange(v, all);
   return all[emu::Lane() ^ o];
 }
+template <typename T>
+inline T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  T all[32];
+  emu::Exchange(v, all);
+  return all[(emu::Lane() & ~(width - 1)) + (src & (width - 1))];
+}
 inline int __any_sync(unsigned, int pred) {
   int all[32];
   emu::Exchange(pred, all);

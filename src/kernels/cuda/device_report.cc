@@ -122,7 +122,7 @@ std::vector<std::string> DescribeKernels(const DeviceLimits& d, const KernelShap
   decode.num_heads = s.num_heads;
   decode.num_kv_heads = s.num_kv_heads;
   const int group = s.num_kv_heads > 0 ? s.num_heads / s.num_kv_heads : 0;
-  if (detail::ChoosePagedDecodeKernel(decode, d) == DecodeKernel::kMma) {
+  if (detail::ChoosePagedDecodeKernel(decode, d) != DecodeKernel::kSimt) {
     out.push_back(fmt::format(
         "paged_decode: split-KV flash-decoding on the tensor cores (mma.sync m16n8k16 bf16, the "
         "{} query heads of a KV head as tile rows), K/V through {} cp.async stages a warp, {} "

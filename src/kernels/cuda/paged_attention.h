@@ -89,8 +89,10 @@ constexpr int kPagedDecodeCounters = 4096;
 enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };
 
 // Which decode kernel (see above): kAuto, the tensor-core kernel, or the CUDA-core one. kMma for a
-// shape or device it does not serve runs kSimt.
-enum class DecodeKernel { kAuto, kMma, kSimt };
+// shape or device it does not serve runs kSimt. kMmaPairLoads: the tensor-core kernel's first
+// version (a lane pair per K/V row, page-table reads in front of each tile), kept to be measured
+// beside kMma (cuda_op_check); TANDEM_DECODE_KERNEL=mma-pairs.
+enum class DecodeKernel { kAuto, kMma, kSimt, kMmaPairLoads };
 
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride

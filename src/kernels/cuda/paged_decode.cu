@@ -44,12 +44,13 @@ int NumChunks(int num_heads, int num_kv_heads) {
 constexpr int kMinChunkMma = 64;  // keys: one 16-key tile per warp
 constexpr int kMaxGroupMma = 16;  // query heads of one KV head: the rows of an m16 tile
 
-// TANDEM_DECODE_KERNEL, read once: mma, simt, or kAuto (unset or anything else).
+// TANDEM_DECODE_KERNEL, read once: mma, simt, mma-pairs, or kAuto (unset or anything else).
 DecodeKernel EnvKernel() {
   static const DecodeKernel k = [] {
     const char* v = std::getenv("TANDEM_DECODE_KERNEL");
     if (v != nullptr && std::strcmp(v, "mma") == 0) return DecodeKernel::kMma;
     if (v != nullptr && std::strcmp(v, "simt") == 0) return DecodeKernel::kSimt;
+    if (v != nullptr && std::strcmp(v, "mma-pairs") == 0) return DecodeKernel::kMmaPairLoads;
     return DecodeKernel::kAuto;
   }();
   return k;
@@ -136,7 +137,8 @@ DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimit
   const int group = a.num_heads / a.num_kv_heads;
   const bool fits = d.cc_major >= 8 && group >= 1 && group <= kMaxGroupMma &&
                     PagedDecodeMmaStages(a.head_dim, d) > 0;
-  return fits ? DecodeKernel::kMma : DecodeKernel::kSimt;
+  if (!fits) return DecodeKernel::kSimt;
+  return asked == DecodeKernel::kMmaPairLoads ? asked : DecodeKernel::kMma;
 }
 
 }  // namespace detail
@@ -145,7 +147,7 @@ int PagedDecodeSplits(const PagedDecodeArgs& a) {
   if (a.num_splits > 0) return a.num_splits;
   if (a.policy == DecodeSplitPolicy::kAuto && Env().splits > 0) return Env().splits;
   const DeviceLimits& d = CurrentDeviceLimits();
-  if (detail::ChoosePagedDecodeKernel(a, d) == DecodeKernel::kMma) {
+  if (detail::ChoosePagedDecodeKernel(a, d) != DecodeKernel::kSimt) {
     return PagedDecodeChooseMmaSplits(a.num_seqs, a.num_kv_heads, a.max_context_len, d.sm_count,
                                       detail::PagedDecodeMmaCtasPerSm(a.head_dim, d));
   }
@@ -391,7 +393,8 @@ cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaSt
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (a.num_seqs == 0) return cudaSuccess;
   const DeviceLimits& d = CurrentDeviceLimits();
-  const bool mma = ChoosePagedDecodeKernel(a, d) == DecodeKernel::kMma;
+  const DecodeKernel kernel = ChoosePagedDecodeKernel(a, d);
+  const bool mma = kernel != DecodeKernel::kSimt;
   // The mma kernel merges in the kernel whenever it can (the policy picks the SIMT kernel's).
   const bool legacy = !mma && PagedDecodeResolvePolicy(a.policy) == DecodeSplitPolicy::kLegacy;
   const int num_chunks = mma ? 1 : NumChunks(a.num_heads, a.num_kv_heads);
@@ -412,7 +415,9 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
                          int64_t{a.num_seqs} * a.num_kv_heads * num_chunks <= kPagedDecodeCounters;
   }
   if (mma) {
-    cudaError_t err = LaunchPagedDecodeMma(a, ws, PagedDecodeMmaStages(a.head_dim, d), stream);
+    PagedDecodeArgs chosen = a;  // kAuto resolved: which loads the mma kernel uses
+    chosen.kernel = kernel;
+    cudaError_t err = LaunchPagedDecodeMma(chosen, ws, PagedDecodeMmaStages(a.head_dim, d), stream);
     if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
     return a.head_dim == 64 ? LaunchReduce<64>(a, ws, stream) : LaunchReduce<128>(a, ws, stream);
   }

@@ -5,8 +5,13 @@
 //
 // Grid (num_splits, KV head, sequence), 4 warps per CTA. The CTA's chunk of the context (SplitLayout)
 // is cut into 16-key tiles; warp w takes tiles w, w + 4, w + 8, ... and streams them through its own
-// ring of kStages shared-memory stages with cp.async (16 bytes a copy, one page-table read per lane
-// and tile), so no barrier is shared between warps while the keys stream. Each warp keeps an online
+// ring of kStages shared-memory stages with cp.async (16 bytes a copy), so no barrier is shared
+// between warps while the keys stream. Loads (kRowLoads): each cp.async instruction of the warp
+// covers whole 128-byte lines (HD / 8 lanes per K or V row, 2 rows at head_dim 128), and the
+// block ids of a tile's 16 rows are read one tile ahead (lane r holds row r's, shuffled to the
+// lanes that copy it), so no page-table load stands in front of a tile's copies. The first
+// version (DecodeKernel::kMmaPairLoads, kept to measure beside it) gave each lane pair one row:
+// an instruction touched 16 lines 32 bytes each, after a page-table read of its own. Each warp keeps an online
 // softmax (raw-score max, exp sum, fp32 output) for the 16 rows; at the end the CTA merges its four
 // warps through shared memory, and the chunk's result is either the output (one chunk) or a split
 // result that the last CTA to finish merges (paged_decode_split.cuh), as the SIMT kernel does.
@@ -41,7 +46,7 @@ struct MmaSmem {
   static_assert(kKV % 16 == 0 && kStageBytes % 16 == 0 && (kLd * 2) % 16 == 0);
 };
 
-template <int HD, int kStages>
+template <int HD, int kStages, bool kRowLoads>
 __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
   using L = MmaSmem<HD, kStages>;
   constexpr int kLd = L::kLd;
@@ -68,11 +73,41 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
   __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * L::kWarpBytes);
 
-  // This warp's i-th tile (keys start + (warp + 4 i) * 16 ...) -> stage: lane pair (2k, 2k + 1)
-  // copies key k's K and V rows, adjacent 16-byte chunks side by side; zeros past `end` (P is 0
-  // there, V must be finite).
+  // Row loads: lane r < 16 of the warp holds the block id of row r of the next tile to load
+  // (read one tile ahead); the lanes copying a row take it by shuffle.
+  const int tile_row = lane & (kTile - 1);
+  auto block_of = [&](int i) -> int {
+    const int p = start + (warp + kWarps * i) * kTile + tile_row;
+    return p < end ? table[p / a.block_size] : 0;
+  };
+  int next_block = kRowLoads && my_tiles > 0 ? block_of(0) : 0;
+  auto load_tile_rows = [&](int i, int stage) {
+    const int n0 = start + (warp + kWarps * i) * kTile;
+    const int blocks = next_block;
+    if (i + 1 < my_tiles) next_block = block_of(i + 1);
+    constexpr int kRows = 32 / kChunks;  // rows one instruction covers
+    const int sub = lane / kChunks, col = (lane % kChunks) * 8;
+    __nv_bfloat16* dk = sKV + stage * 2 * kTile * kLd;
+    __nv_bfloat16* dv = dk + kTile * kLd;
+#pragma unroll
+    for (int j = 0; j < kTile / kRows; ++j) {
+      const int r = j * kRows + sub, p = n0 + r;
+      const int64_t block = __shfl_sync(kFullMask, blocks, r);
+      const bool valid = p < end;  // zeros past `end` (P is 0 there, V must be finite)
+      const __nv_bfloat16* src =
+          valid ? a.kv_pool + (block * 2 * a.block_size + p % a.block_size) * row_elems +
+                      static_cast<int64_t>(kvh) * HD + col
+                : a.kv_pool;
+      CpAsync16(dk + r * kLd + col, src, valid);
+      CpAsync16(dv + r * kLd + col, valid ? src + v_shift : src, valid);
+    }
+  };
+
+  // Pair loads (the first version): this warp's i-th tile (keys start + (warp + 4 i) * 16 ...) ->
+  // stage: lane pair (2k, 2k + 1) copies key k's K and V rows, adjacent 16-byte chunks side by
+  // side; zeros past `end`.
   const int kr = lane >> 1, half = lane & 1;
-  auto load_tile = [&](int i, int stage) {
+  auto load_tile_pairs = [&](int i, int stage) {
     const int p = start + (warp + kWarps * i) * kTile + kr;
     const bool valid = p < end;
     const __nv_bfloat16* src = a.kv_pool;
@@ -88,6 +123,13 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
       const int col = (2 * j + half) * 8;
       CpAsync16(dk + col, valid ? src + col : src, valid);
       CpAsync16(dv + col, valid ? src + v_shift + col : src, valid);
+    }
+  };
+  auto load_tile = [&](int i, int stage) {
+    if constexpr (kRowLoads) {
+      load_tile_rows(i, stage);
+    } else {
+      load_tile_pairs(i, stage);
     }
   };
 
@@ -244,16 +286,21 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   MergeSplits<HD, 16>(a, ws, seq, h0, group, used, reinterpret_cast<float*>(smem + L::kKV));
 }
 
-template <int HD, int kStages>
-cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+template <int HD, int kStages, bool kRowLoads>
+cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
   constexpr size_t kBytes = MmaSmem<HD, kStages>::kBytes;
-  cudaError_t err = cudaFuncSetAttribute(&PagedDecodeMmaKernel<HD, kStages>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
+  auto* kernel = &PagedDecodeMmaKernel<HD, kStages, kRowLoads>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes));
   if (err != cudaSuccess) return err;
-  auto* kernel = &PagedDecodeMmaKernel<HD, kStages>;
   TANDEM_LAUNCH(kernel, dim3(ws.splits, a.num_kv_heads, a.num_seqs), kThreads, kBytes, stream, a, ws);
   return cudaGetLastError();
+}
+
+template <int HD, int kStages>
+cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+  return a.kernel == DecodeKernel::kMmaPairLoads ? LaunchMmaLoads<HD, kStages, false>(a, ws, stream)
+                                                 : LaunchMmaLoads<HD, kStages, true>(a, ws, stream);
 }
 
 }  // namespace
