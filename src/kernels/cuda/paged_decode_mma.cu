@@ -73,18 +73,26 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
   __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * L::kWarpBytes);
 
-  // Row loads: lane r < 16 of the warp holds the block id of row r of the next tile to load
-  // (read one tile ahead); the lanes copying a row take it by shuffle.
+  // Row loads: lane r of the warp holds the block id of row r % 16 of the tiles kStages - 1
+  // ahead (the next tile to load in next0, the one after in next1 at 3 stages: the prologue's
+  // reads are issued together); the lanes copying a row take it by shuffle.
   const int tile_row = lane & (kTile - 1);
   auto block_of = [&](int i) -> int {
     const int p = start + (warp + kWarps * i) * kTile + tile_row;
-    return p < end ? table[p / a.block_size] : 0;
+    return i < my_tiles && p < end ? table[p / a.block_size] : 0;
   };
-  int next_block = kRowLoads && my_tiles > 0 ? block_of(0) : 0;
+  static_assert(kStages == 2 || kStages == 3);
+  int next0 = kRowLoads ? block_of(0) : 0;
+  int next1 = kRowLoads && kStages == 3 ? block_of(1) : 0;
   auto load_tile_rows = [&](int i, int stage) {
     const int n0 = start + (warp + kWarps * i) * kTile;
-    const int blocks = next_block;
-    if (i + 1 < my_tiles) next_block = block_of(i + 1);
+    const int blocks = next0;
+    if constexpr (kStages == 3) {
+      next0 = next1;
+      next1 = block_of(i + 2);
+    } else {
+      next0 = block_of(i + 1);
+    }
     constexpr int kRows = 32 / kChunks;  // rows one instruction covers
     const int sub = lane / kChunks, col = (lane % kChunks) * 8;
     __nv_bfloat16* dk = sKV + stage * 2 * kTile * kLd;
