@@ -357,8 +357,11 @@ TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
   std::vector<int> wave1(40), wave2(20);
   for (int& fd : wave1) fds_.push_back(fd = NewSocket());
   for (int& fd : wave2) fds_.push_back(fd = NewSocket());
-  const int after = NewSocket();
-  fds_.push_back(after);
+  // Clients for after the recovery: the first that is not refused must be served (one could
+  // still meet the table full if the server's last closes lag its connection count).
+  std::vector<int> after(5);
+  for (int& fd : after) fds_.push_back(fd = NewSocket());
+  const auto t0 = Clock::now();
   rlimit low = saved;
   low.rlim_cur = HighestFd() + 1;
   ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
@@ -404,16 +407,28 @@ TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
   for (int fd : wave1) ::shutdown(fd, SHUT_RDWR);
   EXPECT_TRUE(WaitFor([&] { return server_->num_connections() == 0; }, 10000ms)) << said();
   std::this_thread::sleep_for(300ms);  // past the accept pause
-  ASSERT_TRUE(ConnectTo(after, port_)) << strerror(errno);
-  ASSERT_TRUE(SendRaw(after, "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
-  std::string got = ReadToEof(after, 10000ms);
-  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got << "\n" << said();
+  std::string got;
+  int tries = 0;
+  for (int fd : after) {
+    ++tries;
+    ASSERT_TRUE(ConnectTo(fd, port_)) << strerror(errno);
+    if (!SendRaw(fd, "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")) continue;
+    got = ReadToEof(fd, 10000ms);
+    if (!got.empty()) break;  // served (or answered otherwise: checked below), not refused
+    std::this_thread::sleep_for(200ms);
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got << "\n" << tries << " tries; " << said();
+  EXPECT_LE(tries, 2) << said();  // at most one refusal after the descriptors came back
 
   int lines = 0;
   for (const std::string& line : sink->last_formatted()) {
     lines += line.find("accept failed") != std::string::npos;
   }
-  EXPECT_EQ(lines, 1) << said();  // two bouts of failures, one line
+  // Two bouts of failures, one line (the line limiter's window is 10 s: a run slower than that
+  // may log a second one).
+  const bool within_window = Clock::now() - t0 < 9s;
+  EXPECT_EQ(lines, within_window ? 1 : std::min(lines, 2)) << said();
+  EXPECT_GE(lines, 1) << said();
 }
 
 TEST(HttpLimitsOptionsTest, BadLimitsAreInvalidArgument) {
