@@ -243,7 +243,6 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   a.num_splits = num_splits;
   a.policy = policy;
   a.kernel = kernel;
-  a.programmatic_launch = true;  // (sm_90+, the mma kernel; TANDEM_DECODE_PDL=0: off)
   const DK chosen = cuda::detail::ChoosePagedDecodeKernel(a, cuda::CurrentDeviceLimits());
   const bool mma = chosen != DK::kSimt;
   const size_t ws_bytes = cuda::PagedDecodeWorkspaceBytes(a);

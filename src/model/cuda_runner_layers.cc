@@ -142,9 +142,6 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       a.workspace = workspace_.as<void>();
       a.workspace_bytes = workspace_.bytes();
       a.workspace_initialized = true;  // PagedDecodeInitWorkspace ran when it was allocated
-      // Right after QkNormRopeCache (which writes only q and this step's K/V), unless the layer
-      // hook recorded something in between.
-      a.programmatic_launch = layer_hook_ == nullptr;
       TANDEM_RETURN_IF_ERROR(cuda::PagedDecode(a, stream_));
     } else {
       cuda::PagedPrefillArgs a;

@@ -15,25 +15,6 @@
 #define TANDEM_LAUNCH(kernel, grid, block, smem, stream, ...) \
   kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
 #endif
-// The same launch with programmatic stream serialization when `pdl` (the kernel may begin before
-// the previous kernel in the stream ends: it must call GridDependencyWait() before it touches
-// what that kernel writes). sm_90+; cudaErrorNotSupported elsewhere is the caller's to avoid.
-#ifndef TANDEM_LAUNCH_PDL
-#define TANDEM_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, ...)                  \
-  do {                                                                                 \
-    cudaLaunchConfig_t tandem_cfg{};                                                   \
-    tandem_cfg.gridDim = grid;                                                         \
-    tandem_cfg.blockDim = block;                                                       \
-    tandem_cfg.dynamicSmemBytes = smem;                                                \
-    tandem_cfg.stream = stream;                                                        \
-    cudaLaunchAttribute tandem_attr[1];                                                \
-    tandem_attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;            \
-    tandem_attr[0].val.programmaticStreamSerializationAllowed = 1;                     \
-    tandem_cfg.attrs = tandem_attr;                                                    \
-    tandem_cfg.numAttrs = (pdl) ? 1 : 0;                                               \
-    (void)cudaLaunchKernelEx(&tandem_cfg, kernel, __VA_ARGS__);                        \
-  } while (0)
-#endif
 #ifndef TANDEM_DYNAMIC_SHARED
 #define TANDEM_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
@@ -41,31 +22,6 @@
 namespace tandem::cuda::detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
-
-// Programmatic dependent launch (sm_90+; no-ops before, and in the CPU emulator, which runs one
-// kernel after another): GridDependencyWait blocks until the grids this one depends on have
-// finished and their writes are visible; TriggerDependents lets a dependent grid launched with
-// TANDEM_LAUNCH_PDL start before this one ends.
-#if defined(TANDEM_CUDA_EMU)
-inline void GridDependencyWait() {}
-inline void TriggerDependents() {}
-inline void PrefetchL2(const void*) {}
-#else
-__device__ inline void GridDependencyWait() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-__device__ inline void TriggerDependents() {
-#if __CUDA_ARCH__ >= 900
-  asm volatile("griddepcontrol.launch_dependents;");
-#endif
-}
-// A hint: the 128-byte line at p into L2 (no register written, no fault).
-__device__ inline void PrefetchL2(const void* p) {
-  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-}
-#endif
 
 // True when p is 16-byte aligned (uint4 access).
 __host__ __device__ inline bool Aligned16(const void* p) {

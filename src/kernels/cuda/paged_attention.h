@@ -121,14 +121,6 @@ struct PagedDecodeArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   bool workspace_initialized = false;
-  // Programmatic dependent launch (sm_90+, the mma kernel; ignored elsewhere): the kernel may start
-  // while the previous kernel in `stream` still runs, reading context_lens and block_tables and
-  // prefetching its first K/V tiles into L2; it reads q and K/V, and writes out and the
-  // workspace, only once that kernel has finished (griddepcontrol.wait). Set it only when the
-  // previous kernel does not write context_lens, block_tables or a K/V row other than the step's
-  // own (the runner's q/k norm + RoPE + cache write, or another decode launch).
-  // TANDEM_DECODE_PDL=0 turns it off.
-  bool programmatic_launch = false;
 };
 
 // The automatic split choice, a pure function of the shape (documented here so that the numbers can

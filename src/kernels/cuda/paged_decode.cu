@@ -56,15 +56,6 @@ DecodeKernel EnvKernel() {
   return k;
 }
 
-// TANDEM_DECODE_PDL, read once: "0" turns programmatic launches off (PagedDecodeArgs).
-bool EnvPdl() {
-  static const bool on = [] {
-    const char* v = std::getenv("TANDEM_DECODE_PDL");
-    return v == nullptr || std::strcmp(v, "0") != 0;
-  }();
-  return on;
-}
-
 // TANDEM_DECODE_SPLITS, read once: the policy and a fixed split count (0: none).
 struct EnvChoice {
   DecodeSplitPolicy policy = DecodeSplitPolicy::kLegacy;
@@ -426,7 +417,6 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (mma) {
     PagedDecodeArgs chosen = a;  // kAuto resolved: which loads the mma kernel uses
     chosen.kernel = kernel;
-    chosen.programmatic_launch = a.programmatic_launch && d.cc_major >= 9 && EnvPdl();
     cudaError_t err = LaunchPagedDecodeMma(chosen, ws, PagedDecodeMmaStages(a.head_dim, d), stream);
     if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
     return a.head_dim == 64 ? LaunchReduce<64>(a, ws, stream) : LaunchReduce<128>(a, ws, stream);

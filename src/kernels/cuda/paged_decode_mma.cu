@@ -65,10 +65,6 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int h0 = kvh * group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int start = 0, end = 0, used = 0;
-  // Launched programmatically (PagedDecodeArgs::programmatic_launch) this may run beside the
-  // previous kernel until GridDependencyWait: only context_lens and block_tables are read, and
-  // K/V lines prefetched into L2, before it (CtaChunk writes zeros for an empty context).
-  if (a.context_lens[seq] <= 0) GridDependencyWait();
   if (!CtaChunk<HD>(a, ws, seq, split, h0, group, &start, &end, &used)) return;
   const int num_tiles = (end - start + kTile - 1) / kTile;
   const int my_tiles = warp < num_tiles ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
@@ -144,27 +140,6 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
       load_tile_pairs(i, stage);
     }
   };
-
-  if constexpr (kRowLoads) {
-    // The prologue's tiles into L2 while the previous kernel may still run: lane r (r % 16 the
-    // row, r / 16 K or V) the two 128-byte lines of its row. A hint only; the copies below read
-    // after the wait (the previous kernel writes the step's own K/V row).
-    const int blocks[2] = {next0, next1};
-#pragma unroll
-    for (int i = 0; i < kStages - 1; ++i) {
-      const int p = start + (warp + kWarps * i) * kTile + tile_row;
-      if (i < my_tiles && p < end) {
-        const __nv_bfloat16* row =
-            a.kv_pool + (static_cast<int64_t>(blocks[i]) * 2 * a.block_size + p % a.block_size) *
-                            row_elems +
-            static_cast<int64_t>(kvh) * HD + (lane >> 4) * v_shift;
-#pragma unroll
-        for (int b = 0; b < HD * 2; b += 128) PrefetchL2(reinterpret_cast<const char*>(row) + b);
-      }
-    }
-  }
-  GridDependencyWait();  // the previous kernel's q, K/V row and reads of the workspace are done
-  TriggerDependents();   // the next decode launch may start its own prologue
 
   // Group 0: Q (every thread; rows past the group zero) and this warp's tile 0; groups 1 ..
   // kStages - 2: its next tiles (empty past its last).
@@ -326,11 +301,6 @@ cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaSt
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes));
   if (err != cudaSuccess) return err;
-  if (a.programmatic_launch) {
-    TANDEM_LAUNCH_PDL(kernel, dim3(ws.splits, a.num_kv_heads, a.num_seqs), dim3(kThreads), kBytes,
-                      stream, true, a, ws);
-    return cudaGetLastError();
-  }
   TANDEM_LAUNCH(kernel, dim3(ws.splits, a.num_kv_heads, a.num_seqs), kThreads, kBytes, stream, a, ws);
   return cudaGetLastError();
 }

@@ -12,10 +12,6 @@ constexpr int kMaxPairsPerLane = 4;  // head_dim <= 2 * 32 * 4 = 256
 // at the token's slot instead of back in place, and its warp copies the v head there too.
 template <bool kCache>
 __global__ void QkNormRopeKernel(QkNormRopeCacheArgs c) {
-  // A decode attention launched programmatically after this (PagedDecodeArgs::
-  // programmatic_launch) may start its prologue now; it waits for this kernel before reading q
-  // and the step's K/V.
-  TriggerDependents();
   const QkNormRopeArgs& a = c.rope;
   const int lane = threadIdx.x & 31;
   const int64_t item = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
