@@ -9,6 +9,7 @@
 #include <map>
 #include <thread>
 
+#include "common/log_limiter.h"
 #include "common/logging.h"
 #include "transfer/region_table.h"
 #include "transfer/tcp_wire.h"
@@ -286,7 +287,13 @@ void ServeControlConnection(int fd, BackendHost& host, const std::atomic<bool>& 
   std::vector<Descriptor> ranges;
   std::string aux;
   if (Status hello = RecvMsg(fd, &h, &ranges, &aux, stall, stall); !hello.ok() || h.type != MsgType::kHello) {
-    if (hello.code() == StatusCode::kDataLoss) log::warn("cuda_ipc control: a peer refused: {}", hello.message());
+    // A peer that keeps sending garbage (or a fuzzer) would flood the log: one line per 10 s.
+    static LogLimiter refused_log;
+    uint64_t quiet = 0;
+    if (hello.code() == StatusCode::kDataLoss && refused_log.ShouldLog(&quiet)) {
+      log::warn("cuda_ipc control: a peer refused: {} ({} more since the last such line)",
+                hello.message(), quiet);
+    }
     return;
   }
   const auto nl = aux.find('\n');
