@@ -143,6 +143,41 @@ TEST(StructuredOutputEngine, RegexChoiceAndJsonObjectGreedyAndSampled) {
   EXPECT_EQ(got["c4"].text.rfind("{", 0), 0u) << got["c4"].text;
 }
 
+// Stop strings and a grammar together: a stop string the grammar reaches ends the request there
+// (finish reason stop, the string and what follows it cut, as without a grammar), although the
+// grammar is not complete; one it never reaches leaves the grammar to finish the request.
+TEST(StructuredOutputEngine, StopStringsCutAStructuredOutput) {
+  auto engine = MakeEngine();
+  ASSERT_NE(engine, nullptr);
+  const std::vector<int32_t> prompt = {9707, 11, 1879};
+  for (int i = 0; i < 4; ++i) {
+    SamplingParams p;
+    p.temperature = 1.0f;
+    p.seed = 100 + i;
+    p.max_tokens = 200;
+    p.stop = {";"};
+    p.structured = {grammar::StructuredKind::kRegex, "[a-z]{2,6};[a-z]{2,6};[A-Z]{2}"};
+    ASSERT_TRUE(engine->AddRequest("cut" + std::to_string(i), prompt, p).ok());
+    p.stop = {"zzz;"};  // letters a-y never spell it
+    p.structured = {grammar::StructuredKind::kRegex, "[a-y]{2,6};[a-y]{2,6}"};
+    ASSERT_TRUE(engine->AddRequest("whole" + std::to_string(i), prompt, p).ok());
+  }
+  auto got = RunToCompletion(*engine);
+  for (int i = 0; i < 4; ++i) {
+    const auto& cut = got["cut" + std::to_string(i)];
+    EXPECT_EQ(cut.finish_reason, FinishReason::kStop) << cut.text;
+    EXPECT_TRUE(cut.text.size() >= 2 && cut.text.size() <= 6 &&
+                cut.text.find_first_not_of("abcdefghijklmnopqrstuvwxyz") == std::string::npos)
+        << "'" << cut.text << "'";
+    const auto& whole = got["whole" + std::to_string(i)];
+    EXPECT_EQ(whole.finish_reason, FinishReason::kStop) << whole.text;
+    const size_t semi = whole.text.find(';');
+    EXPECT_TRUE(semi >= 2 && semi <= 6 && whole.text.size() - semi - 1 >= 2 &&
+                whole.text.size() - semi - 1 <= 6 && whole.text.find(';', semi + 1) == std::string::npos)
+        << "'" << whole.text << "'";
+  }
+}
+
 TEST(StructuredOutputEngine, BadSpecsAreInvalidArgumentAtAddRequest) {
   auto engine = MakeEngine();
   ASSERT_NE(engine, nullptr);
