@@ -17,6 +17,10 @@
 #                                         wise and whole KV writes), random Qwen3-8B weights, greedy
 #                                         outputs compared (issue 7's goal). ttft1gpu: the same with
 #                                         deploy/disagg-1p1d-gpu.yaml (both workers on cuda:0).
+#   scripts/gpu-e2e.sh structured         on the device: structured outputs (issue 24): the schema
+#                                         suite through tandem run on the tiny model and the random
+#                                         Qwen3-8B (outputs come back for both validators), and
+#                                         batch-64 decode throughput with and without a schema.
 #   scripts/gpu-e2e.sh l40s               on the device: the random Qwen3-8B in an L40S's budget
 #                                         (L40S_BUDGET_GIB, default 44) through `tandem run`, agg and
 #                                         disagg, every golden prompt answered (issue 19).
@@ -247,11 +251,44 @@ l40s() {
   return $rc
 }
 
+# Issue 24: structured outputs on the GPU. `tandem run --mode agg --device cuda:0` on the bundled
+# tiny model, every schema of tests/grammar/schemas.json x STRUCTURED_SEEDS (2)
+# (scripts/gpu/structured_e2e.py suite: $OUT/structured-tiny.jsonl and -stop.jsonl, validated on
+# the dev machine with tests/tools/validate_json.py and validate_ajv.mjs); then on the random
+# Qwen3-8B the decode throughput at batch 64 (STRUCTURED_OUTPUT_LEN, 128 tokens each) with and
+# without a schema.
+structured() {
+  local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-structured
+  setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  local rc=0 pid model port=18000 tag
+  for model in "$TINY" "$CKPT"; do
+    tag=tiny; [ "$model" = "$CKPT" ] && tag=8b
+    echo "== structured ($tag): tandem run --mode agg --device cuda:0"
+    TANDEM_DISCOVERY_DIR="$work/discovery-structured-$tag" "$work/tandem" run --mode agg --device cuda:0 \
+      --model "$model" --port $port > "$out/structured-$tag.log" 2>&1 &
+    pid=$!
+    if wait_health $port 180; then
+      if [ "$tag" = tiny ]; then
+        python3 scripts/gpu/structured_e2e.py suite --base "http://127.0.0.1:$port" \
+          --seeds "${STRUCTURED_SEEDS:-2}" --out "$out/structured-$tag.jsonl" || rc=1
+      else
+        python3 scripts/gpu/structured_e2e.py throughput --base "http://127.0.0.1:$port" \
+          --batch 64 --output-len "${STRUCTURED_OUTPUT_LEN:-128}" || rc=1
+      fi
+    else rc=1; tail -20 "$out/structured-$tag.log"; fi
+    kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+    port=$((port + 1))
+  done
+  [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
+  return $rc
+}
+
 case "${1:-device}" in
   pack) shift; pack "$@" ;;
+  structured) structured ;;
   device) device ;;
   ttft2gpu) ttft deploy/disagg-1p1d-2gpu.yaml 2gpu ;;
   ttft1gpu) ttft deploy/disagg-1p1d-gpu.yaml 1gpu ;;
   l40s) l40s ;;
-  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft1gpu|ttft2gpu|l40s]"; exit 2 ;;
+  *) echo "usage: $0 [pack [BUILD_DIR]|device|ttft1gpu|ttft2gpu|l40s|structured]"; exit 2 ;;
 esac
