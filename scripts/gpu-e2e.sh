@@ -256,13 +256,13 @@ l40s() {
 # (scripts/gpu/structured_e2e.py suite: $OUT/structured-tiny.jsonl and -stop.jsonl, validated on
 # the dev machine with tests/tools/validate_json.py and validate_ajv.mjs); then on the random
 # Qwen3-8B the decode throughput at batch 64 (STRUCTURED_OUTPUT_LEN, 128 tokens each) with and
-# without a schema.
+# without a constraint. STRUCTURED_MODELS="tiny 8b" picks.
 structured() {
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-structured
   setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
   local rc=0 pid model port=18000 tag
-  for model in "$TINY" "$CKPT"; do
-    tag=tiny; [ "$model" = "$CKPT" ] && tag=8b
+  for tag in ${STRUCTURED_MODELS:-tiny 8b}; do
+    model=$TINY; [ "$tag" = 8b ] && model=$CKPT
     echo "== structured ($tag): tandem run --mode agg --device cuda:0"
     TANDEM_DISCOVERY_DIR="$work/discovery-structured-$tag" "$work/tandem" run --mode agg --device cuda:0 \
       --model "$model" --port $port > "$out/structured-$tag.log" 2>&1 &
