@@ -315,6 +315,7 @@ void CheckSampling() {
   if (!Small()) SamplingCase(64, 151936, 20);
   SamplingCase(3, 1000, 1000);  // k = n: a full sort
   SamplingCase(1, 151936, 1);
+  CheckTokenBitmask();
 }
 
 }  // namespace tandem::opcheck

@@ -156,4 +156,5 @@ void CheckPagedPrefill();
 void CheckPagedDecode();
 void CheckLinear();
 void CheckSampling();
+void CheckTokenBitmask();  // op_check_bitmask.cc, in the sampling group
 }  // namespace tandem::opcheck

@@ -246,8 +246,11 @@ class EngineImpl final : public Engine {
       slice.block_table = kv_.GetBlockIds(s.request->request_id);
       slice.logits = SequenceSlice::Logits::kNone;
       const SamplingParams& sp = s.request->params;
-      // A structured output's row is masked on the host (GrammarState) before it is sampled.
-      if (s.samples && !Structured(sp) && (device_sampling || PickedByRunner(sp))) {
+      // A structured output's row: on a device-sampling runner a kPick whose PickSpec carries the
+      // grammar's token bitmask (PickSpec::allowed), unless it wants log-probabilities (those
+      // rows, and every row of a host runner, are masked on the host: GrammarState::ApplyMask).
+      const bool structured = Structured(sp);
+      if (s.samples && (device_sampling || PickedByRunner(sp)) && (!structured || sp.logprobs < 0)) {
         slice.logits = SequenceSlice::Logits::kPick;
         // ComputeLogprobs clamps the count to the vocabulary; Execute refuses more.
         slice.num_logprobs = std::min(sp.logprobs, model_config().vocab_size);
@@ -265,6 +268,7 @@ class EngineImpl final : public Engine {
                                                      model_config().vocab_size);
             pick.penalties = penalty_ids[i];
           }
+          if (structured) pick.allowed = requests_.at(s.request->request_id)->grammar->Mask();
           slice.pick = &pick;
         }
       } else if (s.samples) {

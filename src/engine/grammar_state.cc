@@ -13,11 +13,18 @@ GrammarState::GrammarState(std::shared_ptr<grammar::TokenMasker> masker,
       allow_stop_(allow_stop),
       mask_(vocab_->mask_words()) {}
 
-void GrammarState::ApplyMask(std::span<float> logits) {
+std::span<const uint32_t> GrammarState::Mask() {
   masker_->Fill(matcher_, mask_.data());
   if (!allow_stop_) {
     for (int32_t id : vocab_->stop_ids()) mask_[id / 32] &= ~(1u << (id % 32));
   }
+  const int n = vocab_->size();
+  if (n % 32 != 0 && static_cast<size_t>(n / 32) < mask_.size()) mask_[n / 32] &= (1u << (n % 32)) - 1;
+  return mask_;
+}
+
+void GrammarState::ApplyMask(std::span<float> logits) {
+  Mask();
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   const size_t known = std::min(logits.size(), static_cast<size_t>(vocab_->size()));
   for (size_t w = 0; w * 32 < known; ++w) {

@@ -29,6 +29,10 @@ class GrammarState {
   // tokens that cannot come next; end-of-sequence ids only where the grammar may end (and never
   // when `allow_stop` is false: ignore_eos).
   void ApplyMask(std::span<float> logits);
+  // The same mask as bits (bit t % 32 of word t / 32 set: token t may come next; ids past the
+  // tokenizer's vocabulary clear), for a runner that masks on its device (PickSpec::allowed).
+  // Valid until the next call or Accept.
+  std::span<const uint32_t> Mask();
   // Advances over `token`'s bytes. InvalidArgument when the grammar does not allow it (a token
   // from elsewhere: a remote prefill's or a replayed prefix).
   Status Accept(int32_t token);

@@ -20,6 +20,7 @@
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/sampling_filter.h"
+#include "kernels/cuda/token_bitmask.h"
 #include "model/cuda_decode_graphs.h"
 #include "model/cuda_runner_impl.h"
 #include "model/cuda_runner_step.h"
@@ -335,29 +336,48 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
 
 Status CudaModelRunner::SampleOnDevice(StepPlan& p) {
   bool any = false;
-  size_t num_entries = 0;
+  size_t num_entries = 0, num_masks = 0, mask_words = 0;
   for (const PickSpec* s : p.arg_pick) {
     if (s == nullptr) continue;
     any = true;
     if (s->has_penalties()) num_entries += s->penalties.size();
+    if (s->has_mask()) {
+      ++num_masks;
+      mask_words = std::max(mask_words, s->allowed.size());
+    }
   }
   if (!any || p.sample_rows == 0) return Status::Ok();
   const int vocab = config_.vocab_size;
   const int R = p.sample_rows;
-  // One pinned staging area, one upload: specs [R] (padding and greedy rows: greedy), entries.
+  // One pinned staging area, one upload: specs [R] (padding and greedy rows: greedy), entries,
+  // then with structured rows the mask index of each row [R] (-1: none) and the masks.
   const size_t spec_bytes = Align16(sizeof(cuda::SampleRowSpec) * R);
   const size_t entry_bytes = Align16(sizeof(cuda::PenaltyRowEntry) * std::max<size_t>(num_entries, 1));
+  const size_t index_bytes = num_masks > 0 ? Align16(sizeof(int32_t) * R) : 0;
+  const size_t mask_bytes = Align16(sizeof(uint32_t) * num_masks * mask_words);
+  const size_t upload_bytes = spec_bytes + entry_bytes + index_bytes + mask_bytes;
   const size_t saved_bytes = Align16(sizeof(float) * std::max<size_t>(num_entries, 1));
-  TANDEM_RETURN_IF_ERROR(host_sample_.Reserve(spec_bytes + entry_bytes));
-  TANDEM_RETURN_IF_ERROR(sample_.Reserve(spec_bytes + entry_bytes + saved_bytes));
+  TANDEM_RETURN_IF_ERROR(host_sample_.Reserve(upload_bytes));
+  TANDEM_RETURN_IF_ERROR(sample_.Reserve(upload_bytes + saved_bytes));
   auto* specs = host_sample_.as<cuda::SampleRowSpec>();
   auto* entries = reinterpret_cast<cuda::PenaltyRowEntry*>(host_sample_.as<char>() + spec_bytes);
+  auto* mask_of_row = reinterpret_cast<int32_t*>(host_sample_.as<char>() + spec_bytes + entry_bytes);
+  auto* masks = reinterpret_cast<uint32_t*>(host_sample_.as<char>() + spec_bytes + entry_bytes +
+                                            index_bytes);
   std::fill_n(specs, R, cuda::SampleRowSpec{});
+  if (num_masks > 0) std::fill_n(mask_of_row, R, -1);
   size_t e = 0;
+  int32_t m = 0;
   for (size_t i = 0; i < p.arg_rows.size(); ++i) {
     const PickSpec* s = p.arg_pick[i];
     if (s == nullptr) continue;
     const int r = p.arg_rows[i] - p.sample_begin;
+    if (s->has_mask()) {  // a shorter mask (none should be) leaves its tail disallowed
+      uint32_t* dst = masks + static_cast<size_t>(m) * mask_words;
+      std::copy(s->allowed.begin(), s->allowed.end(), dst);
+      std::fill(dst + s->allowed.size(), dst + mask_words, 0u);
+      mask_of_row[r] = m++;
+    }
     cuda::SampleRowSpec& d = specs[r];
     d.u = s->u;
     d.temperature = s->sample.temperature;
@@ -375,10 +395,12 @@ Status CudaModelRunner::SampleOnDevice(StepPlan& p) {
   char* dbase = sample_.as<char>();
   const auto* d_specs = reinterpret_cast<const cuda::SampleRowSpec*>(dbase);
   const auto* d_entries = reinterpret_cast<const cuda::PenaltyRowEntry*>(dbase + spec_bytes);
-  auto* d_saved = reinterpret_cast<float*>(dbase + spec_bytes + entry_bytes);
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dbase, host_sample_.as<char>(),
-                                              spec_bytes + entry_bytes, cudaMemcpyHostToDevice,
-                                              stream_));
+  const auto* d_mask_of_row = reinterpret_cast<const int32_t*>(dbase + spec_bytes + entry_bytes);
+  const auto* d_masks =
+      reinterpret_cast<const uint32_t*>(dbase + spec_bytes + entry_bytes + index_bytes);
+  auto* d_saved = reinterpret_cast<float*>(dbase + upload_bytes);
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dbase, host_sample_.as<char>(), upload_bytes,
+                                              cudaMemcpyHostToDevice, stream_));
   float* rows = logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab;
   char* picks = picks_.as<char>();
   const size_t col = Align16(sizeof(float) * p.picks_cap);
@@ -388,6 +410,11 @@ Status CudaModelRunner::SampleOnDevice(StepPlan& p) {
   const int n_e = static_cast<int>(num_entries);
   TANDEM_RETURN_IF_ERROR(
       cuda::ApplyPenaltiesSaving(rows, vocab, d_specs, d_entries, n_e, d_saved, stream_));
+  if (num_masks > 0) {  // after the penalties, as the host route (engine.cc SampleAndProcess)
+    TANDEM_RETURN_IF_ERROR(cuda::ApplyTokenBitmask(rows, vocab, R, vocab, d_masks,
+                                                   static_cast<int>(mask_words), d_mask_of_row,
+                                                   stream_));
+  }
   TANDEM_RETURN_IF_ERROR(cuda::SampleRows(rows, vocab, R, vocab, d_specs, ids, status, stream_));
   TANDEM_RETURN_IF_ERROR(cuda::RestorePenalties(rows, vocab, d_entries, n_e, d_saved, stream_));
   TANDEM_RETURN_IF_ERROR(cuda::ChosenLogits(rows, vocab, R, ids, chosen, stream_));

@@ -55,11 +55,19 @@ ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const Pi
   // The largest logit; std::max_element keeps the first (lowest id) of equal maxima.
   const auto best = std::max_element(logits.begin(), logits.end());
   s.token_id = static_cast<int32_t>(best - logits.begin());
-  if (spec != nullptr && (spec->sample.temperature > 0.0f || spec->has_penalties())) {
+  if (spec != nullptr && (spec->sample.temperature > 0.0f || spec->has_penalties() || spec->has_mask())) {
     std::vector<float> row(logits.begin(), logits.end());
     if (spec->has_penalties()) {
       cpu::ApplyPenaltyEntries(row, spec->penalties, spec->repetition_penalty,
                                spec->frequency_penalty, spec->presence_penalty);
+    }
+    if (spec->has_mask()) {
+      for (size_t t = 0; t < row.size(); ++t) {
+        const size_t w = t / 32;
+        if (w >= spec->allowed.size() || !((spec->allowed[w] >> (t % 32)) & 1u)) {
+          row[t] = -std::numeric_limits<float>::infinity();
+        }
+      }
     }
     s.token_id = cpu::SampleWithUniform(row, spec->sample, spec->u);
   }

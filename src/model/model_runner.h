@@ -34,9 +34,16 @@ struct PickSpec {
   // The unique ids of prompt + output with their output counts (cpu::MakePenaltyEntries), read
   // only when a penalty is active; owned by the caller for the duration of Execute.
   std::span<const cpu::PenaltyEntry> penalties;
+  // Structured outputs: the tokens that may come next, a bitmask (bit t % 32 of word t / 32; ids
+  // past its end may not: engine/grammar_state.h), applied after the penalties so that only they
+  // can be picked, greedy or sampled. Log-probabilities stay the model's own (the engine sends
+  // masked rows that want them through the host instead). Empty: every token. Owned by the
+  // caller for the duration of Execute.
+  std::span<const uint32_t> allowed;
   bool has_penalties() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f;
   }
+  bool has_mask() const { return !allowed.empty(); }
 };
 
 // One sequence's part of a forward step. Prefill, chunked prefill and decode are the same thing:

@@ -11,7 +11,8 @@
 // TANDEM_CUDA_GRAPHS=0 (unpadded eager: relative error <= 1e-2 against the graph). Execute's GPU
 // picks (kArgmax with 5, 0 and no log-probabilities) must equal PickArgmax on the same runner's
 // logits of the same step (token ids; log-probabilities within 1e-3). Sampled picks (kPick with a
-// PickSpec: temperature, top-k, top-p, min-p, penalties, a seeded u per row, as the engine sends
+// PickSpec: temperature, top-k, top-p, min-p, penalties, a token bitmask (structured outputs) on
+// some rows, a seeded u per row, as the engine sends
 // them) must equal PickToken (the host sampler) on the same logits with the same u, except where
 // u * total lies within rounding of a cumulative boundary (counted; at most 1 per 100 picks); how
 // often they equal the CPU runner's picks is printed. Exit 0 when everything holds
@@ -139,9 +140,11 @@ void CompareSampledPicks(const char* step, const std::vector<ArgmaxSample>& got,
   }
   const bool ok = bad == 0 && worst_lp <= 1e-3 && sampled_boundary * 100 <= std::max(100L, sampled_picks);
   if (!ok) ++failures;
-  std::printf("%-4s %-34s sampled %2zu  differ %d  boundary %d  = cpu runner's pick %d/%zu  "
-              "logprob diff %.1e\n", ok ? "ok" : "FAIL", step, rows.size(), bad, boundary,
-              same_as_cpu, rows.size(), worst_lp);
+  int masked = 0;
+  for (const PickSpec& s : specs) masked += s.has_mask();
+  std::printf("%-4s %-34s sampled %2zu (%d masked)  differ %d  boundary %d  = cpu runner's pick "
+              "%d/%zu  logprob diff %.1e\n", ok ? "ok" : "FAIL", step, rows.size(), masked, bad,
+              boundary, same_as_cpu, rows.size(), worst_lp);
 }
 
 // The PickSpec of row i of a step (cycling through temperature / top-k / top-p / min-p / penalty
@@ -279,6 +282,17 @@ int Run(const std::string& model_dir, int steps) {
       const std::vector<int32_t> output = {7, 7, 11, 13, 7};
       entries[s] = cpu::MakePenaltyEntries(sl.token_ids, output, c.vocab_size);
       specs[s] = SampledSpec(static_cast<int>(s) + sampled_picks_seen, u_rng, entries[s]);
+      // A structured output's token bitmask on every other row that wants no log-probabilities
+      // (the engine sends masked rows only so): ids t % 5 == 0 or t % 7 == 3, the last word left
+      // out (those ids disallowed).
+      static const std::vector<uint32_t> mask = [&] {
+        std::vector<uint32_t> m((c.vocab_size + 31) / 32 - 1, 0);
+        for (size_t t = 0; t < m.size() * 32; ++t) {
+          if (t % 5 == 0 || t % 7 == 3) m[t / 32] |= 1u << (t % 32);
+        }
+        return m;
+      }();
+      if (sl.num_logprobs < 0 && (s + sampled_picks_seen) % 2 == 0) specs[s].allowed = mask;
       sl.pick = &specs[s];
       row_specs.push_back(specs[s]);
     }

@@ -40,6 +40,37 @@ std::unique_ptr<Engine> MakeEngine() {
   return engine.ok() ? std::move(engine).value() : nullptr;
 }
 
+// A runner that "samples on its device" (ModelRunner::SamplesOnDevice) over the CPU runner: the
+// engine then sends structured rows as kPick with the grammar's bitmask (PickSpec::allowed), and
+// the base Execute picks them on the host (PickToken), as the CUDA runner's pick is checked
+// against (cuda_runner_check). Counts the masked picks it saw.
+class DeviceSamplingRunner : public ModelRunner {
+ public:
+  DeviceSamplingRunner(std::unique_ptr<ModelRunner> inner, int* masked)
+      : inner_(std::move(inner)), masked_(*masked) {}
+  const ModelConfig& config() const override { return inner_->config(); }
+  Status AllocateKVCache(int num_blocks, int block_size) override {
+    return inner_->AllocateKVCache(num_blocks, block_size);
+  }
+  size_t KVBlockBytes(int block_size) const override { return inner_->KVBlockBytes(block_size); }
+  KVCacheLayout kv_cache_layout() override { return inner_->kv_cache_layout(); }
+  Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
+    return inner_->Forward(batch, logits);
+  }
+  bool SamplesOnDevice() const override { return true; }
+  Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
+    for (const SequenceSlice& s : batch.seqs) {
+      EXPECT_NE(s.logits, SequenceSlice::Logits::kLast);  // (no request here wants logprobs)
+      masked_ += s.pick != nullptr && s.pick->has_mask();
+    }
+    return ModelRunner::Execute(batch, out);
+  }
+
+ private:
+  std::unique_ptr<ModelRunner> inner_;
+  int& masked_;
+};
+
 std::string RunCommand(const std::string& cmd) {
   FILE* p = ::popen((cmd + " 2>&1").c_str(), "r");
   std::string said;
@@ -176,6 +207,58 @@ TEST(StructuredOutputEngine, StopStringsCutAStructuredOutput) {
                 whole.text.size() - semi - 1 <= 6 && whole.text.find(';', semi + 1) == std::string::npos)
         << "'" << whole.text << "'";
   }
+}
+
+// The device route (kPick + bitmask) gives the host route's outputs token for token, seeded and
+// greedy, with penalties too.
+TEST(StructuredOutputEngine, DeviceMaskedPicksEqualTheHostRoute) {
+  auto tokenizer = Tokenizer::Load(DefaultModelDir());
+  ASSERT_TRUE(tokenizer.ok());
+  int masked = 0;
+  auto device = [&]() -> std::unique_ptr<Engine> {
+    auto runner = LoadCpuModelRunner(DefaultModelDir());
+    EXPECT_TRUE(runner.ok());
+    if (!runner.ok()) return nullptr;
+    EngineConfig c;
+    c.num_kv_blocks = 2048;
+    c.max_num_seqs = 64;
+    auto e = Engine::Create(std::make_unique<DeviceSamplingRunner>(std::move(runner).value(), &masked),
+                            *tokenizer, c);
+    EXPECT_TRUE(e.ok());
+    return e.ok() ? std::move(e).value() : nullptr;
+  }();
+  auto host = MakeEngine();
+  ASSERT_NE(device, nullptr);
+  ASSERT_NE(host, nullptr);
+  const std::vector<int32_t> prompt = {9707, 11, 1879};
+  const std::vector<grammar::StructuredOutputSpec> specs = {
+      {grammar::StructuredKind::kRegex, "[A-Z]{3}-\\d{2,4}"},
+      {grammar::StructuredKind::kChoice, R"(["alpha", "beta", "gamma delta"])"},
+      {grammar::StructuredKind::kJsonSchema,
+       R"({"type": "object", "properties": {"n": {"type": "integer"}, "ok": {"type": "boolean"}},
+           "required": ["n", "ok"], "additionalProperties": false})"},
+      {grammar::StructuredKind::kRegex, "[a-z]{1,8}( [a-z]{1,8}){0,5}"}};
+  for (Engine* e : {device.get(), host.get()}) {
+    for (size_t i = 0; i < specs.size(); ++i) {
+      for (int v = 0; v < 3; ++v) {
+        SamplingParams p;
+        p.temperature = v == 0 ? 0.0f : 1.0f;
+        p.seed = 40 + v;
+        p.max_tokens = 120;
+        if (v == 2) p.repetition_penalty = 1.3f;
+        p.structured = specs[i];
+        ASSERT_TRUE(e->AddRequest("r" + std::to_string(i) + "v" + std::to_string(v), prompt, p).ok());
+      }
+    }
+  }
+  auto got_device = RunToCompletion(*device);
+  auto got_host = RunToCompletion(*host);
+  ASSERT_EQ(got_device.size(), specs.size() * 3);
+  for (const auto& [id, want] : got_host) {
+    EXPECT_EQ(got_device[id].text, want.text) << id;
+    EXPECT_EQ(got_device[id].finish_reason, want.finish_reason) << id;
+  }
+  EXPECT_GE(masked, static_cast<int>(specs.size() * 3));  // every request's picks went masked
 }
 
 TEST(StructuredOutputEngine, BadSpecsAreInvalidArgumentAtAddRequest) {
