@@ -17,6 +17,7 @@
 #include "common/file_util.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "model/forwarding_model_runner.h"
 #include "model/model_runner.h"
 #include "tokenizer/tokenizer.h"
 
@@ -44,30 +45,20 @@ std::unique_ptr<Engine> MakeEngine() {
 // engine then sends structured rows as kPick with the grammar's bitmask (PickSpec::allowed), and
 // the base Execute picks them on the host (PickToken), as the CUDA runner's pick is checked
 // against (cuda_runner_check). Counts the masked picks it saw.
-class DeviceSamplingRunner : public ModelRunner {
+class DeviceSamplingRunner : public ForwardingModelRunner {
  public:
   DeviceSamplingRunner(std::unique_ptr<ModelRunner> inner, int* masked)
-      : inner_(std::move(inner)), masked_(*masked) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  Status AllocateKVCache(int num_blocks, int block_size) override {
-    return inner_->AllocateKVCache(num_blocks, block_size);
-  }
-  size_t KVBlockBytes(int block_size) const override { return inner_->KVBlockBytes(block_size); }
-  KVCacheLayout kv_cache_layout() override { return inner_->kv_cache_layout(); }
-  Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
-    return inner_->Forward(batch, logits);
-  }
+      : ForwardingModelRunner(std::move(inner)), masked_(*masked) {}
   bool SamplesOnDevice() const override { return true; }
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
     for (const SequenceSlice& s : batch.seqs) {
       EXPECT_NE(s.logits, SequenceSlice::Logits::kLast);  // (no request here wants logprobs)
       masked_ += s.pick != nullptr && s.pick->has_mask();
     }
-    return ModelRunner::Execute(batch, out);
+    return ModelRunner::Execute(batch, out);  // Forward (the CPU runner's), picks on the host
   }
 
  private:
-  std::unique_ptr<ModelRunner> inner_;
   int& masked_;
 };
 

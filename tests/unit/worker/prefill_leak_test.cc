@@ -23,6 +23,7 @@
 #include "common/file_util.h"
 #include "engine/async_engine.h"
 #include "engine/engine.h"
+#include "model/forwarding_model_runner.h"
 #include "model/model_runner.h"
 #include "rpc/remote_prefill.h"
 #include "transfer/agent.h"
@@ -39,22 +40,16 @@ constexpr int kNumBlocks = 128;
 
 // The CPU runner, sleeping `delay` after it reported layer 0's KV of a step that completes a
 // prompt: the later layers "still compute" meanwhile.
-class SlowLayersRunner final : public ModelRunner {
+class SlowLayersRunner final : public ForwardingModelRunner {
  public:
   SlowLayersRunner(std::unique_ptr<ModelRunner> inner, std::chrono::milliseconds delay,
                    std::atomic<int>* layer0_reports)
-      : inner_(std::move(inner)), delay_(delay), layer0_reports_(layer0_reports) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  Status AllocateKVCache(int num_blocks, int block_size) override {
-    return inner_->AllocateKVCache(num_blocks, block_size);
-  }
-  size_t KVBlockBytes(int block_size) const override { return inner_->KVBlockBytes(block_size); }
-  KVCacheLayout kv_cache_layout() override { return inner_->kv_cache_layout(); }
+      : ForwardingModelRunner(std::move(inner)), delay_(delay), layer0_reports_(layer0_reports) {}
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
-    return inner_->Forward(Slowed(batch), logits);
+    return inner().Forward(Slowed(batch), logits);
   }
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
-    return inner_->Execute(Slowed(batch), out);
+    return inner().Execute(Slowed(batch), out);
   }
 
  private:
@@ -71,7 +66,6 @@ class SlowLayersRunner final : public ModelRunner {
     }
     return b;
   }
-  std::unique_ptr<ModelRunner> inner_;
   std::chrono::milliseconds delay_;
   std::atomic<int>* layer0_reports_;
 };
