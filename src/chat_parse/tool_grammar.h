@@ -1,0 +1,31 @@
+// The grammar that forces a tool call (tool_choice "required" or a named function): the output is
+// exactly one or more hermes calls (tool_calls.h),
+//   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>   (calls separated by "\n")
+// where NAME is one of the allowed functions and ARGS is JSON that follows that function's
+// `parameters` schema (grammar/json_schema.h; absent parameters: any object), optionally after a
+// think block "<think>...</think>" (no '<' inside) and up to 4 spaces or newlines, which the
+// reasoning parser then removes. The result is GBNF text for StructuredKind::kGrammar
+// (grammar.h), so it travels to any worker like a guided_grammar.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "common/status.h"
+
+namespace tandem::chat_parse {
+
+struct ToolCallGrammarOptions {
+  bool allow_think = true;  // the output may start with a think block
+  bool parallel = true;     // more than one call (parallel_tool_calls)
+};
+
+// `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.
+// InvalidArgument naming the function when its parameters are not a schema the grammar engine
+// enforces (the keyword, as json_schema.h says it).
+Result<std::string> HermesToolCallGbnf(const std::vector<nlohmann::ordered_json>& functions,
+                                       const ToolCallGrammarOptions& options);
+
+}  // namespace tandem::chat_parse

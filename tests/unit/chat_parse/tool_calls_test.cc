@@ -1,0 +1,159 @@
+// Tool-call parsers on hand-written outputs in each model family's format (as their chat templates
+// and model cards write calls: Qwen3 / Hermes, Qwen3-Coder, Llama 3.1 JSON, Mistral v3 and v11,
+// Llama 3.2 pythonic), malformed calls kept as content, and the streaming parser over every split
+// of each output (two pieces at every byte offset, byte by byte, random pieces): the accumulated
+// stream equals the whole-text parse.
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "chat_parse/tool_calls.h"
+
+namespace tandem::chat_parse {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+struct Case {
+  ToolCallFormat format;
+  std::string text;
+  std::string content;
+  std::vector<ToolCall> calls;
+};
+
+const ojson& Tools() {
+  static const ojson tools = ojson::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}, "days": {"type": "integer"},
+                     "metric": {"type": "boolean"}, "zip": {"type": "string"}}}}}])");
+  return tools;
+}
+
+const std::vector<Case>& Cases() {
+  using F = ToolCallFormat;
+  static const std::vector<Case> cases = {
+      // Qwen3 / Hermes: one call, as Qwen3-8B writes it after its think block was parsed off.
+      {F::kHermes, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>",
+       "", {{"get_weather", R"({"city":"Paris"})"}}},
+      // Text before, two parallel calls, arguments given as a JSON string.
+      {F::kHermes,
+       "Let me check both cities.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 3}}\n</tool_call>\n"
+       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": \"{\\\"city\\\": \\\"Köln\\\"}\"}\n</tool_call>",
+       "Let me check both cities.",
+       {{"get_weather", R"({"city":"Paris","days":3})"}, {"get_weather", R"({"city":"Köln"})"}}},
+      // Malformed: bad JSON stays content, as written; a good call after it still parses.
+      {F::kHermes, "<tool_call>\n{\"name\": get_weather}\n</tool_call>\n<tool_call>{\"name\":\"x\"}</tool_call>",
+       "<tool_call>\n{\"name\": get_weather}\n</tool_call>", {{"x", "{}"}}},
+      {F::kHermes, "<tool_call>\n{\"arguments\": {}}\n</tool_call>", "<tool_call>\n{\"arguments\": {}}\n</tool_call>", {}},
+      // Cut off by max_tokens inside a call: content.
+      {F::kHermes, "Sure <tool_call>\n{\"name\": \"get_wea", "Sure <tool_call>\n{\"name\": \"get_wea", {}},
+      {F::kHermes, "No tools needed. 1 < 2 and <tool is not a tag.\n", "No tools needed. 1 < 2 and <tool is not a tag.\n", {}},
+      // Qwen3-Coder: parameters typed by the tool's schema.
+      {F::kQwen3Coder,
+       "I'll look it up.\n<tool_call>\n<function=get_weather>\n<parameter=city>\nNew York\n</parameter>\n"
+       "<parameter=days>\n5\n</parameter>\n<parameter=metric>\ntrue\n</parameter>\n<parameter=zip>\n10001\n</parameter>\n"
+       "</function>\n</tool_call>",
+       "I'll look it up.", {{"get_weather", R"({"city":"New York","days":5,"metric":true,"zip":"10001"})"}}},
+      {F::kQwen3Coder, "<tool_call>\n<function=lookup>\n<parameter=q>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>",
+       "", {{"lookup", R"({"q":{"a":[1,2]}})"}}},
+      {F::kQwen3Coder, "<tool_call>\nnot a function\n</tool_call>", "<tool_call>\nnot a function\n</tool_call>", {}},
+      // Llama 3.1 JSON tool calling (its model card's format), with and without <|python_tag|>.
+      {F::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Francisco\"}}", "",
+       {{"get_weather", R"({"city":"San Francisco"})"}}},
+      {F::kLlama3Json, "<|python_tag|>{\"name\": \"a\", \"parameters\": {}}; {\"name\": \"b\", \"parameters\": {\"x\": 1.5}}", "",
+       {{"a", "{}"}, {"b", R"({"x":1.5})"}}},
+      {F::kLlama3Json, "The weather is {sunny}.", "The weather is {sunny}.", {}},
+      {F::kLlama3Json, "{\"not\": \"a call\"}", "{\"not\": \"a call\"}", {}},
+      // Mistral: v3 (JSON list) and v11 (name[ARGS]{...}).
+      {F::kMistral, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}, {\"name\": \"now\", \"arguments\": {}}]", "",
+       {{"get_weather", R"({"city":"Lyon"})"}, {"now", "{}"}}},
+      {F::kMistral, "Checking.[TOOL_CALLS]get_weather[ARGS]{\"city\": \"Nice\"}[TOOL_CALLS]now[ARGS]{}", "Checking.",
+       {{"get_weather", R"({"city":"Nice"})"}, {"now", "{}"}}},
+      {F::kMistral, "[TOOL_CALLS] oops", "[TOOL_CALLS] oops", {}},
+      // Pythonic (Llama 3.2 / Llama 4).
+      {F::kPythonic, "[get_weather(city='San Francisco', days=3, metric=True), search(q=\"a \\\"b\\\"\", opts={'k': [1, None]})]", "",
+       {{"get_weather", R"({"city":"San Francisco","days":3,"metric":true})"}, {"search", R"({"q":"a \"b\"","opts":{"k":[1,null]}})"}}},
+      {F::kPythonic, "<|python_start|>[now()]<|python_end|>", "", {{"now", "{}"}}},
+      {F::kPythonic, "[1, 2, 3] are numbers", "[1, 2, 3] are numbers", {}},
+      {F::kPythonic, "Plain answer.", "Plain answer.", {}},
+      {F::kNone, "<tool_call>\n{\"name\": \"x\"}\n</tool_call>", "<tool_call>\n{\"name\": \"x\"}\n</tool_call>", {}},
+  };
+  return cases;
+}
+
+ToolCallDelta Stream(const Case& c, const std::vector<std::string>& pieces) {
+  ToolCallParser p(c.format, &Tools());
+  ToolCallDelta all;
+  auto add = [&](ToolCallDelta d) {
+    all.content += d.content;
+    for (ToolCall& call : d.calls) all.calls.push_back(std::move(call));
+  };
+  for (const std::string& piece : pieces) add(p.Feed(piece));
+  add(p.Finish());
+  return all;
+}
+
+std::string Name(const Case& c) { return std::string(ToolCallFormatName(c.format)) + ": " + c.text; }
+
+TEST(ToolCallParser, WholeText) {
+  for (const Case& c : Cases()) {
+    ToolCallDelta d = ParseToolCalls(c.format, c.text, &Tools());
+    EXPECT_EQ(d.content, c.content) << Name(c);
+    EXPECT_EQ(d.calls, c.calls) << Name(c);
+    for (const ToolCall& call : d.calls) EXPECT_FALSE(ojson::parse(call.arguments).is_discarded());
+  }
+}
+
+TEST(ToolCallParser, EverySplitPointAndByteByByte) {
+  for (const Case& c : Cases()) {
+    for (size_t k = 0; k <= c.text.size(); ++k) {
+      ToolCallDelta d = Stream(c, {c.text.substr(0, k), c.text.substr(k)});
+      ASSERT_EQ(d.content, c.content) << Name(c) << " split at " << k;
+      ASSERT_EQ(d.calls, c.calls) << Name(c) << " split at " << k;
+    }
+    std::vector<std::string> bytes;
+    for (char ch : c.text) bytes.emplace_back(1, ch);
+    ToolCallDelta d = Stream(c, bytes);
+    EXPECT_EQ(d.content, c.content) << Name(c);
+    EXPECT_EQ(d.calls, c.calls) << Name(c);
+  }
+}
+
+TEST(ToolCallParser, RandomSplits) {
+  std::mt19937 rng(2025);
+  for (const Case& c : Cases()) {
+    for (int round = 0; round < 200; ++round) {
+      std::vector<std::string> pieces;
+      for (size_t i = 0; i < c.text.size();) {
+        size_t n = std::uniform_int_distribution<size_t>(0, 12)(rng);
+        pieces.push_back(c.text.substr(i, n));
+        i += n;
+      }
+      ToolCallDelta d = Stream(c, pieces);
+      ASSERT_EQ(d.content, c.content) << Name(c);
+      ASSERT_EQ(d.calls, c.calls) << Name(c);
+    }
+  }
+}
+
+TEST(ToolCallParser, ACallIsGivenOnceComplete) {
+  ToolCallParser p(ToolCallFormat::kHermes, nullptr);
+  ToolCallDelta d = p.Feed("Hi <tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1}}\n</tool_");
+  EXPECT_EQ(d.content, "Hi");
+  EXPECT_TRUE(d.calls.empty());
+  d = p.Feed("call>");
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].name, "f");
+  EXPECT_EQ(p.num_calls(), 1);
+}
+
+TEST(ToolCallParser, Names) {
+  for (const char* n : {"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "none"})
+    EXPECT_STREQ(ToolCallFormatName(*ParseToolCallFormat(n)), n);
+  EXPECT_FALSE(ParseToolCallFormat("json"));
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

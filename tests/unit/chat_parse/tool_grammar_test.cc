@@ -1,0 +1,63 @@
+// The forced-tool-call grammar: it compiles, accepts the hermes calls the parser reads back, and
+// refuses other names, arguments off the schema, and text outside the calls.
+#include <gtest/gtest.h>
+
+#include "chat_parse/tool_calls.h"
+#include "chat_parse/tool_grammar.h"
+#include "grammar/matcher.h"
+#include "grammar/structured_output.h"
+
+namespace tandem::chat_parse {
+namespace {
+
+using ojson = nlohmann::ordered_json;
+
+std::vector<ojson> Functions() {
+  return {ojson::parse(R"({"name": "get_weather", "parameters": {"type": "object",
+            "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": false}})"),
+          ojson::parse(R"({"name": "now"})")};
+}
+
+bool Accepts(const std::string& gbnf, const std::string& text) {
+  auto automaton = grammar::CompileStructuredOutput({grammar::StructuredKind::kGrammar, gbnf});
+  EXPECT_TRUE(automaton.ok()) << automaton.status().message() << "\n" << gbnf;
+  if (!automaton.ok()) return false;
+  grammar::Matcher m(*automaton);
+  return m.Accept(text) && m.IsAccepting();
+}
+
+TEST(ToolCallGrammar, AcceptsExactlyHermesCalls) {
+  auto gbnf = HermesToolCallGbnf(Functions(), {});
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(*gbnf, call));
+  EXPECT_TRUE(Accepts(*gbnf, "<think>\n\n</think>\n\n" + call));
+  EXPECT_TRUE(Accepts(*gbnf, call + "\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(*gbnf, "Hello " + call));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n{\"name\": \"other\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  ToolCallDelta d = ParseToolCalls(ToolCallFormat::kHermes, call, nullptr);
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].arguments, R"({"city":"Paris"})");
+}
+
+TEST(ToolCallGrammar, OneCallWithoutThink) {
+  auto gbnf = HermesToolCallGbnf({Functions()[1]}, {.allow_think = false, .parallel = false});
+  ASSERT_TRUE(gbnf.ok());
+  const std::string call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(*gbnf, call));
+  EXPECT_FALSE(Accepts(*gbnf, call + "\n" + call));
+  EXPECT_FALSE(Accepts(*gbnf, "<think></think>" + call));
+}
+
+TEST(ToolCallGrammar, UnsupportedSchemaIsAnError) {
+  auto gbnf = HermesToolCallGbnf({ojson::parse(R"({"name": "f", "parameters": {"type": "object",
+      "patternProperties": {"x": {}}}})")}, {});
+  ASSERT_FALSE(gbnf.ok());
+  EXPECT_NE(gbnf.status().message().find("function 'f'"), std::string::npos) << gbnf.status().message();
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse
