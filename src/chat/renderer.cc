@@ -184,6 +184,7 @@ Result<ChatRenderer> ChatRenderer::Load(const std::string& model_dir) {
   auto parsed = ChatTemplate::Parse(source);
   if (!parsed.ok()) return Err(StatusCode::kInvalidArgument, "chat template of {}: {}", model_dir, parsed.status().message());
   ChatRenderer r(std::move(parsed).value());
+  r.source_ = source;
   if (config.contains("bos_token")) r.bos_token_ = TokenText(config["bos_token"]);
   if (config.contains("eos_token")) r.eos_token_ = TokenText(config["eos_token"]);
   if (config.contains("added_tokens_decoder") && config["added_tokens_decoder"].is_object()) {

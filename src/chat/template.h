@@ -86,8 +86,12 @@ class ChatRenderer {
   // slice message text see the placeholder instead of the token text.
   Result<RenderedChat> Render(const nlohmann::ordered_json& messages, const ChatOptions& options) const;
 
+  // The template's Jinja text (e.g. to recognize a model family's tags in it).
+  const std::string& source() const { return source_; }
+
  private:
   ChatTemplate template_;
+  std::string source_;
   std::optional<std::string> bos_token_, eos_token_;  // absent: not passed to the template
   std::vector<std::string> special_token_texts_;
   ChatRenderer(ChatTemplate t) : template_(std::move(t)) {}

@@ -41,6 +41,13 @@ const char* ReasoningFormatName(ReasoningFormat format) {
   return "none";
 }
 
+ReasoningFormat ReasoningFormatForTemplate(std::string_view source) {
+  if (source.find("<\xEF\xBD\x9CAssistant\xEF\xBD\x9C><think>") != std::string_view::npos)
+    return ReasoningFormat::kDeepSeekR1;  // "<｜Assistant｜><think>"
+  if (source.find("<think>") != std::string_view::npos) return ReasoningFormat::kQwen3;
+  return ReasoningFormat::kNone;
+}
+
 ReasoningParser::ReasoningParser(ReasoningFormat format) : format_(format) {
   if (format == ReasoningFormat::kNone) state_ = State::kContent;
 }

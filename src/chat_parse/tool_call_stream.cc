@@ -66,6 +66,15 @@ const char* ToolCallFormatName(ToolCallFormat format) {
   return "none";
 }
 
+ToolCallFormat ToolCallFormatForTemplate(std::string_view source) {
+  auto has = [&](std::string_view s) { return source.find(s) != std::string_view::npos; };
+  if (has("<tool_call>") && has("<function=")) return ToolCallFormat::kQwen3Coder;
+  if (has("<tool_call>")) return ToolCallFormat::kHermes;
+  if (has("[TOOL_CALLS]")) return ToolCallFormat::kMistral;
+  if (has("<|python_tag|>") || (has("<|start_header_id|>") && has("\"parameters\""))) return ToolCallFormat::kLlama3Json;
+  return ToolCallFormat::kNone;
+}
+
 ToolCallParser::ToolCallParser(ToolCallFormat format, const nlohmann::ordered_json* tools)
     : format_(format), tools_(tools) {
   switch (format) {

@@ -39,6 +39,11 @@ const char* ToolCallFormatName(ToolCallFormat format);
 inline constexpr std::string_view kToolCallFormatNames =
     "hermes, qwen3_coder, llama3_json, mistral, pythonic, none";
 
+// The parser a chat template's tool-call instructions call for: qwen3_coder ("<function=" inside
+// "<tool_call>"), hermes ("<tool_call>"), mistral ("[TOOL_CALLS]"), llama3_json
+// ("<|python_tag|>" or Llama 3's "parameters" JSON instructions), else none.
+ToolCallFormat ToolCallFormatForTemplate(std::string_view template_source);
+
 struct ToolCall {
   std::string name;
   std::string arguments;  // compact JSON text ("{}" when the model gave none)

@@ -202,6 +202,7 @@ int RunFrontend(const FrontendOptions& opt) {
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
+  opt.http.SetParsers(&service_options);
   auto service = std::make_shared<OpenAIService>(*prefill_routed, tokenizer, text->renderer, service_options,
                                                  &registry);
   std::weak_ptr<runtime::RemoteEngineClient> weak_client = client;

@@ -179,6 +179,7 @@ int RunAggregated(const RunOptions& opt) {
   OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
+  opt.http.SetParsers(&service_options);
   // More choices than the engine can ever hold (running + waiting) could only ever be refused as
   // "queue full" (503, retried by clients forever): a 400 naming the limit instead.
   service_options.max_n = std::max(1, std::min(service_options.max_n,

@@ -25,12 +25,20 @@ http::HttpServer::Options HttpOptions::ToServerOptions() const {
 }
 
 std::vector<std::string> HttpOptions::FrontendArgs() const {
-  return {"--http-threads",         std::to_string(http_threads),
+  std::vector<std::string> args{"--http-threads",         std::to_string(http_threads),
           "--max-body-bytes",       std::to_string(max_body_bytes),
           "--http-header-timeout-s", fmt::format("{}", header_timeout_s),
           "--http-body-timeout-s",  fmt::format("{}", body_timeout_s),
           "--http-keep-alive-timeout-s", fmt::format("{}", keep_alive_timeout_s),
           "--max-connections",      std::to_string(max_connections)};
+  if (!reasoning_parser.empty()) args.insert(args.end(), {"--reasoning-parser", reasoning_parser});
+  if (!tool_call_parser.empty()) args.insert(args.end(), {"--tool-call-parser", tool_call_parser});
+  return args;
+}
+
+void HttpOptions::SetParsers(OpenAIServiceOptions* options) const {
+  if (!reasoning_parser.empty()) options->reasoning_parser = chat_parse::ParseReasoningFormat(reasoning_parser);
+  if (!tool_call_parser.empty()) options->tool_call_parser = chat_parse::ParseToolCallFormat(tool_call_parser);
 }
 
 std::string HttpOptions::ApiKey() const {
@@ -66,6 +74,14 @@ void AddHttpOptions(CLI::App& app, HttpOptions* options) {
                  "is closed, or when all are busy the new one gets 503 with Retry-After (lowered "
                  "to fit ulimit -n; default 1024)")
       ->check(CLI::Range(1, 1 << 24));
+  app.add_option("--reasoning-parser", options->reasoning_parser,
+                 "Split <think> reasoning into reasoning_content: qwen3, deepseek_r1 or none "
+                 "(default: from the chat template; Qwen3: qwen3)")
+      ->check(CLI::IsMember({"qwen3", "deepseek_r1", "none"}));
+  app.add_option("--tool-call-parser", options->tool_call_parser,
+                 "Read tool calls out of chat output: hermes, qwen3_coder, llama3_json, mistral, "
+                 "pythonic or none (default: from the chat template; Qwen3: hermes)")
+      ->check(CLI::IsMember({"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "none"}));
 }
 
 ShutdownSignals::ShutdownSignals() {

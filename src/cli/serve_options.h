@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "frontend/http_server.h"
+#include "frontend/openai_server.h"
 
 namespace tandem::cli {
 
@@ -24,15 +25,22 @@ struct HttpOptions {
   double body_timeout_s = 30;
   double keep_alive_timeout_s = 5;
   size_t max_connections = 1024;
+  // Chat output parsers (--reasoning-parser, --tool-call-parser): a name of
+  // chat_parse/reasoning.h / tool_calls.h, or empty: the one the model's chat template calls for.
+  std::string reasoning_parser;
+  std::string tool_call_parser;
 
   http::HttpServer::Options ToServerOptions() const;
+  // The parsers into the OpenAI service's options (names already checked by the flags).
+  void SetParsers(OpenAIServiceOptions* options) const;
   // These options as `tandem frontend` flags (for `tandem run`'s frontend process).
   std::vector<std::string> FrontendArgs() const;
   std::string ApiKey() const;  // --api-key, else TANDEM_API_KEY, else empty (no auth)
 };
 
 // --host, --port, --api-key, --http-threads, --max-body-bytes, --http-header-timeout-s,
-// --http-body-timeout-s, --http-keep-alive-timeout-s, --max-connections.
+// --http-body-timeout-s, --http-keep-alive-timeout-s, --max-connections, --reasoning-parser,
+// --tool-call-parser.
 void AddHttpOptions(CLI::App& app, HttpOptions* options);
 
 // SIGINT and SIGTERM end a serving process. The constructor blocks them in the calling thread:

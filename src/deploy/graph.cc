@@ -6,6 +6,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "chat_parse/reasoning.h"
+#include "chat_parse/tool_calls.h"
 #include "common/file_util.h"
 #include "deploy/yaml_fields.h"
 #include "discovery/etcd_discovery.h"
@@ -32,7 +34,8 @@ class Parser : public YamlFields {
     GraphFrontend f;
     for (const auto& [key, v] :
          Fields(n, "frontend", {"host", "port", "request_timeout_s", "migration_limit", "router_mode",
-                                "router_temperature", "kv_overlap_score_weight", "args", "env"})) {
+                                "router_temperature", "kv_overlap_score_weight", "reasoning_parser",
+                                "tool_call_parser", "args", "env"})) {
       if (key == "host") f.host = String(v, key);
       if (key == "port") f.port = Int(v, key, 0, 65535);
       if (key == "request_timeout_s") f.request_timeout_s = Number(v, key, 0.001);
@@ -45,6 +48,16 @@ class Parser : public YamlFields {
       }
       if (key == "router_temperature") f.router_temperature = Number(v, key, 0);
       if (key == "kv_overlap_score_weight") f.kv_overlap_score_weight = Number(v, key, 0);
+      if (key == "reasoning_parser") {
+        f.reasoning_parser = String(v, key);
+        if (!chat_parse::ParseReasoningFormat(f.reasoning_parser))
+          Fail(v, fmt::format("'reasoning_parser' must be one of {}", chat_parse::kReasoningFormatNames));
+      }
+      if (key == "tool_call_parser") {
+        f.tool_call_parser = String(v, key);
+        if (!chat_parse::ParseToolCallFormat(f.tool_call_parser))
+          Fail(v, fmt::format("'tool_call_parser' must be one of {}", chat_parse::kToolCallFormatNames));
+      }
       if (key == "args") f.args = StringList(v, key);
       if (key == "env") f.env = StringMap(v, key);
     }
@@ -332,6 +345,10 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
     f.args.insert(f.args.end(),
                   {"--router-temperature", fmt::format("{}", g.frontend.router_temperature)});
   }
+  if (!g.frontend.reasoning_parser.empty())
+    f.args.insert(f.args.end(), {"--reasoning-parser", g.frontend.reasoning_parser});
+  if (!g.frontend.tool_call_parser.empty())
+    f.args.insert(f.args.end(), {"--tool-call-parser", g.frontend.tool_call_parser});
   if (g.frontend.kv_overlap_score_weight >= 0) {
     f.args.insert(f.args.end(), {"--kv-overlap-score-weight",
                                  fmt::format("{}", g.frontend.kv_overlap_score_weight)});

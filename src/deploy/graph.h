@@ -20,6 +20,9 @@
 //     router_mode: kv                # optional: kv | round-robin | random (--router-mode)
 //     router_temperature: 0          # optional, >= 0 (--router-temperature)
 //     kv_overlap_score_weight: 1     # optional, >= 0 (--kv-overlap-score-weight)
+//     reasoning_parser: qwen3        # optional: qwen3 | deepseek_r1 | none (--reasoning-parser)
+//     tool_call_parser: hermes       # optional: hermes | qwen3_coder | llama3_json | mistral |
+//                                    #   pythonic | none (--tool-call-parser)
 //     args: [--http-threads, "4"]    # optional extra flags, passed as they are
 //     env: {...}                     # optional
 //   workers:                         # required, at least one group
@@ -68,6 +71,8 @@ struct GraphFrontend {
   std::string router_mode;         // empty: the frontend's default (kv)
   double router_temperature = -1;  // < 0: the frontend's default (0)
   double kv_overlap_score_weight = -1;  // < 0: the frontend's default (1)
+  std::string reasoning_parser;    // empty: the frontend's default (from the chat template)
+  std::string tool_call_parser;    // empty: the frontend's default (from the chat template)
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
 };

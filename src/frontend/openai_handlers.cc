@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/logging.h"
+#include "frontend/chat_output.h"
 #include "frontend/errors.h"
 #include "frontend/openai_response.h"
 
@@ -91,6 +92,8 @@ struct Choice {
   ChoiceResult result;
   size_t logprob_offset = 0;  // completions text_offset of the next token
   int num_cached_tokens = 0;  // prompt tokens its engine found in the prefix cache
+  std::unique_ptr<ChatOutput> output;  // chat with a reasoning or tool-call parser
+  std::vector<ojson> deltas;           // what `output` released for the last output applied
 };
 
 ApiError SubmitError(const Status& st) {
@@ -159,10 +162,19 @@ class Generation {
     header_.id = std::move(id);
     header_.created = UnixSeconds();
     header_.model = s.options.served_model_name;
+    ChatOutputOptions output_options;
+    output_options.reasoning = s.options.reasoning_parser.value_or(chat_parse::ReasoningFormat::kNone);
+    output_options.tool_calls = req.tools.format;
+    output_options.parallel_tool_calls = req.tools.parallel;
+    output_options.tools = &req.chat_options.tools;
     for (int i = 0; i < req.n; ++i) {
       index_of_[fmt::format("{}-{}", header_.id, i)] = i;
       choices_[i].result.text = echo_text;
       choices_[i].logprob_offset = echo_text.size();
+      if (chat_) {
+        auto output = std::make_unique<ChatOutput>(output_options);
+        if (!output->passthrough()) choices_[i].output = std::move(output);
+      }
     }
     num_unfinished_ = req.n;
   }
@@ -195,6 +207,14 @@ class Generation {
       c.last_token = now;
     }
     c.result.text += out.new_text;
+    if (c.output) {
+      c.deltas = c.output->Feed(out.new_text, static_cast<int>(k));
+      if (out.finished) {
+        for (ojson& d : c.output->Finish()) c.deltas.push_back(std::move(d));
+        c.result.message = c.output->Message();
+        c.result.tool_calls = c.output->has_tool_calls();
+      }
+    }
     if (want_logprobs())
       c.result.logprobs.insert(c.result.logprobs.end(), out.new_logprobs.begin(),
                                out.new_logprobs.end());
@@ -216,12 +236,13 @@ class Generation {
   }
 
   ojson Usage() const {
-    int completion = 0, cached = 0;
+    int completion = 0, cached = 0, reasoning = -1;
     for (const Choice& c : choices_) {
       completion += c.result.num_output_tokens;
       cached = std::max(cached, c.num_cached_tokens);
+      if (c.output && c.output->reasoning_on()) reasoning = std::max(reasoning, 0) + c.output->reasoning_tokens();
     }
-    return UsageJson(num_prompt_tokens_, completion, cached);
+    return UsageJson(num_prompt_tokens_, completion, cached, reasoning);
   }
 
   std::string Body() const {
@@ -254,15 +275,25 @@ class Generation {
     const bool done = out.finished && !Failed(out);
     std::string data;
     if (chat_) {
-      if (!out.new_text.empty() || lp) {
-        ojson logprobs = nullptr;
-        if (lp) logprobs = ojson{{"content", ChatLogprobEntries(out.new_logprobs, *s_.tokenizer)}};
+      ojson logprobs = nullptr;
+      if (lp) logprobs = ojson{{"content", ChatLogprobEntries(out.new_logprobs, *s_.tokenizer)}};
+      if (c.output) {
+        // The parsers' deltas; the output's logprobs ride on the first (or an empty delta).
+        if (c.deltas.empty() && lp) c.deltas.push_back(ojson::object());
+        for (ojson& d : c.deltas) {
+          data += SseData(ChatChunkJson(header_, i, std::move(d), std::move(logprobs), nullptr,
+                                        req_.include_usage));
+          logprobs = nullptr;
+        }
+        c.deltas.clear();
+      } else if (!out.new_text.empty() || lp) {
         data += SseData(ChatChunkJson(header_, i, ojson{{"content", out.new_text}},
                                       std::move(logprobs), nullptr, req_.include_usage));
       }
       if (done)
         data += SseData(ChatChunkJson(header_, i, ojson::object(), nullptr,
-                                      FinishReasonString(out.finish_reason), req_.include_usage));
+                                      c.result.tool_calls ? "tool_calls" : FinishReasonString(out.finish_reason),
+                                      req_.include_usage));
     } else if (!out.new_text.empty() || lp || done) {
       ojson logprobs = nullptr;
       if (want_logprobs()) {
@@ -361,7 +392,8 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
 
   if (auto e = CheckAuth(*s, request)) co_return co_await reject(*e);
   ParsedRequest req;
-  ParseOptions parse_options{s->options.served_model_name, s->options.max_n};
+  ParseOptions parse_options{s->options.served_model_name, s->options.max_n,
+                             s->options.tool_call_parser.value_or(chat_parse::ToolCallFormat::kNone)};
   if (auto e = ParseRequest(endpoint, request.body, parse_options, &req))
     co_return co_await reject(*e);
   std::vector<int32_t> prompt_ids;

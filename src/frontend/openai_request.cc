@@ -9,6 +9,7 @@
 #include "chat/prompt.h"
 #include "frontend/errors.h"
 #include "frontend/structured_output_params.h"
+#include "frontend/tool_params.h"
 
 namespace tandem::openai {
 
@@ -274,6 +275,23 @@ std::optional<ApiError> ParseMessages(const ojson& body, ParsedRequest* out) {
       return InvalidValue(where + ".role",
                           fmt::format("Invalid role '{}' in {}: expected one of system, developer, "
                                       "user, assistant, tool.", http::ClientText(r), where));
+    if (const ojson* calls = Field(m, "tool_calls")) {
+      if (r != "assistant")
+        return InvalidValue(where + ".tool_calls", fmt::format("Only assistant messages may have 'tool_calls' ({}).", where));
+      if (!calls->is_array()) return InvalidType(where + ".tool_calls", "an array", *calls);
+      for (size_t j = 0; j < calls->size(); ++j) {
+        const ojson& c = (*calls)[j];
+        std::string cw = fmt::format("{}.tool_calls[{}]", where, j);
+        const ojson* f = c.is_object() ? Field(c, "function") : nullptr;
+        const ojson* name = f && f->is_object() ? Field(*f, "name") : nullptr;
+        if (!name || !name->is_string())
+          return InvalidValue(cw + ".function.name", fmt::format("'{}.function.name' is required.", cw));
+        if (const ojson* a = Field(*f, "arguments"); a && !a->is_string() && !a->is_object())
+          return InvalidType(cw + ".function.arguments", "a string", *a);
+      }
+    }
+    if (const ojson* id = Field(m, "tool_call_id"); id && !id->is_string())
+      return InvalidType(where + ".tool_call_id", "a string", *id);
     ojson msg = m;
     if (r == "developer") msg["role"] = "system";  // OpenAI's newer name for system
     const ojson* content = Field(m, "content");
@@ -305,7 +323,7 @@ std::optional<ApiError> ParseMessages(const ojson& body, ParsedRequest* out) {
   return std::nullopt;
 }
 
-std::optional<ApiError> ParseChat(const ojson& body, ParsedRequest* out) {
+std::optional<ApiError> ParseChat(const ojson& body, const ParseOptions& options, ParsedRequest* out) {
   TANDEM_TRY(ParseMessages(body, out));
   bool logprobs = false;
   TANDEM_TRY(ReadBool(body, "logprobs", &logprobs));
@@ -318,25 +336,7 @@ std::optional<ApiError> ParseChat(const ojson& body, ParsedRequest* out) {
       return InvalidValue("top_logprobs", "'logprobs' must be true when 'top_logprobs' is set.");
   }
   out->params.logprobs = logprobs ? static_cast<int>(top.value_or(0)) : -1;
-  if (const ojson* tools = Field(body, "tools")) {
-    if (!tools->is_array()) return InvalidType("tools", "an array", *tools);
-    if (!tools->empty()) out->chat_options.tools = *tools;
-  }
-  // Tools only reach the chat template; no tool call is parsed out of the output, so nothing can
-  // force one: "none" and "auto" (the defaults) are accepted, "required" or a named function not.
-  if (const ojson* tc = Field(body, "tool_choice")) {
-    if (tc->is_string()) {
-      const std::string& v = tc->get_ref<const std::string&>();
-      if (v == "required") return NotSupported("tool_choice", "'tool_choice': \"required\"");
-      if (v != "none" && v != "auto")
-        return InvalidValue("tool_choice", "'tool_choice' must be \"none\", \"auto\", "
-                                           "\"required\" or an object.");
-    } else if (tc->is_object()) {
-      return NotSupported("tool_choice", "'tool_choice' naming a function");
-    } else {
-      return InvalidType("tool_choice", "a string or an object", *tc);
-    }
-  }
+  TANDEM_TRY(ParseToolParams(body, options.tool_call_format, out));
   if (const ojson* kw = Field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);
     out->chat_options.extra_kwargs = *kw;
@@ -452,7 +452,7 @@ std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
     return e;
   }
   TANDEM_TRY(ParseCommon(j, options, out));
-  if (endpoint == Endpoint::kChatCompletions) return ParseChat(j, out);
+  if (endpoint == Endpoint::kChatCompletions) return ParseChat(j, options, out);
   return ParseCompletion(j, out);
 }
 

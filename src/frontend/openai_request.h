@@ -17,11 +17,14 @@
 //     string, null or absent (assistant only; rendered as "") or a list of {"type":"text","text"}
 //     parts joined with "\n"),
 //     max_completion_tokens (wins over max_tokens), logprobs (bool), top_logprobs (0..20, needs
-//     logprobs), tools (list, passed to the template), chat_template_kwargs (object, passed as
-//     extra template variables), add_generation_prompt (vLLM, default true).
+//     logprobs), tools, tool_choice and parallel_tool_calls (frontend/tool_params.h),
+//     chat_template_kwargs (object, passed as extra template variables, e.g. enable_thinking),
+//     add_generation_prompt (vLLM, default true). Assistant messages may carry tool_calls (a list of
+//     {id, type, function: {name, arguments}}) and tool messages tool_call_id (a string); both
+//     reach the template as given, as transformers' apply_chat_template passes them.
 //   Accepted only in their no-op form (else 400 "... is not supported", param set): logit_bias
 //     ({} or null), response_format ({"type":"text"}), min_tokens (0), include_stop_str_in_output
-//     (false), chat tool_choice ("none" or "auto"; tool calls are not parsed from the output).
+//     (false).
 //   completions: prompt (a string, a list of one string, a list of token ids, or a list of one such
 //     list), echo, logprobs (integer 0..20).
 #pragma once
@@ -35,6 +38,8 @@
 #include <nlohmann/json.hpp>
 
 #include "chat/template.h"
+#include "chat_parse/reasoning.h"
+#include "chat_parse/tool_calls.h"
 #include "engine/sampling_params.h"
 #include "tokenizer/tokenizer.h"
 
@@ -57,6 +62,17 @@ enum class Endpoint { kChatCompletions, kCompletions };
 struct ParseOptions {
   std::string served_model_name;  // "model" must equal it when present (else 404)
   int max_n = 16;
+  chat_parse::ToolCallFormat tool_call_format = chat_parse::ToolCallFormat::kNone;  // the server's
+};
+
+// What a chat request asks of tool calls (frontend/tool_params.h).
+struct ToolRequest {
+  enum class Choice { kNone, kAuto, kRequired, kNamed };
+  Choice choice = Choice::kNone;  // kNone too when the request has no tools
+  std::string name;               // kNamed: the function
+  bool parallel = true;           // parallel_tool_calls
+  // The parser that reads calls out of this request's output (kNone: none is read).
+  chat_parse::ToolCallFormat format = chat_parse::ToolCallFormat::kNone;
 };
 
 struct ParsedRequest {
@@ -72,6 +88,7 @@ struct ParsedRequest {
   // Chat only.
   nlohmann::ordered_json messages;
   ChatOptions chat_options;
+  ToolRequest tools;
   // Completions only.
   std::string prompt_text;                       // when the prompt was text
   std::optional<std::vector<int32_t>> prompt_ids;  // when the prompt was token ids

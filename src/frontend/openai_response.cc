@@ -125,11 +125,13 @@ ojson CompletionLogprobs::ToJson() const {
                {"text_offset", text_offset_}};
 }
 
-ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens) {
-  return ojson{{"prompt_tokens", prompt_tokens},
-               {"completion_tokens", completion_tokens},
-               {"total_tokens", prompt_tokens + completion_tokens},
-               {"prompt_tokens_details", ojson{{"cached_tokens", cached_tokens}}}};
+ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens, int reasoning_tokens) {
+  ojson u{{"prompt_tokens", prompt_tokens},
+          {"completion_tokens", completion_tokens},
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", ojson{{"cached_tokens", cached_tokens}}}};
+  if (reasoning_tokens >= 0) u["completion_tokens_details"] = ojson{{"reasoning_tokens", reasoning_tokens}};
+  return u;
 }
 
 ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChoiceResult>& choices,
@@ -139,10 +141,11 @@ ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChoiceResult
     const ChoiceResult& c = choices[i];
     ojson logprobs = ChoiceLogprobsOrNull(
         want_logprobs, ojson{{"content", ChatLogprobEntries(c.logprobs, tokenizer)}});
+    ojson message = c.message.is_null() ? ojson{{"role", "assistant"}, {"content", c.text}} : c.message;
     cs.push_back(ojson{{"index", i},
-                       {"message", ojson{{"role", "assistant"}, {"content", c.text}}},
+                       {"message", std::move(message)},
                        {"logprobs", std::move(logprobs)},
-                       {"finish_reason", FinishReasonString(c.finish_reason)}});
+                       {"finish_reason", c.tool_calls ? "tool_calls" : FinishReasonString(c.finish_reason)}});
   }
   return ojson{{"id", h.id},           {"object", "chat.completion"}, {"created", h.created},
                {"model", h.model},     {"choices", std::move(cs)},    {"usage", usage}};

@@ -66,7 +66,9 @@ class CompletionLogprobs {
 // {"prompt_tokens","completion_tokens","total_tokens","prompt_tokens_details":{"cached_tokens"}}
 // as OpenAI's usage object; cached_tokens: prompt tokens served from the prefix cache (the most
 // of any choice: every choice reads the same prompt).
-ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens);
+// With reasoning_tokens >= 0 (a reasoning parser is on) also
+// "completion_tokens_details":{"reasoning_tokens"}.
+ojson UsageJson(int prompt_tokens, int completion_tokens, int cached_tokens, int reasoning_tokens = -1);
 
 // What one choice produced, in full (non-streamed responses).
 struct ChoiceResult {
@@ -74,6 +76,8 @@ struct ChoiceResult {
   FinishReason finish_reason = FinishReason::kNone;
   std::vector<TokenLogprob> logprobs;
   int num_output_tokens = 0;
+  ojson message;            // chat: the parsed message (frontend/chat_output.h); null: text as content
+  bool tool_calls = false;  // chat: calls were returned (finish_reason "tool_calls")
 };
 
 struct ResponseHeader {

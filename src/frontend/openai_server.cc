@@ -1,5 +1,6 @@
 #include "frontend/openai_server.h"
 
+#include "common/logging.h"
 #include "frontend/openai_handlers.h"
 #include "frontend/openai_response.h"
 
@@ -17,6 +18,13 @@ OpenAIService::OpenAIService(std::shared_ptr<EngineClient> engine,
                                    std::move(options), registry);
   state_->metrics.AddEngineCollector(state_->engine);
   state_->max_token_bytes = openai::MaxTokenBytes(*state_->tokenizer);
+  const std::string source = state_->renderer ? state_->renderer->source() : std::string();
+  OpenAIServiceOptions& o = state_->options;
+  if (!o.reasoning_parser) o.reasoning_parser = chat_parse::ReasoningFormatForTemplate(source);
+  if (!o.tool_call_parser) o.tool_call_parser = chat_parse::ToolCallFormatForTemplate(source);
+  log::info("chat output parsers: reasoning {}, tool calls {}",
+            chat_parse::ReasoningFormatName(*o.reasoning_parser),
+            chat_parse::ToolCallFormatName(*o.tool_call_parser));
 }
 
 OpenAIService::~OpenAIService() = default;

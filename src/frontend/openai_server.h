@@ -39,9 +39,12 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "chat/template.h"
+#include "chat_parse/reasoning.h"
+#include "chat_parse/tool_calls.h"
 #include "common/metrics.h"
 #include "engine/engine_client.h"
 #include "frontend/http.h"
@@ -61,6 +64,10 @@ struct OpenAIServiceOptions {
   std::string api_key;            // empty: no authentication
   int max_n = 16;                 // largest accepted `n` (tandem run: at most max_num_seqs +
                                   // max_waiting_requests, what its engine can ever hold)
+  // Chat output parsers (frontend/chat_output.h; --reasoning-parser, --tool-call-parser);
+  // nullopt: the one the chat template calls for (chat_parse/*ForTemplate; Qwen3: qwen3, hermes).
+  std::optional<chat_parse::ReasoningFormat> reasoning_parser;
+  std::optional<chat_parse::ToolCallFormat> tool_call_parser;
 };
 
 // Registers a handler for an exact (method, path), e.g. HttpServer::Route.

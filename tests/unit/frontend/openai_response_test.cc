@@ -55,7 +55,8 @@ TEST_F(OpenAITest, ChatNonStreamShape) {
   ASSERT_EQ(j["choices"].size(), 1u);
   const json& c = j["choices"][0];
   EXPECT_EQ(c["index"], 0);
-  EXPECT_EQ(c["message"], (json{{"role", "assistant"}, {"content", ScriptText()}}));
+  // The Qwen3 template turns the qwen3 reasoning parser on: reasoning_content is there, null.
+  EXPECT_EQ(c["message"], (json{{"role", "assistant"}, {"content", ScriptText()}, {"reasoning_content", nullptr}}));
   EXPECT_TRUE(c["logprobs"].is_null());
   EXPECT_EQ(c["finish_reason"], "stop");
   int prompt = static_cast<int>(engine->submitted()[0].prompt_token_ids.size());
@@ -63,7 +64,8 @@ TEST_F(OpenAITest, ChatNonStreamShape) {
   EXPECT_EQ(j["usage"], (json{{"prompt_tokens", prompt},
                               {"completion_tokens", completion},
                               {"total_tokens", prompt + completion},
-                              {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
+                              {"prompt_tokens_details", {{"cached_tokens", 0}}},
+                              {"completion_tokens_details", {{"reasoning_tokens", 0}}}}));
   // Key order as OpenAI writes it.
   std::vector<std::string> keys;
   for (auto it = j.begin(); it != j.end(); ++it) keys.push_back(it.key());
@@ -129,6 +131,7 @@ TEST_F(OpenAITest, StreamIncludeUsage) {
   EXPECT_EQ(last["usage"], (json{{"prompt_tokens", prompt},
                                  {"completion_tokens", 4},
                                  {"total_tokens", prompt + 4},
+                                 {"completion_tokens_details", {{"reasoning_tokens", 0}}},
                                  {"prompt_tokens_details", {{"cached_tokens", 0}}}}));
   EXPECT_EQ(events[events.size() - 2]["choices"][0]["finish_reason"], "length");
 }

@@ -1,0 +1,200 @@
+// Reasoning and tool calls through the chat endpoint, on the bundled model's real tokenizer and
+// Qwen3 chat template (so the default parsers are qwen3 and hermes) with a scripted engine:
+// message fields, finish_reason, usage, the stream's deltas accumulated as the openai clients do
+// (equal to the non-streamed message), the enforced grammar reaching the engine, and bad tool
+// parameters as 400s that leave the service serving.
+#include <string>
+
+#include "openai_test_util.h"
+
+namespace tandem::testing {
+namespace {
+
+const char* kTools = R"([{"type":"function","function":{"name":"get_weather","description":"Weather",
+  "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+std::string Body(const std::string& extra) {
+  return R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":90,)" + extra + "}";
+}
+
+class ChatToolsTest : public OpenAITest {
+ protected:
+  void SetUp() override { Make({}, 1024); }
+  void Script(const std::string& text) { engine->script.tokens = tokenizer_->Encode(text); }
+
+  json NonStream(const std::string& body) {
+    auto w = Post("/v1/chat/completions", body);
+    EXPECT_EQ(w->status, 200) << w->body;
+    return json::parse(w->body);
+  }
+
+  // The stream's deltas accumulated as the openai npm client's ChatCompletionStream does.
+  json Stream(const std::string& body, std::string* finish) {
+    auto w = Post("/v1/chat/completions", body);
+    EXPECT_EQ(w->status, 200) << w->body;
+    json msg = {{"role", "assistant"}};
+    std::string content, reasoning;
+    bool has_reasoning = false;
+    json calls = json::array();
+    for (const json& e : SseEvents(w->body)) {
+      if (e["choices"].empty()) continue;
+      const json& ch = e["choices"][0];
+      const json& d = ch["delta"];
+      if (d.contains("content") && d["content"].is_string()) content += d["content"].get<std::string>();
+      if (d.contains("reasoning_content")) {
+        has_reasoning = true;
+        reasoning += d["reasoning_content"].get<std::string>();
+      }
+      if (d.contains("tool_calls")) {
+        for (const json& tc : d["tool_calls"]) {
+          size_t i = tc["index"].get<size_t>();
+          if (i >= calls.size()) {
+            EXPECT_EQ(i, calls.size());
+            EXPECT_TRUE(tc.contains("id") && tc.contains("type") && tc["function"].contains("name"))
+                << "the first delta of a call names it: " << tc.dump();
+            calls.push_back({{"id", tc["id"]}, {"type", tc["type"]},
+                             {"function", {{"name", tc["function"]["name"]}, {"arguments", ""}}}});
+          }
+          calls[i]["function"]["arguments"] =
+              calls[i]["function"]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+        }
+      }
+      if (!ch["finish_reason"].is_null()) *finish = ch["finish_reason"];
+    }
+    msg["content"] = content.empty() && !calls.empty() ? json(nullptr) : json(content);
+    msg["reasoning_content"] = has_reasoning ? json(reasoning) : json(nullptr);
+    if (!calls.empty()) msg["tool_calls"] = calls;
+    return msg;
+  }
+
+  static std::vector<json> SseEvents(const std::string& body) {
+    std::vector<json> events;
+    size_t pos = 0;
+    while ((pos = body.find("data: ", pos)) != std::string::npos) {
+      size_t end = body.find("\n\n", pos);
+      std::string data = body.substr(pos + 6, end - pos - 6);
+      if (data != "[DONE]") events.push_back(json::parse(data));
+      pos = end;
+    }
+    return events;
+  }
+
+  static json WithoutIds(json m) {
+    if (m.contains("tool_calls"))
+      for (json& c : m["tool_calls"]) c.erase("id");
+    return m;
+  }
+};
+
+TEST_F(ChatToolsTest, ThinkBlockGoesToReasoningContent) {
+  Script("<think>\nThe user wants weather.\n</think>\n\nIt is sunny.");
+  json j = NonStream(Body("\"stream\":false"));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_EQ(m["reasoning_content"], "The user wants weather.");
+  EXPECT_EQ(m["content"], "It is sunny.");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+  const int reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
+  EXPECT_GT(reasoning, 2);
+  EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int>());
+  std::string finish;
+  json s = Stream(Body("\"stream\":true"), &finish);
+  EXPECT_EQ(s, m);
+  EXPECT_EQ(finish, "stop");
+}
+
+TEST_F(ChatToolsTest, EmptyThinkBlockOfTheTinyModel) {
+  Script("<think>\n\n</think>\n\nIn recent months");
+  json m = NonStream(Body("\"stream\":false"))["choices"][0]["message"];
+  EXPECT_TRUE(m["reasoning_content"].is_null());
+  EXPECT_EQ(m["content"], "In recent months");
+}
+
+TEST_F(ChatToolsTest, HermesCallsAreToolCalls) {
+  Script("<think>\n\n</think>\n\nChecking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>\n"
+         "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Lyon\"}}\n</tool_call>");
+  const std::string extra = std::string("\"tools\":") + kTools;
+  json j = NonStream(Body(extra));
+  const json& m = j["choices"][0]["message"];
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(m["content"], "Checking.");
+  ASSERT_EQ(m["tool_calls"].size(), 2u);
+  EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+  EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(json::parse(m["tool_calls"][1]["function"]["arguments"].get<std::string>()), json({{"city", "Lyon"}}));
+  EXPECT_EQ(m["tool_calls"][0]["id"].get<std::string>().rfind("call_", 0), 0u);
+  std::string finish;
+  json s = Stream(Body(extra + ",\"stream\":true"), &finish);
+  EXPECT_EQ(WithoutIds(s), WithoutIds(m));
+  EXPECT_EQ(finish, "tool_calls");
+  // parallel_tool_calls false keeps the first; tool_choice none parses nothing.
+  json one = NonStream(Body(extra + ",\"parallel_tool_calls\":false"))["choices"][0]["message"];
+  EXPECT_EQ(one["tool_calls"].size(), 1u);
+  json none = NonStream(Body(extra + ",\"tool_choice\":\"none\""));
+  EXPECT_FALSE(none["choices"][0]["message"].contains("tool_calls"));
+  EXPECT_EQ(none["choices"][0]["finish_reason"], "stop");
+  EXPECT_NE(none["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
+}
+
+TEST_F(ChatToolsTest, MalformedCallIsContent) {
+  Script("<tool_call>\n{\"name\": oops}\n</tool_call>");
+  json j = NonStream(Body(std::string("\"tools\":") + kTools));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "<tool_call>\n{\"name\": oops}\n</tool_call>");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+}
+
+TEST_F(ChatToolsTest, RequiredAndNamedChoicesSendAGrammar) {
+  Script("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>");
+  for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
+    json j = NonStream(Body(std::string("\"tools\":") + kTools + ",\"tool_choice\":" + choice));
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    const auto& spec = engine->submitted().back().params.structured;
+    EXPECT_EQ(spec.kind, grammar::StructuredKind::kGrammar);
+    EXPECT_NE(spec.spec.find("get_weather"), std::string::npos);
+  }
+}
+
+TEST_F(ChatToolsTest, BadToolParametersAre400AndTheServiceKeepsServing) {
+  std::string many = "[";
+  for (int i = 0; i < 10000; ++i)
+    many += (i ? "," : "") + std::string(R"({"type":"function","function":{"name":"f)") + std::to_string(i) + "\"}}";
+  many += "]";
+  const std::pair<std::string, const char*> cases[] = {
+      {R"("tools":"get_weather")", "tools"},
+      {R"("tools":[{"type":"function","function":{"description":"no name"}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"a b"}}])", "tools[0].function.name"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":"a string"}}])", "tools[0].function.parameters"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":7}}}])", "tools[0].function.parameters.type"},
+      {R"("tools":[{"type":"retrieval"}])", "tools[0].type"},
+      {R"("tools":[{"type":"function","function":{"name":"f"}},{"type":"function","function":{"name":"f"}}])", "tools[1].function.name"},
+      {std::string("\"tools\":") + kTools + R"(,"tool_choice":{"type":"function","function":{"name":"nope"}})", "tool_choice"},
+      {std::string("\"tools\":") + kTools + R"(,"tool_choice":{"type":"function"})", "tool_choice"},
+      {std::string("\"tools\":") + kTools + R"(,"tool_choice":"required","guided_regex":"a")", "tool_choice"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","patternProperties":{"x":{}}}}}],"tool_choice":"required")", "tools"},
+      {std::string("\"tools\":") + kTools + R"(,"parallel_tool_calls":"yes")", "parallel_tool_calls"},
+      {"\"tools\":" + many, "tools"},
+      {R"("tool_choice":"required")", "tool_choice"},
+  };
+  for (const auto& [extra, param] : cases) {
+    auto w = Post("/v1/chat/completions", Body(extra));
+    EXPECT_EQ(w->status, 400) << extra.substr(0, 200);
+    json e = json::parse(w->body);
+    EXPECT_EQ(e["error"]["param"], param) << w->body.substr(0, 300);
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+  }
+  Script("ok");
+  EXPECT_EQ(NonStream(Body(std::string("\"tools\":") + kTools))["choices"][0]["message"]["content"], "ok");
+}
+
+TEST_F(ChatToolsTest, ParsersCanBeTurnedOff) {
+  OpenAIServiceOptions options;
+  options.reasoning_parser = chat_parse::ReasoningFormat::kNone;
+  options.tool_call_parser = chat_parse::ToolCallFormat::kNone;
+  Make(options, 1024);
+  Script("<think>\n\n</think>\n\nhi");
+  json j = NonStream(Body(std::string("\"tools\":") + kTools));
+  EXPECT_EQ(j["choices"][0]["message"], json({{"role", "assistant"}, {"content", "<think>\n\n</think>\n\nhi"}}));
+  EXPECT_FALSE(j["usage"].contains("completion_tokens_details"));
+}
+
+}  // namespace
+}  // namespace tandem::testing
