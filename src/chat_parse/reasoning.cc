@@ -42,9 +42,9 @@ const char* ReasoningFormatName(ReasoningFormat format) {
 }
 
 ReasoningFormat ReasoningFormatForTemplate(std::string_view source) {
-  if (source.find("<\xEF\xBD\x9CAssistant\xEF\xBD\x9C><think>") != std::string_view::npos)
+  if (source.find("<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>") != std::string_view::npos)
     return ReasoningFormat::kDeepSeekR1;  // "<｜Assistant｜><think>"
-  if (source.find("<think>") != std::string_view::npos) return ReasoningFormat::kQwen3;
+  if (source.find("</think>") != std::string_view::npos) return ReasoningFormat::kQwen3;
   return ReasoningFormat::kNone;
 }
 

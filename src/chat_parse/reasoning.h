@@ -29,7 +29,7 @@ const char* ReasoningFormatName(ReasoningFormat format);
 inline constexpr std::string_view kReasoningFormatNames = "qwen3, deepseek_r1, none";
 
 // The parser a chat template calls for: deepseek_r1 when it opens the reasoning in the prompt
-// ("<think>\n" after DeepSeek's assistant tag), qwen3 when it otherwise knows "<think>" (Qwen3's
+// ("<think>\n" after DeepSeek's assistant tag), qwen3 when it otherwise knows "</think>" (Qwen3's
 // templates strip and write think blocks), else none.
 ReasoningFormat ReasoningFormatForTemplate(std::string_view template_source);
 

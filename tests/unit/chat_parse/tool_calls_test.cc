@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "chat_parse/reasoning.h"
 #include "chat_parse/tool_calls.h"
 
 namespace tandem::chat_parse {
@@ -153,6 +154,25 @@ TEST(ToolCallParser, Names) {
   for (const char* n : {"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "none"})
     EXPECT_STREQ(ToolCallFormatName(*ParseToolCallFormat(n)), n);
   EXPECT_FALSE(ParseToolCallFormat("json"));
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+TEST(ParsersForTemplate, RecognizeTheFamilies) {
+  // Snippets of the families' chat templates (their tool-call instructions and think handling).
+  EXPECT_EQ(ToolCallFormatForTemplate("<tool_call>\n{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>"),
+            ToolCallFormat::kHermes);
+  EXPECT_EQ(ToolCallFormatForTemplate("<tool_call>\n<function=example_function_name>\n<parameter=x>"), ToolCallFormat::kQwen3Coder);
+  EXPECT_EQ(ToolCallFormatForTemplate("{{- '[TOOL_CALLS][' }}"), ToolCallFormat::kMistral);
+  EXPECT_EQ(ToolCallFormatForTemplate("{{- '<|python_tag|>' }}"), ToolCallFormat::kLlama3Json);
+  EXPECT_EQ(ToolCallFormatForTemplate("{{ messages }}"), ToolCallFormat::kNone);
+  EXPECT_EQ(ReasoningFormatForTemplate("{%- if '</think>' in content %}"), ReasoningFormat::kQwen3);
+  EXPECT_EQ(ReasoningFormatForTemplate("{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>\\n'}}"), ReasoningFormat::kDeepSeekR1);
+  EXPECT_EQ(ReasoningFormatForTemplate("{{ messages }}"), ReasoningFormat::kNone);
 }
 
 }  // namespace
