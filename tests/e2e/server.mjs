@@ -44,15 +44,16 @@ export function freePort() {
   });
 }
 
-// Starts `tandem run --mode agg --port P [...args]`, waits until GET /health is 200 (at most
-// 60 s) and registers an after() hook that stops it. Returns {url, baseURL, port, proc, log(),
+// Starts `tandem run --mode agg --port P [...args]` (mode "disagg": a frontend, a prefill and a
+// decode worker), waits until GET /health is 200 (at most 60 s) and registers an after() hook
+// that stops it. Returns {url, baseURL, port, proc, log(),
 // stop()}. Retries with another port when the port was taken in between (at most 3 times).
-export async function startServer({ args = [], env = {} } = {}) {
+export async function startServer({ args = [], env = {}, mode = "agg" } = {}) {
   if (!existsSync(BINARY)) throw new Error(`TANDEM_BINARY ${BINARY} does not exist`);
   let lastError;
   for (let attempt = 0; attempt < 3; ++attempt) {
     const port = await freePort();
-    const server = launch(port, args, env);
+    const server = launch(port, args, env, mode);
     after(() => server.stop());
     try {
       await server.ready;
@@ -70,9 +71,9 @@ export async function startServer({ args = [], env = {} } = {}) {
 const live = new Set();
 process.on("exit", () => { for (const p of live) try { p.kill("SIGKILL"); } catch {} });
 
-function launch(port, args, env) {
+function launch(port, args, env, mode = "agg") {
   const url = `http://127.0.0.1:${port}`;
-  const proc = spawn(BINARY, ["run", "--mode", "agg", "--host", "127.0.0.1", "--port", String(port), ...args], {
+  const proc = spawn(BINARY, ["run", "--mode", mode, "--host", "127.0.0.1", "--port", String(port), ...args], {
     env: { ...process.env, ...env },
     stdio: ["ignore", "pipe", "pipe"],
   });

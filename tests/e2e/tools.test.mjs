@@ -157,3 +157,18 @@ test("bad tool parameters are 400s naming the parameter, and the server keeps se
   const ok = await openai.chat.completions.create({ model: MODEL, messages: question, max_tokens: 4 });
   assert.equal(ok.choices.length, 1);
 });
+
+test("disaggregated (prefill on a prefill worker): the same enforced call and answer as aggregated at temperature 0", async () => {
+  const disagg = await startServer({ mode: "disagg", args: ["--max-local-prefill-tokens", "1"] });
+  const remote = client(disagg);
+  const params = { model: MODEL, messages: question, tools, temperature: 0, max_tokens: 120,
+                   tool_choice: { type: "function", function: { name: "get_weather" } } };
+  const agg = await openai.chat.completions.create(params);
+  const whole = await remote.chat.completions.create(params);
+  const streamed = await remote.chat.completions.stream(params).finalChatCompletion();
+  assert.equal(whole.choices[0].finish_reason, "tool_calls");
+  checkCall(whole.choices[0].message.tool_calls[0], ["get_weather"]);
+  assert.deepEqual(comparable(whole.choices[0].message), comparable(agg.choices[0].message));
+  assert.deepEqual(comparable(streamed.choices[0].message), comparable(whole.choices[0].message));
+  await disagg.stop();
+});
