@@ -38,6 +38,24 @@ int Embed(Grammar& dst, const Grammar& src, const std::string& prefix) {
   return rule_of[src.root()];
 }
 
+// Any text in which `pattern` does not occur; pattern[0] must not occur again in it ("</think>",
+// "<tool_call>"). An occurrence then lies within one segment that starts at pattern[0] and runs to
+// the next pattern[0], so the text is [^p0]* (p0 W)* with W any [^p0]* that does not start with
+// the rest of the pattern: nested choices, no recursion (the matcher's stacks stay flat).
+int TextWithout(Grammar& g, std::string_view pattern) {
+  const uint32_t p0 = static_cast<unsigned char>(pattern[0]);
+  auto plain = [&] { return g.Repeat(g.CharClass({{p0, p0}}, true), 0, grammar::kUnbounded); };
+  const std::string_view rest = pattern.substr(1);
+  int w = -1;
+  for (size_t j = rest.size(); j-- > 0;) {
+    const uint32_t c = static_cast<unsigned char>(rest[j]);
+    std::vector<int> alts{g.Empty(), g.Sequence({g.CharClass({{p0, p0}, {c, c}}, true), plain()})};
+    if (w >= 0) alts.push_back(g.Sequence({g.Bytes(std::string(1, rest[j])), w}));
+    w = g.Choice(std::move(alts));
+  }
+  return g.Sequence({plain(), g.Repeat(g.Sequence({g.Bytes(std::string(1, pattern[0])), w}), 0, grammar::kUnbounded)});
+}
+
 }  // namespace
 
 Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
@@ -68,14 +86,21 @@ Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
   std::vector<int> seq;
   if (options.allow_think) {
     const int think_rule = g.RuleNamed("think");
-    const int body = g.Repeat(g.CharClass({{'<', '<'}}, /*negated=*/true), 0, grammar::kUnbounded);
+    const int body = TextWithout(g, "</think>");
     const int ws = g.Repeat(g.CharClass({{'\n', '\n'}, {' ', ' '}}, false), 0, 4);
     g.SetBody(think_rule, g.Sequence({g.Bytes("<think>"), body, g.Bytes("</think>"), ws}));
     seq.push_back(g.Repeat(g.RuleRef(think_rule), 0, 1));
   }
-  seq.push_back(g.RuleRef(call_rule));
+  int calls = g.RuleRef(call_rule);
   if (options.parallel)
-    seq.push_back(g.Repeat(g.Sequence({g.Bytes("\n"), g.RuleRef(call_rule)}), 0, grammar::kUnbounded));
+    calls = g.Sequence({calls, g.Repeat(g.Sequence({g.Bytes("\n"), g.RuleRef(call_rule)}), 0, grammar::kUnbounded)});
+  if (options.allow_text) {
+    const int text_rule = g.RuleNamed("text");
+    g.SetBody(text_rule, TextWithout(g, "<tool_call>"));
+    seq.push_back(g.RuleRef(text_rule));
+    calls = g.Repeat(calls, 0, 1);
+  }
+  seq.push_back(calls);
   g.SetBody(root, g.Sequence(seq));
   g.set_root(root);
   if (Status st = g.Validate(); !st.ok()) return st;

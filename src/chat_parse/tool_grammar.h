@@ -1,11 +1,14 @@
-// The grammar that forces a tool call (tool_choice "required" or a named function): the output is
-// exactly one or more hermes calls (tool_calls.h),
+// The grammar of hermes tool calls (tool_calls.h) for the grammar engine:
 //   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>   (calls separated by "\n")
-// where NAME is one of the allowed functions and ARGS is JSON that follows that function's
+// where NAME is one of the given functions and ARGS is JSON that follows that function's
 // `parameters` schema (grammar/json_schema.h; absent parameters: any object), optionally after a
-// think block "<think>...</think>" (no '<' inside) and up to 4 spaces or newlines, which the
-// reasoning parser then removes. The result is GBNF text for StructuredKind::kGrammar
-// (grammar.h), so it travels to any worker like a guided_grammar.
+// think block "<think>...</think>" (any text without "</think>") and up to 4 spaces or newlines,
+// which the reasoning parser then removes.
+//   forced (tool_choice "required" or a named function): nothing but the calls, at least one;
+//   allow_text (tool_choice "auto" with strict functions): any text without "<tool_call>", then
+//     zero or more calls, and nothing after them.
+// The result is GBNF text for StructuredKind::kGrammar (grammar.h), so it travels to any worker
+// like a guided_grammar.
 #pragma once
 
 #include <string>
@@ -20,6 +23,7 @@ namespace tandem::chat_parse {
 struct ToolCallGrammarOptions {
   bool allow_think = true;  // the output may start with a think block
   bool parallel = true;     // more than one call (parallel_tool_calls)
+  bool allow_text = false;  // free text first, and the calls optional (auto)
 };
 
 // `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.

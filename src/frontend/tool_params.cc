@@ -88,6 +88,35 @@ std::optional<ApiError> CheckTools(const ojson& tools, std::vector<ojson>* funct
   return std::nullopt;
 }
 
+bool IsStrict(const ojson& function) {
+  const ojson* s = Present(function, "strict");
+  return s && s->is_boolean() && s->get<bool>();
+}
+
+// tool_choice auto with hermes parsing and a strict function: free text or calls, every call's
+// arguments following its schema (a function that is not strict: any object).
+std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
+                                     chat_parse::ToolCallGrammarOptions options, ParsedRequest* out) {
+  const ToolRequest& t = out->tools;
+  if (t.format != ToolCallFormat::kHermes || out->params.structured.kind != grammar::StructuredKind::kNone)
+    return std::nullopt;
+  bool any_strict = false;
+  for (const ojson& f : functions) any_strict = any_strict || IsStrict(f);
+  if (!any_strict) return std::nullopt;
+  std::vector<ojson> allowed;
+  for (const ojson& f : functions) {
+    ojson g = f;
+    if (!IsStrict(f)) g["parameters"] = ojson{{"type", "object"}};
+    allowed.push_back(std::move(g));
+  }
+  options.allow_text = true;
+  options.parallel = t.parallel;
+  auto gbnf = chat_parse::HermesToolCallGbnf(allowed, options);
+  if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce a strict function: {}", gbnf.status().message()));
+  out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
+  return std::nullopt;
+}
+
 }  // namespace
 
 std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format, ParsedRequest* out) {
@@ -129,7 +158,12 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
   if (forced && functions.empty())
     return Invalid("tool_choice", "'tool_choice' requires a tool call but 'tools' is empty or absent.");
   t.format = t.choice == ToolRequest::Choice::kAuto ? format : ToolCallFormat::kNone;
-  if (!forced) return std::nullopt;
+  chat_parse::ToolCallGrammarOptions options;
+  if (const ojson* kw = Present(body, "chat_template_kwargs"); kw && kw->is_object()) {
+    if (const ojson* think = Present(*kw, "enable_thinking"); think && think->is_boolean())
+      options.allow_think = think->get<bool>();
+  }
+  if (!forced) return StrictInAuto(functions, options, out);
 
   std::vector<ojson> allowed;
   if (t.choice == ToolRequest::Choice::kNamed) {
@@ -144,12 +178,7 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
   if (out->params.structured.kind != grammar::StructuredKind::kNone)
     return Invalid("tool_choice", "'tool_choice' \"required\" or a named function cannot be combined with "
                                   "response_format or guided decoding.");
-  chat_parse::ToolCallGrammarOptions options;
   options.parallel = t.parallel && t.choice == ToolRequest::Choice::kRequired;
-  if (const ojson* kw = Present(body, "chat_template_kwargs"); kw && kw->is_object()) {
-    if (const ojson* think = Present(*kw, "enable_thinking"); think && think->is_boolean())
-      options.allow_think = think->get<bool>();
-  }
   auto gbnf = chat_parse::HermesToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce 'tool_choice': {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};

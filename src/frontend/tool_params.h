@@ -9,7 +9,10 @@
 // "required" and a named function are enforced: the output is constrained to hermes calls
 // (chat_parse/tool_grammar.h) through SamplingParams::structured, so they cannot be combined with
 // response_format / guided_*; such a request is parsed with the hermes parser whatever the
-// server's --tool-call-parser. Every problem is a 400 naming the parameter.
+// server's --tool-call-parser. With "auto", the hermes parser and a function with "strict": true,
+// the output is constrained too: free text, then calls whose arguments follow the strict
+// functions' schemas (unless response_format / guided_* constrain it already). Every problem is a
+// 400 naming the parameter.
 #pragma once
 
 #include <optional>

@@ -123,15 +123,21 @@ function launch(port, args, env, mode = "agg") {
   return { url, baseURL: `${url}/v1`, port, proc, log, ready, stop, exited: () => exited, exit };
 }
 
-// usage without prompt_tokens_details, after checking it: cached_tokens (OpenAI's prompt-cache
-// field) is an integer in [0, prompt_tokens]. For comparing the token counts of two requests, whose
-// cache hits differ with what ran before.
+// usage without prompt_tokens_details and completion_tokens_details, after checking them:
+// cached_tokens (OpenAI's prompt-cache field) is an integer in [0, prompt_tokens], reasoning_tokens
+// (there with a reasoning parser) one in [0, completion_tokens]. For comparing the token counts of
+// two requests, whose cache hits differ with what ran before.
 export function tokenCounts(usage) {
   assert.ok(usage, "usage present");
   const cached = usage.prompt_tokens_details?.cached_tokens;
   assert.ok(Number.isInteger(cached) && cached >= 0 && cached <= usage.prompt_tokens,
     `prompt_tokens_details.cached_tokens: ${JSON.stringify(usage)}`);
-  const { prompt_tokens_details, ...counts } = usage;
+  if (usage.completion_tokens_details !== undefined) {
+    const r = usage.completion_tokens_details.reasoning_tokens;
+    assert.ok(Number.isInteger(r) && r >= 0 && r <= usage.completion_tokens,
+      `completion_tokens_details.reasoning_tokens: ${JSON.stringify(usage)}`);
+  }
+  const { prompt_tokens_details, completion_tokens_details, ...counts } = usage;
   return counts;
 }
 

@@ -61,3 +61,34 @@ TEST(ToolCallGrammar, UnsupportedSchemaIsAnError) {
 
 }  // namespace
 }  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+TEST(ToolCallGrammar, ThinkBodyIsAnyTextWithoutTheEndTag) {
+  auto gbnf = HermesToolCallGbnf({ojson::parse(R"({"name": "now"})")}, {});
+  ASSERT_TRUE(gbnf.ok());
+  const std::string call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(*gbnf, "<think>\nif a < b and <tag> or </thin or <</think>\n\n" + call));
+  EXPECT_TRUE(Accepts(*gbnf, "<think>\n<<</think>" + call));
+  EXPECT_FALSE(Accepts(*gbnf, "<think>\na</think>b</think>" + call));
+}
+
+TEST(ToolCallGrammar, AutoAllowsTextThenOptionalCalls) {
+  ToolCallGrammarOptions options;
+  options.allow_text = true;
+  auto gbnf = HermesToolCallGbnf(Functions(), options);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  const std::string call =
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
+  EXPECT_TRUE(Accepts(*gbnf, "Just an answer, 1 < 2, <tool or <tool_cal."));
+  EXPECT_TRUE(Accepts(*gbnf, ""));
+  EXPECT_TRUE(Accepts(*gbnf, "<think>\nhm\n</think>\n\nLet me look.\n" + call));
+  EXPECT_TRUE(Accepts(*gbnf, "<tool_cal" + call));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>"));
+  EXPECT_FALSE(Accepts(*gbnf, call + " and text after"));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>not json</tool_call>"));
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

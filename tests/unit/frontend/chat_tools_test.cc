@@ -198,3 +198,19 @@ TEST_F(ChatToolsTest, ParsersCanBeTurnedOff) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+TEST_F(ChatToolsTest, StrictFunctionsAreConstrainedInAuto) {
+  const std::string strict = R"("tools":[{"type":"function","function":{"name":"get_weather","strict":true,
+      "parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+  Script("It is sunny.");
+  NonStream(Body(strict));
+  EXPECT_EQ(engine->submitted().back().params.structured.kind, grammar::StructuredKind::kGrammar);
+  NonStream(Body(std::string("\"tools\":") + kTools));  // not strict: unconstrained
+  EXPECT_EQ(engine->submitted().back().params.structured.kind, grammar::StructuredKind::kNone);
+}
+
+}  // namespace
+}  // namespace tandem::testing
