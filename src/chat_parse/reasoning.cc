@@ -1,5 +1,7 @@
 #include "chat_parse/reasoning.h"
 
+#include <algorithm>
+
 namespace tandem::chat_parse {
 
 namespace {
@@ -42,6 +44,9 @@ const char* ReasoningFormatName(ReasoningFormat format) {
 }
 
 ReasoningFormat ReasoningFormatForTemplate(std::string_view source) {
+  // Qwen3 thinking-only models (2507) open the think block in the generation prompt.
+  if (source.find("'<|im_start|>assistant\\n<think>\\n'") != std::string_view::npos)
+    return ReasoningFormat::kDeepSeekR1;
   if (source.find("<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>") != std::string_view::npos)
     return ReasoningFormat::kDeepSeekR1;  // "<｜Assistant｜><think>"
   if (source.find("</think>") != std::string_view::npos) return ReasoningFormat::kQwen3;
@@ -126,10 +131,25 @@ void ReasoningParser::Run(ReasoningDelta& out, bool finish) {
         state_ = State::kContent;
         continue;
       }
-      case State::kContent:
-        out.content += held_;
-        held_.clear();
+      case State::kContent: {
+        if (format_ == ReasoningFormat::kNone) {
+          out.content += held_;
+          held_.clear();
+          return;
+        }
+        // A stray tag later in the answer is dropped too: no tag ever reaches the content.
+        size_t open = held_.find(kOpen), close = held_.find(kClose);
+        size_t at = std::min(open, close);
+        if (at != std::string::npos) {
+          out.content.append(held_, 0, at);
+          held_.erase(0, at + (at == open ? kOpen.size() : kClose.size()));
+          continue;
+        }
+        size_t keep = finish ? 0 : std::max(PartialTagSuffix(held_, kOpen), PartialTagSuffix(held_, kClose));
+        out.content.append(held_, 0, held_.size() - keep);
+        held_.erase(0, held_.size() - keep);
         return;
+      }
     }
   }
 }

@@ -9,6 +9,7 @@
 //                reasoning (a leading "<think>" is dropped) and everything up to "</think>" is
 //                reasoning; without "</think>" the whole output is reasoning.
 //   none:        everything is content.
+// With qwen3 and deepseek_r1 a tag that shows up later in the answer is dropped as well.
 // Whitespace at the start and end of the reasoning and between "</think>" and the answer is
 // dropped, so the tiny model's empty "<think>\n\n</think>\n\n" gives no reasoning at all. The tags
 // never reach either output. Feeding the text in any number of pieces and then Finish() gives the
@@ -29,7 +30,8 @@ const char* ReasoningFormatName(ReasoningFormat format);
 inline constexpr std::string_view kReasoningFormatNames = "qwen3, deepseek_r1, none";
 
 // The parser a chat template calls for: deepseek_r1 when it opens the reasoning in the prompt
-// ("<think>\n" after DeepSeek's assistant tag), qwen3 when it otherwise knows "</think>" (Qwen3's
+// ("<think>\n" after DeepSeek's assistant tag, or after Qwen3-Thinking-2507's
+// '<|im_start|>assistant\n'), qwen3 when it otherwise knows "</think>" (Qwen3's
 // templates strip and write think blocks), else none.
 ReasoningFormat ReasoningFormatForTemplate(std::string_view template_source);
 

@@ -42,6 +42,9 @@ const std::vector<Case>& Cases() {
       {ReasoningFormat::kDeepSeekR1, "<think>\nhmm\n</think>\n\nyes", "hmm", "yes"},
       {ReasoningFormat::kDeepSeekR1, "no end tag, all reasoning", "no end tag, all reasoning", ""},
       {ReasoningFormat::kNone, "<think>\nx\n</think>\n\ny", "", "<think>\nx\n</think>\n\ny"},
+      // A stray tag in the answer never reaches the content.
+      {ReasoningFormat::kQwen3, "Answer <think>x</think> end", "", "Answer x end"},
+      {ReasoningFormat::kDeepSeekR1, "r</think>a</think>b<thi", "r", "ab<thi"},
   };
   return cases;
 }

@@ -172,6 +172,7 @@ TEST(ParsersForTemplate, RecognizeTheFamilies) {
   EXPECT_EQ(ToolCallFormatForTemplate("{{ messages }}"), ToolCallFormat::kNone);
   EXPECT_EQ(ReasoningFormatForTemplate("{%- if '</think>' in content %}"), ReasoningFormat::kQwen3);
   EXPECT_EQ(ReasoningFormatForTemplate("{{'<\xEF\xBD\x9C" "Assistant\xEF\xBD\x9C><think>\\n'}}"), ReasoningFormat::kDeepSeekR1);
+  EXPECT_EQ(ReasoningFormatForTemplate("{{- '<|im_start|>assistant\\n<think>\\n' }}"), ReasoningFormat::kDeepSeekR1);
   EXPECT_EQ(ReasoningFormatForTemplate("{{ messages }}"), ReasoningFormat::kNone);
 }
 
