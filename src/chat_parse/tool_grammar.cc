@@ -58,9 +58,19 @@ int TextWithout(Grammar& g, std::string_view pattern) {
 
 }  // namespace
 
+ToolCallFormat ForcedCallFormat(ToolCallFormat parser) {
+  return parser == ToolCallFormat::kLlama3Json ? ToolCallFormat::kLlama3Json : ToolCallFormat::kHermes;
+}
+
 Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
                                        const ToolCallGrammarOptions& options) {
   if (functions.empty()) return Err(StatusCode::kInvalidArgument, "no function to call");
+  const bool llama = options.format == ToolCallFormat::kLlama3Json;
+  if (!llama && options.format != ToolCallFormat::kHermes)
+    return Err(StatusCode::kInvalidArgument, "tool calls cannot be forced in the {} format",
+               ToolCallFormatName(options.format));
+  if (llama && options.allow_text)
+    return Err(StatusCode::kInvalidArgument, "llama3_json calls are the whole output: no text before them");
   Grammar g;
   const int root = g.RuleNamed("root");
   std::vector<int> alternatives;
@@ -76,10 +86,11 @@ Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
     if (!args.ok())
       return Err(StatusCode::kInvalidArgument, "function '{}': {}", name, args.status().message());
     const int args_rule = Embed(g, *args, fmt::format("f{}_", i));
-    const std::string head =
-        "<tool_call>\n{\"name\": " + CompactJson(ojson(name)) + ", \"arguments\": ";
+    const std::string quoted = CompactJson(ojson(name));
+    const std::string head = llama ? "{\"name\": " + quoted + ", \"parameters\": "
+                                   : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
     alternatives.push_back(
-        g.Sequence({g.Bytes(head), g.RuleRef(args_rule), g.Bytes("}\n</tool_call>")}));
+        g.Sequence({g.Bytes(head), g.RuleRef(args_rule), g.Bytes(llama ? "}" : "}\n</tool_call>")}));
   }
   const int call_rule = g.RuleNamed("call");
   g.SetBody(call_rule, alternatives.size() == 1 ? alternatives[0] : g.Choice(alternatives));
@@ -93,7 +104,8 @@ Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
   }
   int calls = g.RuleRef(call_rule);
   if (options.parallel)
-    calls = g.Sequence({calls, g.Repeat(g.Sequence({g.Bytes("\n"), g.RuleRef(call_rule)}), 0, grammar::kUnbounded)});
+    calls = g.Sequence({calls, g.Repeat(g.Sequence({g.Bytes(llama ? "; " : "\n"), g.RuleRef(call_rule)}), 0,
+                                        grammar::kUnbounded)});
   if (options.allow_text) {
     const int text_rule = g.RuleNamed("text");
     g.SetBody(text_rule, TextWithout(g, "<tool_call>"));

@@ -7,6 +7,8 @@
 //   forced (tool_choice "required" or a named function): nothing but the calls, at least one;
 //   allow_text (tool_choice "auto" with strict functions): any text without "<tool_call>", then
 //     zero or more calls, and nothing after them.
+// With format llama3_json (forced only) the calls are Llama 3.1's JSON instead,
+//   {"name": "NAME", "parameters": ARGS}   (calls separated by "; ").
 // The result is GBNF text for StructuredKind::kGrammar (grammar.h), so it travels to any worker
 // like a guided_grammar.
 #pragma once
@@ -16,6 +18,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat_parse/tool_calls.h"
 #include "common/status.h"
 
 namespace tandem::chat_parse {
@@ -23,12 +26,17 @@ namespace tandem::chat_parse {
 struct ToolCallGrammarOptions {
   bool allow_think = true;  // the output may start with a think block
   bool parallel = true;     // more than one call (parallel_tool_calls)
-  bool allow_text = false;  // free text first, and the calls optional (auto)
+  bool allow_text = false;  // free text first, and the calls optional (auto; hermes only)
+  ToolCallFormat format = ToolCallFormat::kHermes;  // kHermes or kLlama3Json
 };
+
+// The format a forced call is written in for a server whose parser is `parser`: llama3_json for
+// llama3_json, else hermes.
+ToolCallFormat ForcedCallFormat(ToolCallFormat parser);
 
 // `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.
 // InvalidArgument naming the function when its parameters are not a schema the grammar engine
-// enforces (the keyword, as json_schema.h says it).
+// enforces (the keyword, as json_schema.h says it), or for a format other than the two above.
 Result<std::string> HermesToolCallGbnf(const std::vector<nlohmann::ordered_json>& functions,
                                        const ToolCallGrammarOptions& options);
 

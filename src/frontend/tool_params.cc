@@ -179,10 +179,11 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
     return Invalid("tool_choice", "'tool_choice' \"required\" or a named function cannot be combined with "
                                   "response_format or guided decoding.");
   options.parallel = t.parallel && t.choice == ToolRequest::Choice::kRequired;
+  options.format = chat_parse::ForcedCallFormat(format);
   auto gbnf = chat_parse::HermesToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce 'tool_choice': {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
-  t.format = ToolCallFormat::kHermes;
+  t.format = options.format;
   return std::nullopt;
 }
 

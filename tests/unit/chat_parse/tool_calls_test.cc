@@ -178,3 +178,45 @@ TEST(ParsersForTemplate, RecognizeTheFamilies) {
 
 }  // namespace
 }  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+// Random texts made of the formats' own pieces (markers, brackets, quotes, names): every parser
+// returns (no crash, arguments always JSON), and any split of the stream gives the whole-text parse.
+TEST(ToolCallParser, RandomPiecesNeverBreakAndStreamEqualsWhole) {
+  const std::vector<std::string> pieces = {
+      "<tool_call>", "</tool_call>", "<tool_", "<function=f>", "</function>", "<parameter=a>", "</parameter>",
+      "<|python_tag|>", "[TOOL_CALLS]", "[ARGS]", "<|python_start|>", "<|python_end|>", "{", "}", "[", "]", "(",
+      ")", "\"", "'", "\\", ":", ",", ";", "=", " ", "\n", "name", "\"name\": \"f\"", "\"arguments\": {}",
+      "f(a=1)", "x", "é", "True", "None", "1.5"};
+  std::mt19937 rng(7);
+  const ToolCallFormat formats[] = {ToolCallFormat::kHermes, ToolCallFormat::kQwen3Coder, ToolCallFormat::kLlama3Json,
+                                    ToolCallFormat::kMistral, ToolCallFormat::kPythonic};
+  for (int round = 0; round < 3000; ++round) {
+    std::string text;
+    const int n = std::uniform_int_distribution<int>(1, 14)(rng);
+    for (int i = 0; i < n; ++i) text += pieces[std::uniform_int_distribution<size_t>(0, pieces.size() - 1)(rng)];
+    for (ToolCallFormat f : formats) {
+      const ToolCallDelta whole = ParseToolCalls(f, text, nullptr);
+      for (const ToolCall& c : whole.calls) ASSERT_FALSE(ojson::parse(c.arguments, nullptr, false).is_discarded()) << text;
+      ToolCallParser p(f, nullptr);
+      ToolCallDelta streamed;
+      for (size_t i = 0; i < text.size();) {
+        const size_t k = std::uniform_int_distribution<size_t>(1, 5)(rng);
+        ToolCallDelta d = p.Feed(text.substr(i, k));
+        streamed.content += d.content;
+        for (auto& c : d.calls) streamed.calls.push_back(c);
+        i += k;
+      }
+      ToolCallDelta d = p.Finish();
+      streamed.content += d.content;
+      for (auto& c : d.calls) streamed.calls.push_back(c);
+      ASSERT_EQ(streamed.content, whole.content) << ToolCallFormatName(f) << ": " << text;
+      ASSERT_EQ(streamed.calls, whole.calls) << ToolCallFormatName(f) << ": " << text;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

@@ -92,3 +92,27 @@ TEST(ToolCallGrammar, AutoAllowsTextThenOptionalCalls) {
 
 }  // namespace
 }  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+TEST(ToolCallGrammar, Llama3JsonForcedCalls) {
+  ToolCallGrammarOptions options;
+  options.format = ForcedCallFormat(ToolCallFormat::kLlama3Json);
+  options.allow_think = false;
+  auto gbnf = HermesToolCallGbnf(Functions(), options);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Paris\"}}";
+  EXPECT_TRUE(Accepts(*gbnf, call));
+  EXPECT_TRUE(Accepts(*gbnf, call + "; {\"name\": \"now\", \"parameters\": {}}"));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n" + call));
+  ToolCallDelta d = ParseToolCalls(ToolCallFormat::kLlama3Json, call + "; {\"name\": \"now\", \"parameters\": {}}", nullptr);
+  ASSERT_EQ(d.calls.size(), 2u);
+  EXPECT_EQ(d.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(ForcedCallFormat(ToolCallFormat::kPythonic), ToolCallFormat::kHermes);
+  options.format = ToolCallFormat::kPythonic;
+  EXPECT_FALSE(HermesToolCallGbnf(Functions(), options).ok());
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

@@ -214,3 +214,22 @@ TEST_F(ChatToolsTest, StrictFunctionsAreConstrainedInAuto) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+TEST_F(ChatToolsTest, ForcedCallsFollowALlama3JsonServer) {
+  OpenAIServiceOptions options;
+  options.tool_call_parser = chat_parse::ToolCallFormat::kLlama3Json;
+  Make(options, 1024);
+  Script("{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Paris\"}}");
+  json j = NonStream(Body(std::string("\"tools\":") + kTools + R"(,"tool_choice":"required")"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  const auto& spec = engine->submitted().back().params.structured;
+  EXPECT_NE(spec.spec.find("parameters"), std::string::npos);
+  EXPECT_EQ(spec.spec.find("tool_call"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::testing
