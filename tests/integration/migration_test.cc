@@ -7,6 +7,9 @@
 //     counts one migration.
 //   - --migration-limit 0: the same kill ends the stream with an error event; the requests sent
 //     right after it (before the next Health poll) are served by the other worker.
+//   - --migration-limit 1 with a chat request whose tool call is forced (tool_choice named, a
+//     400-character string argument): the worker is killed mid-call, the grammar resumes on the
+//     other worker, and the streamed call equals the uninterrupted one.
 //   - join/leave: after a SIGKILL the next requests all succeed (they avoid the dead worker); a
 //     worker started later gets some of the following requests within seconds (its own /metrics:
 //     prefix cache queries > 0).
@@ -17,6 +20,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -150,11 +154,11 @@ class MigrationTest : public ::testing::TestWithParam<Backend> {
     return {{"prompt", "The jury said that the city"}, {"max_tokens", 300},
             {"ignore_eos", true}, {"temperature", 0}};
   }
-  void StartStream(const std::string& name, nlohmann::json body) {
+  void StartStream(const std::string& name, nlohmann::json body, const std::string& path = "/v1/completions") {
     body["stream"] = true;
     curls_.push_back(ChildProcess::Start(
         {"curl", "-sN", "-m", "180", "-o", (dir_ / (name + ".out")).string(), "-w", "%{http_code}",
-         "-H", "content-type: application/json", "-d", body.dump(), base_ + "/v1/completions"},
+         "-H", "content-type: application/json", "-d", body.dump(), base_ + path},
         {}, (dir_ / (name + ".code")).string()));
     ASSERT_TRUE(curls_.back());
   }
@@ -286,6 +290,48 @@ TEST_P(MigrationTest, NewRequestsAvoidAKilledWorkerAndAJoiningWorkerGetsTraffic)
   }
   EXPECT_GT(WorkerMetric(fresh, "tandem_prefix_cache_queries_total"), 0)
       << "the joining worker got none of 12 requests";
+}
+
+TEST_P(MigrationTest, AForcedToolCallContinuesOnAnotherWorker) {
+  StartFrontend(/*migration_limit=*/1);
+  StartWorker("w0");
+  StartWorker("w1");
+  const nlohmann::json body = {
+      {"messages", {{{"role", "user"}, {"content", "Write it down."}}}},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "note"}, {"parameters", {
+          {"type", "object"}, {"additionalProperties", false}, {"required", {"text"}},
+          {"properties", {{"text", {{"type", "string"}, {"minLength", 400}, {"maxLength", 400}}}}}}}}}}}},
+      {"tool_choice", {{"type", "function"}, {"function", {{"name", "note"}}}}},
+      {"temperature", 0}, {"max_tokens", 1000}};
+  HttpResult ref = Curl("-H 'content-type: application/json' -d " + ShellQuote(body.dump()) + " " +
+                            ShellQuote(base_ + "/v1/chat/completions"), 120);
+  ASSERT_EQ(ref.status, 200) << ref.body;
+  const auto ref_json = nlohmann::json::parse(ref.body);
+  ASSERT_EQ(ref_json["choices"][0]["finish_reason"], "tool_calls") << ref.body;
+  const std::string want = ref_json["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"];
+
+  StartStream("t", body, "/v1/chat/completions");
+  Worker* serving = nullptr;
+  ASSERT_TRUE(Eventually([&] { return (serving = Serving()) != nullptr; }, 30s)) << Logs();
+  std::this_thread::sleep_for(100ms);  // some of the call generated
+  ASSERT_EQ(Read("t.out").find("[DONE]"), std::string::npos) << "finished before the kill";
+  serving->process->Signal(SIGKILL);
+  --live_;
+  ASSERT_TRUE(serving->process->WaitExit(5s));
+  ASSERT_TRUE(curls_.back()->WaitExit(120s)) << Logs();
+  EXPECT_EQ(Read("t.code"), "200");
+  const std::string sse = Read("t.out");
+  std::string args, finish;
+  for (size_t p = sse.find("data: {"); p != std::string::npos; p = sse.find("data: {", p + 1)) {
+    auto e = nlohmann::json::parse(sse.substr(p + 6, sse.find("\n\n", p) - p - 6));
+    ASSERT_FALSE(e.contains("error")) << e.dump();
+    const auto& c = e["choices"][0];
+    if (c["delta"].contains("tool_calls")) args += c["delta"]["tool_calls"][0]["function"]["arguments"].get<std::string>();
+    if (c["finish_reason"].is_string()) finish = c["finish_reason"];
+  }
+  EXPECT_EQ(args, want);
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(FrontendMetric("tandem_request_migrations_total"), 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Discovery, MigrationTest,
