@@ -217,9 +217,8 @@ size_t JsonContainerEnd(std::string_view s, size_t pos) {
   return std::string_view::npos;
 }
 
-std::optional<std::vector<ToolCall>> ParseRegion(ToolCallFormat format, std::string_view marker,
-                                                 std::string_view region, const ojson* tools) {
-  (void)marker;
+std::optional<std::vector<ToolCall>> ParseRegion(ToolCallFormat format, std::string_view region,
+                                                 const ojson* tools) {
   switch (format) {
     case ToolCallFormat::kHermes: return Hermes(region);
     case ToolCallFormat::kQwen3Coder: return Qwen3Coder(region, tools);

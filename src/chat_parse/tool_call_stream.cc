@@ -121,7 +121,7 @@ void ToolCallParser::EmitContent(ToolCallDelta& out, std::string_view text) {
 
 void ToolCallParser::Resolve(ToolCallDelta& out) {
   in_call_ = false;
-  std::optional<std::vector<ToolCall>> calls = ParseRegion(format_, marker_, region_, tools_);
+  std::optional<std::vector<ToolCall>> calls = ParseRegion(format_, region_, tools_);
   if (calls && !calls->empty()) {
     num_calls_ += static_cast<int>(calls->size());
     for (ToolCall& c : *calls) out.calls.push_back(std::move(c));

@@ -93,8 +93,7 @@ ToolCallDelta ParseToolCalls(ToolCallFormat format, std::string_view text,
 
 // Format internals (tool_call_formats.cc, pythonic.cc): a call region's text (after its start
 // marker, without the end marker) to calls; nullopt when it does not parse.
-std::optional<std::vector<ToolCall>> ParseRegion(ToolCallFormat format, std::string_view marker,
-                                                 std::string_view region,
+std::optional<std::vector<ToolCall>> ParseRegion(ToolCallFormat format, std::string_view region,
                                                  const nlohmann::ordered_json* tools);
 std::optional<std::vector<ToolCall>> ParsePythonicCalls(std::string_view text);
 // The end of the JSON object or array that starts at s[pos] ('{' or '['): one past its closing

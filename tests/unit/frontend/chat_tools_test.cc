@@ -233,3 +233,28 @@ TEST_F(ChatToolsTest, ForcedCallsFollowALlama3JsonServer) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+TEST_F(ChatToolsTest, StreamedLogprobsCoverEveryTokenWhenTextIsHeldBack) {
+  Script("<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>");
+  auto w = Post("/v1/chat/completions", Body(std::string("\"tools\":") + kTools + R"(,"stream":true,"logprobs":true,"n":2)"));
+  ASSERT_EQ(w->status, 200);
+  size_t entries[2] = {0, 0};
+  int calls[2] = {0, 0};
+  for (const json& e : SseEvents(w->body)) {
+    const json& c = e["choices"][0];
+    const int i = c["index"];
+    if (c["logprobs"].is_object()) entries[i] += c["logprobs"]["content"].size();
+    if (c["delta"].contains("tool_calls") && c["delta"]["tool_calls"][0].contains("id")) ++calls[i];
+    if (c["delta"].contains("content")) EXPECT_EQ(c["delta"]["content"].get<std::string>().find("<"), std::string::npos);
+  }
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(entries[i], engine->script.tokens.size()) << "choice " << i;
+    EXPECT_EQ(calls[i], 1) << "choice " << i;
+  }
+}
+
+}  // namespace
+}  // namespace tandem::testing
