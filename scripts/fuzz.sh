@@ -29,7 +29,7 @@ CI=0
 BUILD_ONLY=0
 TARGETS=()
 ALL_TARGETS=(http_request openai_request tokenizer chat_template grammar kv_event_codec tcp_wire cuda_ipc_control
-             fabric_control graph_yaml)
+             fabric_control graph_yaml tool_call_parse)
 
 while (($#)); do
   case "$1" in

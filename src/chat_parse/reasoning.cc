@@ -25,6 +25,24 @@ size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
   return 0;
 }
 
+bool IsPartialTag(std::string_view s) {
+  return (s.size() < kOpen.size() && kOpen.substr(0, s.size()) == s) ||
+         (s.size() < kClose.size() && kClose.substr(0, s.size()) == s);
+}
+
+// The longest suffix of `s` (which holds no whole tag) that later text could still turn into a
+// tag once the tags it completes are dropped: a run of partial tags, e.g. "<t<" (the "<" may
+// become "<think>", whose removal leaves "<t" before what follows).
+size_t JoinableSuffix(std::string_view s) {
+  size_t from = s.size(), end = s.size();
+  while (end > 0) {
+    const size_t lt = s.rfind('<', end - 1);
+    if (lt == std::string_view::npos || !IsPartialTag(s.substr(lt, end - lt))) break;
+    from = end = lt;
+  }
+  return s.size() - from;
+}
+
 }  // namespace
 
 std::optional<ReasoningFormat> ParseReasoningFormat(std::string_view name) {
@@ -137,15 +155,15 @@ void ReasoningParser::Run(ReasoningDelta& out, bool finish) {
           held_.clear();
           return;
         }
-        // A stray tag later in the answer is dropped too: no tag ever reaches the content.
+        // A stray tag later in the answer is dropped too: no tag ever reaches the content. The
+        // text around it is searched again, since "<t" + "<think>" + "hink>" joins into a tag.
         size_t open = held_.find(kOpen), close = held_.find(kClose);
         size_t at = std::min(open, close);
         if (at != std::string::npos) {
-          out.content.append(held_, 0, at);
-          held_.erase(0, at + (at == open ? kOpen.size() : kClose.size()));
+          held_.erase(at, at == open ? kOpen.size() : kClose.size());
           continue;
         }
-        size_t keep = finish ? 0 : std::max(PartialTagSuffix(held_, kOpen), PartialTagSuffix(held_, kClose));
+        size_t keep = finish ? 0 : JoinableSuffix(held_);
         out.content.append(held_, 0, held_.size() - keep);
         held_.erase(0, held_.size() - keep);
         return;

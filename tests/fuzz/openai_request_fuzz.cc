@@ -71,6 +71,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::string body(reinterpret_cast<const char*>(data) + 1, size - 1);
   openai::ParseOptions options;
   options.served_model_name = "tiny-qwen3";
+  options.tool_call_format = chat_parse::ToolCallFormat::kHermes;  // the bundled template's parser
   openai::ParsedRequest request;
   if (auto e = openai::ParseRequest(endpoint, body, options, &request)) {
     CheckError(*e);

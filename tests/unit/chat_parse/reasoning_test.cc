@@ -45,6 +45,8 @@ const std::vector<Case>& Cases() {
       // A stray tag in the answer never reaches the content.
       {ReasoningFormat::kQwen3, "Answer <think>x</think> end", "", "Answer x end"},
       {ReasoningFormat::kDeepSeekR1, "r</think>a</think>b<thi", "r", "ab<thi"},
+      // Found by tool_call_parse_fuzz: dropping a tag must not join the text around it into one.
+      {ReasoningFormat::kQwen3, "ok <t<think>hink> x", "", "ok  x"},
   };
   return cases;
 }
