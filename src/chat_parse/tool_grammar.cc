@@ -62,7 +62,7 @@ ToolCallFormat ForcedCallFormat(ToolCallFormat parser) {
   return parser == ToolCallFormat::kLlama3Json ? ToolCallFormat::kLlama3Json : ToolCallFormat::kHermes;
 }
 
-Result<std::string> HermesToolCallGbnf(const std::vector<ojson>& functions,
+Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
                                        const ToolCallGrammarOptions& options) {
   if (functions.empty()) return Err(StatusCode::kInvalidArgument, "no function to call");
   const bool llama = options.format == ToolCallFormat::kLlama3Json;

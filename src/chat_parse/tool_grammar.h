@@ -1,4 +1,4 @@
-// The grammar of hermes tool calls (tool_calls.h) for the grammar engine:
+// The grammar of tool calls (tool_calls.h) for the grammar engine; hermes calls by default,
 //   <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>   (calls separated by "\n")
 // where NAME is one of the given functions and ARGS is JSON that follows that function's
 // `parameters` schema (grammar/json_schema.h; absent parameters: any object), optionally after a
@@ -37,7 +37,7 @@ ToolCallFormat ForcedCallFormat(ToolCallFormat parser);
 // `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.
 // InvalidArgument naming the function when its parameters are not a schema the grammar engine
 // enforces (the keyword, as json_schema.h says it), or for a format other than the two above.
-Result<std::string> HermesToolCallGbnf(const std::vector<nlohmann::ordered_json>& functions,
+Result<std::string> ToolCallGbnf(const std::vector<nlohmann::ordered_json>& functions,
                                        const ToolCallGrammarOptions& options);
 
 }  // namespace tandem::chat_parse

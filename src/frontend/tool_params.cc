@@ -111,7 +111,7 @@ std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
   }
   options.allow_text = true;
   options.parallel = t.parallel;
-  auto gbnf = chat_parse::HermesToolCallGbnf(allowed, options);
+  auto gbnf = chat_parse::ToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce a strict function: {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
   return std::nullopt;
@@ -180,7 +180,7 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
                                   "response_format or guided decoding.");
   options.parallel = t.parallel && t.choice == ToolRequest::Choice::kRequired;
   options.format = chat_parse::ForcedCallFormat(format);
-  auto gbnf = chat_parse::HermesToolCallGbnf(allowed, options);
+  auto gbnf = chat_parse::ToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce 'tool_choice': {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
   t.format = options.format;

@@ -28,7 +28,7 @@ bool Accepts(const std::string& gbnf, const std::string& text) {
 }
 
 TEST(ToolCallGrammar, AcceptsExactlyHermesCalls) {
-  auto gbnf = HermesToolCallGbnf(Functions(), {});
+  auto gbnf = ToolCallGbnf(Functions(), {});
   ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
   const std::string call =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
@@ -44,7 +44,7 @@ TEST(ToolCallGrammar, AcceptsExactlyHermesCalls) {
 }
 
 TEST(ToolCallGrammar, OneCallWithoutThink) {
-  auto gbnf = HermesToolCallGbnf({Functions()[1]}, {.allow_think = false, .parallel = false});
+  auto gbnf = ToolCallGbnf({Functions()[1]}, {.allow_think = false, .parallel = false});
   ASSERT_TRUE(gbnf.ok());
   const std::string call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(Accepts(*gbnf, call));
@@ -53,7 +53,7 @@ TEST(ToolCallGrammar, OneCallWithoutThink) {
 }
 
 TEST(ToolCallGrammar, UnsupportedSchemaIsAnError) {
-  auto gbnf = HermesToolCallGbnf({ojson::parse(R"({"name": "f", "parameters": {"type": "object",
+  auto gbnf = ToolCallGbnf({ojson::parse(R"({"name": "f", "parameters": {"type": "object",
       "patternProperties": {"x": {}}}})")}, {});
   ASSERT_FALSE(gbnf.ok());
   EXPECT_NE(gbnf.status().message().find("function 'f'"), std::string::npos) << gbnf.status().message();
@@ -66,7 +66,7 @@ namespace tandem::chat_parse {
 namespace {
 
 TEST(ToolCallGrammar, ThinkBodyIsAnyTextWithoutTheEndTag) {
-  auto gbnf = HermesToolCallGbnf({ojson::parse(R"({"name": "now"})")}, {});
+  auto gbnf = ToolCallGbnf({ojson::parse(R"({"name": "now"})")}, {});
   ASSERT_TRUE(gbnf.ok());
   const std::string call = "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>";
   EXPECT_TRUE(Accepts(*gbnf, "<think>\nif a < b and <tag> or </thin or <</think>\n\n" + call));
@@ -77,7 +77,7 @@ TEST(ToolCallGrammar, ThinkBodyIsAnyTextWithoutTheEndTag) {
 TEST(ToolCallGrammar, AutoAllowsTextThenOptionalCalls) {
   ToolCallGrammarOptions options;
   options.allow_text = true;
-  auto gbnf = HermesToolCallGbnf(Functions(), options);
+  auto gbnf = ToolCallGbnf(Functions(), options);
   ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
   const std::string call =
       "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}\n</tool_call>";
@@ -100,7 +100,7 @@ TEST(ToolCallGrammar, Llama3JsonForcedCalls) {
   ToolCallGrammarOptions options;
   options.format = ForcedCallFormat(ToolCallFormat::kLlama3Json);
   options.allow_think = false;
-  auto gbnf = HermesToolCallGbnf(Functions(), options);
+  auto gbnf = ToolCallGbnf(Functions(), options);
   ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
   const std::string call = "{\"name\": \"get_weather\", \"parameters\": {\"city\":\"Paris\"}}";
   EXPECT_TRUE(Accepts(*gbnf, call));
@@ -111,7 +111,7 @@ TEST(ToolCallGrammar, Llama3JsonForcedCalls) {
   EXPECT_EQ(d.calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(ForcedCallFormat(ToolCallFormat::kPythonic), ToolCallFormat::kHermes);
   options.format = ToolCallFormat::kPythonic;
-  EXPECT_FALSE(HermesToolCallGbnf(Functions(), options).ok());
+  EXPECT_FALSE(ToolCallGbnf(Functions(), options).ok());
 }
 
 }  // namespace
