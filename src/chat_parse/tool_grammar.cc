@@ -1,5 +1,7 @@
 #include "chat_parse/tool_grammar.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "chat_parse/tool_calls.h"
@@ -59,14 +61,90 @@ int TextWithout(Grammar& g, std::string_view pattern) {
 }  // namespace
 
 ToolCallFormat ForcedCallFormat(ToolCallFormat parser) {
-  return parser == ToolCallFormat::kLlama3Json ? ToolCallFormat::kLlama3Json : ToolCallFormat::kHermes;
+  if (parser == ToolCallFormat::kLlama3Json || parser == ToolCallFormat::kQwen3Coder) return parser;
+  return ToolCallFormat::kHermes;
 }
 
+namespace {
+
+// Function i's arguments schema as a rule of `g`.
+Result<int> SchemaRule(Grammar& g, const ojson& schema, const std::string& prefix, const std::string& what) {
+  grammar::JsonSchemaOptions schema_options;
+  schema_options.any_whitespace = false;
+  auto args = grammar::JsonSchemaToGrammar(CompactJson(schema), schema_options);
+  if (!args.ok()) return Err(StatusCode::kInvalidArgument, "{}: {}", what, args.status().message());
+  return g.RuleRef(Embed(g, *args, prefix));
+}
+
+// A string parameter's value as qwen3_coder writes it (raw text): any text without
+// "</parameter>"; one of its enum values; with minLength / maxLength, that many code points other
+// than '<'. Other string keywords cannot be enforced on raw text.
+Result<int> RawStringValue(Grammar& g, const ojson& schema, const std::string& what) {
+  int min = 0, max = grammar::kUnbounded;
+  for (auto it = schema.begin(); it != schema.end(); ++it) {
+    const std::string& k = it.key();
+    if (k == "minLength" || k == "maxLength") {
+      if (!it.value().is_number_unsigned() || it.value().get<uint64_t>() > 100000)
+        return Err(StatusCode::kInvalidArgument, "{}: '{}' must be an integer from 0 to 100000", what, k);
+      (k == "minLength" ? min : max) = static_cast<int>(it.value().get<uint64_t>());
+    } else if (k != "type" && k != "enum" && k != "description" && k != "title" && k != "default" && k != "examples") {
+      return Err(StatusCode::kInvalidArgument, "{}: string keyword '{}' cannot be enforced on qwen3_coder's raw text", what, k);
+    }
+  }
+  if (max != grammar::kUnbounded && min > max) return Err(StatusCode::kInvalidArgument, "{}: minLength above maxLength", what);
+  auto e = schema.find("enum");
+  if (e == schema.end()) {
+    if (min == 0 && max == grammar::kUnbounded) return TextWithout(g, "</parameter>");
+    return g.Repeat(g.CharClass({{'<', '<'}}, /*negated=*/true), min, max);
+  }
+  std::vector<int> alts;
+  for (const ojson& v : *e) {
+    if (!v.is_string()) return Err(StatusCode::kInvalidArgument, "{}: enum values of a string must be strings", what);
+    alts.push_back(g.Bytes(v.get<std::string>()));
+  }
+  if (alts.empty()) return Err(StatusCode::kInvalidArgument, "{}: empty enum", what);
+  return g.Choice(std::move(alts));
+}
+
+// <tool_call>\n<function=NAME>\n(<parameter=P>\nVALUE\n</parameter>\n)*</function>\n</tool_call>,
+// the properties in the schema's order, the required ones always there.
+Result<int> Qwen3CoderCall(Grammar& g, const std::string& name, const ojson* params, size_t i) {
+  std::vector<int> seq{g.Bytes("<tool_call>\n<function=" + name + ">\n")};
+  if (params && params->is_object()) {
+    std::vector<std::string> required;
+    if (auto r = params->find("required"); r != params->end() && r->is_array())
+      for (const ojson& x : *r)
+        if (x.is_string()) required.push_back(x.get<std::string>());
+    auto props = params->find("properties");
+    if (props != params->end() && props->is_object()) {
+      size_t j = 0;
+      for (auto it = props->begin(); it != props->end(); ++it, ++j) {
+        const std::string& p = it.key();
+        const std::string what = fmt::format("function '{}' parameter '{}'", name, p);
+        if (p.empty() || p.find_first_of("<>\n") != std::string::npos)
+          return Err(StatusCode::kInvalidArgument, "{}: the name cannot be written in qwen3_coder's format", what);
+        const ojson& s = it.value();
+        const bool raw = s.is_object() && s.value("type", ojson()) == "string";
+        Result<int> value = raw ? RawStringValue(g, s, what) : SchemaRule(g, s, fmt::format("f{}_p{}_", i, j), what);
+        if (!value.ok()) return value.status();
+        const int param = g.Sequence({g.Bytes("<parameter=" + p + ">\n"), *value, g.Bytes("\n</parameter>\n")});
+        const bool req = std::find(required.begin(), required.end(), p) != required.end();
+        seq.push_back(req ? param : g.Repeat(param, 0, 1));
+      }
+    }
+  }
+  seq.push_back(g.Bytes("</function>\n</tool_call>"));
+  return g.Sequence(std::move(seq));
+}
+
+}  // namespace
+
 Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
-                                       const ToolCallGrammarOptions& options) {
+                                 const ToolCallGrammarOptions& options) {
   if (functions.empty()) return Err(StatusCode::kInvalidArgument, "no function to call");
   const bool llama = options.format == ToolCallFormat::kLlama3Json;
-  if (!llama && options.format != ToolCallFormat::kHermes)
+  const bool coder = options.format == ToolCallFormat::kQwen3Coder;
+  if (!llama && !coder && options.format != ToolCallFormat::kHermes)
     return Err(StatusCode::kInvalidArgument, "tool calls cannot be forced in the {} format",
                ToolCallFormatName(options.format));
   if (llama && options.allow_text)
@@ -74,23 +152,24 @@ Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
   Grammar g;
   const int root = g.RuleNamed("root");
   std::vector<int> alternatives;
-  grammar::JsonSchemaOptions schema_options;
-  schema_options.any_whitespace = false;
   for (size_t i = 0; i < functions.size(); ++i) {
     const ojson& f = functions[i];
     const std::string name = f.value("name", "");
     auto params = f.find("parameters");
-    std::string schema = params == f.end() || params->is_null() ? std::string(R"({"type":"object"})")
-                                                                 : CompactJson(*params);
-    auto args = grammar::JsonSchemaToGrammar(schema, schema_options);
-    if (!args.ok())
-      return Err(StatusCode::kInvalidArgument, "function '{}': {}", name, args.status().message());
-    const int args_rule = Embed(g, *args, fmt::format("f{}_", i));
+    const bool absent = params == f.end() || params->is_null();
+    if (coder) {
+      Result<int> call = Qwen3CoderCall(g, name, absent ? nullptr : &*params, i);
+      if (!call.ok()) return call.status();
+      alternatives.push_back(*call);
+      continue;
+    }
+    Result<int> args = SchemaRule(g, absent ? ojson{{"type", "object"}} : *params, fmt::format("f{}_", i),
+                                  fmt::format("function '{}'", name));
+    if (!args.ok()) return args.status();
     const std::string quoted = CompactJson(ojson(name));
     const std::string head = llama ? "{\"name\": " + quoted + ", \"parameters\": "
                                    : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
-    alternatives.push_back(
-        g.Sequence({g.Bytes(head), g.RuleRef(args_rule), g.Bytes(llama ? "}" : "}\n</tool_call>")}));
+    alternatives.push_back(g.Sequence({g.Bytes(head), *args, g.Bytes(llama ? "}" : "}\n</tool_call>")}));
   }
   const int call_rule = g.RuleNamed("call");
   g.SetBody(call_rule, alternatives.size() == 1 ? alternatives[0] : g.Choice(alternatives));

@@ -8,7 +8,12 @@
 //   allow_text (tool_choice "auto" with strict functions): any text without "<tool_call>", then
 //     zero or more calls, and nothing after them.
 // With format llama3_json (forced only) the calls are Llama 3.1's JSON instead,
-//   {"name": "NAME", "parameters": ARGS}   (calls separated by "; ").
+//   {"name": "NAME", "parameters": ARGS}   (calls separated by "; ");
+// with qwen3_coder, Qwen3-Coder's XML-like calls,
+//   <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>
+// with the schema's properties in its order (the required ones always, the others optionally), a
+// string's VALUE raw text without "</parameter>" (or one of its enum values; other string keywords
+// are InvalidArgument), any other VALUE JSON that follows the property's schema.
 // The result is GBNF text for StructuredKind::kGrammar (grammar.h), so it travels to any worker
 // like a guided_grammar.
 #pragma once
@@ -27,11 +32,11 @@ struct ToolCallGrammarOptions {
   bool allow_think = true;  // the output may start with a think block
   bool parallel = true;     // more than one call (parallel_tool_calls)
   bool allow_text = false;  // free text first, and the calls optional (auto; hermes only)
-  ToolCallFormat format = ToolCallFormat::kHermes;  // kHermes or kLlama3Json
+  ToolCallFormat format = ToolCallFormat::kHermes;  // kHermes, kLlama3Json or kQwen3Coder
 };
 
-// The format a forced call is written in for a server whose parser is `parser`: llama3_json for
-// llama3_json, else hermes.
+// The format a forced call is written in for a server whose parser is `parser`: llama3_json and
+// qwen3_coder as themselves, else hermes.
 ToolCallFormat ForcedCallFormat(ToolCallFormat parser);
 
 // `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.

@@ -93,12 +93,13 @@ bool IsStrict(const ojson& function) {
   return s && s->is_boolean() && s->get<bool>();
 }
 
-// tool_choice auto with hermes parsing and a strict function: free text or calls, every call's
+// tool_choice auto with hermes or qwen3_coder parsing and a strict function: free text or calls, every call's
 // arguments following its schema (a function that is not strict: any object).
 std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
                                      chat_parse::ToolCallGrammarOptions options, ParsedRequest* out) {
   const ToolRequest& t = out->tools;
-  if (t.format != ToolCallFormat::kHermes || out->params.structured.kind != grammar::StructuredKind::kNone)
+  if ((t.format != ToolCallFormat::kHermes && t.format != ToolCallFormat::kQwen3Coder) ||
+      out->params.structured.kind != grammar::StructuredKind::kNone)
     return std::nullopt;
   bool any_strict = false;
   for (const ojson& f : functions) any_strict = any_strict || IsStrict(f);
@@ -111,6 +112,7 @@ std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
   }
   options.allow_text = true;
   options.parallel = t.parallel;
+  options.format = t.format;
   auto gbnf = chat_parse::ToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce a strict function: {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};

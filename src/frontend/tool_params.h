@@ -7,9 +7,9 @@
 //                       "required" or {"type": "function", "function": {"name": ...}};
 //   parallel_tool_calls true (default) or false (at most one call is returned and forced).
 // "required" and a named function are enforced: the output is constrained to calls
-// (chat_parse/tool_grammar.h: llama3_json calls with that parser, else hermes calls, whatever the
-// server's --tool-call-parser) through SamplingParams::structured, so they cannot be combined with
-// response_format / guided_*. With "auto", the hermes parser and a function with "strict": true,
+// (chat_parse/tool_grammar.h: llama3_json or qwen3_coder calls with those parsers, else hermes
+// calls, whatever the server's --tool-call-parser) through SamplingParams::structured, so they cannot be combined with
+// response_format / guided_*. With "auto", the hermes or qwen3_coder parser and a function with "strict": true,
 // the output is constrained too: free text, then calls whose arguments follow the strict
 // functions' schemas (unless response_format / guided_* constrain it already). Every problem is a
 // 400 naming the parameter.

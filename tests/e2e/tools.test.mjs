@@ -172,3 +172,14 @@ test("disaggregated (prefill on a prefill worker): the same enforced call and an
   assert.deepEqual(comparable(streamed.choices[0].message), comparable(whole.choices[0].message));
   await disagg.stop();
 });
+
+test("--tool-call-parser qwen3_coder: the forced call is Qwen3-Coder's XML form and parses back typed", async () => {
+  const coder = await startServer({ args: ["--tool-call-parser", "qwen3_coder"] });
+  const r = await client(coder).chat.completions.create({
+    model: MODEL, messages: question, tools, temperature: 0, max_tokens: 160,
+    tool_choice: { type: "function", function: { name: "get_weather" } },
+  });
+  assert.equal(r.choices[0].finish_reason, "tool_calls", JSON.stringify(r.choices[0].message));
+  checkCall(r.choices[0].message.tool_calls[0], ["get_weather"]);
+  await coder.stop();
+});

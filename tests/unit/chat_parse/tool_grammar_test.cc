@@ -116,3 +116,38 @@ TEST(ToolCallGrammar, Llama3JsonForcedCalls) {
 
 }  // namespace
 }  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+TEST(ToolCallGrammar, Qwen3CoderForcedCallsParseBackTyped) {
+  const std::vector<ojson> fns = {ojson::parse(R"({"name": "book", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string", "minLength": 2, "maxLength": 8}, "nights": {"type": "integer", "minimum": 1, "maximum": 9},
+                     "kind": {"type": "string", "enum": ["hotel", "flat"]}, "extras": {"type": "array", "items": {"type": "string"}}},
+      "required": ["city", "nights"]}})")};
+  ToolCallGrammarOptions options;
+  options.format = ForcedCallFormat(ToolCallFormat::kQwen3Coder);
+  auto gbnf = ToolCallGbnf(fns, options);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  const std::string call = "<tool_call>\n<function=book>\n<parameter=city>\nNew York\n</parameter>\n"
+                           "<parameter=nights>\n3\n</parameter>\n<parameter=kind>\nflat\n</parameter>\n"
+                           "</function>\n</tool_call>";
+  EXPECT_TRUE(Accepts(*gbnf, "<think>\n\n</think>\n\n" + call));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n<function=book>\n<parameter=city>\nXY\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n<function=book>\n<parameter=city>\nX\n</parameter>\n"
+                              "<parameter=nights>\n3\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n<function=book>\n<parameter=city>\nX\n</parameter>\n"
+                              "<parameter=nights>\n12\n</parameter>\n</function>\n</tool_call>"));
+  EXPECT_TRUE(Accepts(*gbnf, "<tool_call>\n<function=book>\n<parameter=city>\nXY\n</parameter>\n"
+                             "<parameter=nights>\n9\n</parameter>\n</function>\n</tool_call>"));
+  const ojson tools = ojson::array({{{"type", "function"}, {"function", fns[0]}}});
+  ToolCallDelta d = ParseToolCalls(ToolCallFormat::kQwen3Coder, call, &tools);
+  ASSERT_EQ(d.calls.size(), 1u);
+  EXPECT_EQ(d.calls[0].arguments, R"({"city":"New York","nights":3,"kind":"flat"})");
+  auto bad = ToolCallGbnf({ojson::parse(R"({"name": "f", "parameters": {"type": "object",
+      "properties": {"s": {"type": "string", "pattern": "a+"}}}})")}, options);
+  EXPECT_FALSE(bad.ok());
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

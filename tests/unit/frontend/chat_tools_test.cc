@@ -258,3 +258,20 @@ TEST_F(ChatToolsTest, StreamedLogprobsCoverEveryTokenWhenTextIsHeldBack) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+TEST_F(ChatToolsTest, ForcedCallsFollowAQwen3CoderServer) {
+  OpenAIServiceOptions options;
+  options.tool_call_parser = chat_parse::ToolCallFormat::kQwen3Coder;
+  Make(options, 1024);
+  Script("<tool_call>\n<function=get_weather>\n<parameter=city>\nParis\n</parameter>\n</function>\n</tool_call>");
+  json j = NonStream(Body(std::string("\"tools\":") + kTools + R"(,"tool_choice":"required")"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  EXPECT_NE(engine->submitted().back().params.structured.spec.find("<function=get_weather>"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace tandem::testing
