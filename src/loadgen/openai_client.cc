@@ -92,15 +92,24 @@ bool StreamReader::OnEvent(const SseEvent& event, Clock::time_point now) {
     if (!choices.is_array()) return Bad("choices is not an array");
     for (const json& c : choices) {
       const json* text = nullptr;
-      if (c.contains("delta") && c["delta"].is_object() && c["delta"].contains("content"))
-        text = &c["delta"]["content"];
-      else if (c.contains("text"))
+      bool reasoning = false;  // delta.reasoning_content: output for the clock, not for the reply
+      if (c.contains("delta") && c["delta"].is_object()) {
+        const json& d = c["delta"];
+        auto nonempty = [](const json& v) { return v.is_string() && !v.get_ref<const std::string&>().empty(); };
+        if (d.contains("content") && nonempty(d["content"])) {
+          text = &d["content"];
+        } else if (d.contains("reasoning_content") && nonempty(d["reasoning_content"])) {
+          text = &d["reasoning_content"];
+          reasoning = true;
+        }
+      } else if (c.contains("text")) {
         text = &c["text"];
+      }
       if (text && text->is_string() && !text->get_ref<const std::string&>().empty()) {
         const double t = std::chrono::duration<double>(now - start_).count();
         if (record_.chunk_times_s.empty()) record_.ttft_s = t;
         record_.chunk_times_s.push_back(t);
-        record_.output_text += text->get_ref<const std::string&>();
+        if (!reasoning) record_.output_text += text->get_ref<const std::string&>();
       }
     }
   }

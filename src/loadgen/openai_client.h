@@ -31,7 +31,9 @@ struct ClientOptions {
 std::string BuildRequestBody(const ClientOptions& options, const WorkItem& item, int turn,
                              const std::vector<std::string>& replies);
 
-// Reads an OpenAI streaming response into `record` (times relative to `request_start`).
+// Reads an OpenAI streaming response into `record` (times relative to `request_start`). A chunk
+// with delta.content or delta.reasoning_content (a reasoning parser's output) counts for the time to
+// first token and the chunk times; only content goes into output_text (the next turn's reply).
 class StreamReader {
  public:
   StreamReader(RequestRecord& record, Clock::time_point request_start)

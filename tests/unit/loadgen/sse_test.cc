@@ -55,6 +55,23 @@ std::string ChatStream() {
          "data: [DONE]\n\n";
 }
 
+TEST(StreamReader, ReasoningDeltasCountForTheClockNotTheReply) {
+  const std::string text =
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"reasoning_content\":\"Let me think\"}}]}\n\n"
+      "data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"Hi\"}}]}\n\n"
+      "data: [DONE]\n\n";
+  RequestRecord r;
+  const auto start = Clock::now();
+  StreamReader reader(r, start);
+  EXPECT_TRUE(reader.OnData(text, start + std::chrono::milliseconds(5)));
+  reader.Finish();
+  EXPECT_TRUE(r.ok()) << r.error_message;
+  EXPECT_EQ(r.num_chunks(), 2);
+  EXPECT_EQ(r.output_text, "Hi");
+  EXPECT_GT(r.ttft_s, 0);
+}
+
 TEST(StreamReader, ChatChunksTimesAndUsage) {
   const std::string text = ChatStream();
   for (size_t piece : {1ul, 7ul, 64ul, text.size()}) {
