@@ -11,6 +11,8 @@
 // finish_reason becomes "tool_calls" when calls were returned (as vLLM does). Reasoning tokens:
 // the tokens of every output during which the reasoning was open (its tags included).
 // The streamed deltas, accumulated as the openai clients do, equal the non-streamed message.
+// A request constrained by response_format / guided_* gets no reasoning parser: its content is
+// the grammar's output as it is (openai_handlers.cc).
 #pragma once
 
 #include <string>

@@ -164,6 +164,9 @@ class Generation {
     header_.model = s.options.served_model_name;
     ChatOutputOptions output_options;
     output_options.reasoning = s.options.reasoning_parser.value_or(chat_parse::ReasoningFormat::kNone);
+    // A response_format / guided_* output is the grammar's text, returned as it is.
+    if (req.params.structured.kind != grammar::StructuredKind::kNone && !req.tools.constrained)
+      output_options.reasoning = chat_parse::ReasoningFormat::kNone;
     output_options.tool_calls = req.tools.format;
     output_options.parallel_tool_calls = req.tools.parallel;
     output_options.tools = &req.chat_options.tools;

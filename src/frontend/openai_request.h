@@ -73,6 +73,7 @@ struct ToolRequest {
   bool parallel = true;           // parallel_tool_calls
   // The parser that reads calls out of this request's output (kNone: none is read).
   chat_parse::ToolCallFormat format = chat_parse::ToolCallFormat::kNone;
+  bool constrained = false;  // params.structured is the tool-call grammar (chat_parse/tool_grammar.h)
 };
 
 struct ParsedRequest {

@@ -116,6 +116,7 @@ std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
   auto gbnf = chat_parse::ToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce a strict function: {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
+  out->tools.constrained = true;
   return std::nullopt;
 }
 
@@ -185,6 +186,7 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
   auto gbnf = chat_parse::ToolCallGbnf(allowed, options);
   if (!gbnf.ok()) return Invalid("tools", fmt::format("Cannot enforce 'tool_choice': {}", gbnf.status().message()));
   out->params.structured = {grammar::StructuredKind::kGrammar, *gbnf};
+  out->tools.constrained = true;
   t.format = options.format;
   return std::nullopt;
 }

@@ -275,3 +275,15 @@ TEST_F(ChatToolsTest, ForcedCallsFollowAQwen3CoderServer) {
 
 }  // namespace
 }  // namespace tandem::testing
+
+namespace tandem::testing {
+namespace {
+
+TEST_F(ChatToolsTest, StructuredOutputContentIsReturnedAsItIs) {
+  Script("{\"a\": \"<think>x</think>\"}");
+  json j = NonStream(Body(R"("response_format":{"type":"json_object"})"));
+  EXPECT_EQ(j["choices"][0]["message"]["content"], "{\"a\": \"<think>x</think>\"}");
+}
+
+}  // namespace
+}  // namespace tandem::testing
