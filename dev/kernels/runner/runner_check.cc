@@ -282,8 +282,8 @@ int Run(const std::string& model_dir, int steps) {
       const std::vector<int32_t> output = {7, 7, 11, 13, 7};
       entries[s] = cpu::MakePenaltyEntries(sl.token_ids, output, c.vocab_size);
       specs[s] = SampledSpec(static_cast<int>(s) + sampled_picks_seen, u_rng, entries[s]);
-      // A structured output's token bitmask on every other row that wants no log-probabilities
-      // (the engine sends masked rows only so): ids t % 5 == 0 or t % 7 == 3, the last word left
+      // A structured output's token bitmask on every row that wants no log-probabilities (the
+      // engine sends masked rows only so): ids t % 5 == 0 or t % 7 == 3, the last word left
       // out (those ids disallowed).
       static const std::vector<uint32_t> mask = [&] {
         std::vector<uint32_t> m((c.vocab_size + 31) / 32 - 1, 0);
@@ -292,7 +292,7 @@ int Run(const std::string& model_dir, int steps) {
         }
         return m;
       }();
-      if (sl.num_logprobs < 0 && (s + sampled_picks_seen) % 2 == 0) specs[s].allowed = mask;
+      if (sl.num_logprobs < 0) specs[s].allowed = mask;
       sl.pick = &specs[s];
       row_specs.push_back(specs[s]);
     }
