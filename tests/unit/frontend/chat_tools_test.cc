@@ -196,11 +196,6 @@ TEST_F(ChatToolsTest, ParsersCanBeTurnedOff) {
   EXPECT_FALSE(j["usage"].contains("completion_tokens_details"));
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 TEST_F(ChatToolsTest, StrictFunctionsAreConstrainedInAuto) {
   const std::string strict = R"("tools":[{"type":"function","function":{"name":"get_weather","strict":true,
@@ -212,11 +207,6 @@ TEST_F(ChatToolsTest, StrictFunctionsAreConstrainedInAuto) {
   EXPECT_EQ(engine->submitted().back().params.structured.kind, grammar::StructuredKind::kNone);
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 TEST_F(ChatToolsTest, ForcedCallsFollowALlama3JsonServer) {
   OpenAIServiceOptions options;
@@ -231,11 +221,6 @@ TEST_F(ChatToolsTest, ForcedCallsFollowALlama3JsonServer) {
   EXPECT_EQ(spec.spec.find("tool_call"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 TEST_F(ChatToolsTest, StreamedLogprobsCoverEveryTokenWhenTextIsHeldBack) {
   Script("<think>\n\n</think>\n\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>");
@@ -256,11 +241,6 @@ TEST_F(ChatToolsTest, StreamedLogprobsCoverEveryTokenWhenTextIsHeldBack) {
   }
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 TEST_F(ChatToolsTest, ForcedCallsFollowAQwen3CoderServer) {
   OpenAIServiceOptions options;
@@ -273,11 +253,6 @@ TEST_F(ChatToolsTest, ForcedCallsFollowAQwen3CoderServer) {
   EXPECT_NE(engine->submitted().back().params.structured.spec.find("<function=get_weather>"), std::string::npos);
 }
 
-}  // namespace
-}  // namespace tandem::testing
-
-namespace tandem::testing {
-namespace {
 
 TEST_F(ChatToolsTest, StructuredOutputContentIsReturnedAsItIs) {
   Script("{\"a\": \"<think>x</think>\"}");
