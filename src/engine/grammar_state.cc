@@ -1,6 +1,6 @@
 #include "engine/grammar_state.h"
 
-#include <limits>
+#include "kernels/cpu/sample.h"
 
 namespace tandem {
 
@@ -23,20 +23,7 @@ std::span<const uint32_t> GrammarState::Mask() {
   return mask_;
 }
 
-void GrammarState::ApplyMask(std::span<float> logits) {
-  Mask();
-  constexpr float kMasked = -std::numeric_limits<float>::infinity();
-  const size_t known = std::min(logits.size(), static_cast<size_t>(vocab_->size()));
-  for (size_t w = 0; w * 32 < known; ++w) {
-    const uint32_t bits = mask_[w];
-    if (bits == 0xFFFFFFFFu) continue;
-    const size_t end = std::min(known, w * 32 + 32);
-    for (size_t i = w * 32; i < end; ++i) {
-      if (!(bits >> (i % 32) & 1)) logits[i] = kMasked;
-    }
-  }
-  for (size_t i = known; i < logits.size(); ++i) logits[i] = kMasked;  // padding ids
-}
+void GrammarState::ApplyMask(std::span<float> logits) { cpu::ApplyTokenBitmask(logits, Mask()); }
 
 Status GrammarState::Accept(int32_t token) {
   if (token < 0 || token >= vocab_->size() || vocab_->bytes(token).empty() ||

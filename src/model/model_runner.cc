@@ -61,14 +61,7 @@ ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const Pi
       cpu::ApplyPenaltyEntries(row, spec->penalties, spec->repetition_penalty,
                                spec->frequency_penalty, spec->presence_penalty);
     }
-    if (spec->has_mask()) {
-      for (size_t t = 0; t < row.size(); ++t) {
-        const size_t w = t / 32;
-        if (w >= spec->allowed.size() || !((spec->allowed[w] >> (t % 32)) & 1u)) {
-          row[t] = -std::numeric_limits<float>::infinity();
-        }
-      }
-    }
+    if (spec->has_mask()) cpu::ApplyTokenBitmask(row, spec->allowed);
     s.token_id = cpu::SampleWithUniform(row, spec->sample, spec->u);
   }
   if (num_logprobs < 0) return s;

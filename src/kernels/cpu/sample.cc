@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <unordered_map>
 
 namespace tandem::cpu {
@@ -121,6 +122,20 @@ int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec,
     if (x < cum) return id;
   }
   return cand.back();
+}
+
+void ApplyTokenBitmask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  const size_t covered = std::min(logits.size(), allowed.size() * 32);
+  for (size_t w = 0; w * 32 < covered; ++w) {
+    const uint32_t bits = allowed[w];
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(covered, w * 32 + 32);
+    for (size_t t = w * 32; t < end; ++t) {
+      if (!(bits >> (t % 32) & 1u)) logits[t] = kMasked;
+    }
+  }
+  for (size_t t = covered; t < logits.size(); ++t) logits[t] = kMasked;
 }
 
 }  // namespace tandem::cpu

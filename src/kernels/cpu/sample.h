@@ -49,4 +49,8 @@ void ApplyPenaltyEntries(std::span<float> logits, std::span<const PenaltyEntry> 
 // The pick (rules above) from logits [vocab_size] (already penalized) and u in [0, 1).
 int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec, double u);
 
+// Structured outputs (the GPU twin: kernels/cuda/token_bitmask.h): logits[t] = -inf unless bit
+// t % 32 of allowed[t / 32] is set; ids past allowed's end are disallowed.
+void ApplyTokenBitmask(std::span<float> logits, std::span<const uint32_t> allowed);
+
 }  // namespace tandem::cpu
