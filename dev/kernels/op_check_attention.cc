@@ -399,14 +399,14 @@ void CheckPagedDecode() {
   const Heads qwen3_8b{32, 8, 128};
   // Issue 22's kernels side by side: the SIMT kernel as the engine ran it before (legacy splits,
   // reduce kernel), the first mma kernel (pair loads) and the current one.
-  const DK timed_kernels[] = {DK::kSimt, DK::kMmaPairLoads, DK::kMma};
-  if (const auto only = TimedDecodeShapesFromEnv(); !only.empty()) {
-    for (const auto& [seqs, len] : only) {
-      for (DK k : timed_kernels) {
-        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
-                   k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
-      }
+  auto timed = [&](int seqs, int len) {
+    for (DK k : {DK::kSimt, DK::kMmaPairLoads, DK::kMma}) {
+      DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
+                 k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
     }
+  };
+  if (const auto only = TimedDecodeShapesFromEnv(); !only.empty()) {
+    for (const auto& [seqs, len] : only) timed(seqs, len);
     return;
   }
   std::mt19937 rng(NextSeed());
@@ -419,17 +419,11 @@ void CheckPagedDecode() {
   if (!Small()) {
     DecodeCase(qwen3_8b, ctx, share, false);  // mixed contexts
     // Issue 22's shapes (batch 1/8/64/256 x 1k/4k/16k; 256 x 16k left out: its 17 GB pool does
-    // not come back to the host for the reference): the SIMT kernel as the engine ran it before
-    // (legacy splits, reduce kernel) beside the mma kernel, same process, same data sizes.
-    const std::vector<std::pair<int, int>> timed = {
+    // not come back to the host for the reference), each kernel in the same process.
+    const std::vector<std::pair<int, int>> shapes = {
         {1, 1024}, {1, 4096},  {1, 16384},  {8, 1024},   {8, 4096},  {8, 16384},
         {64, 1024}, {64, 4096}, {64, 16384}, {256, 1024}, {256, 4096}};
-    for (const auto& [seqs, len] : timed) {
-      for (DK k : timed_kernels) {
-        DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
-                   k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
-      }
-    }
+    for (const auto& [seqs, len] : shapes) timed(seqs, len);
     for (DK k : {DK::kSimt, DK::kMma}) {  // fixed splits (a graph's), mixed contexts
       DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kFill, k);
       DecodeCase(qwen3_8b, ctx, share, false, 33, Policy::kLegacy, k);

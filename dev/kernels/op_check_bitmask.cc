@@ -1,8 +1,9 @@
 // cuda_op_check: the token bitmask of structured outputs (kernels/cuda/token_bitmask.h) against
-// the mask applied on the host, then the GPU pick (SampleRows) on the masked rows against
+// its CPU reference cpu::ApplyTokenBitmask, then the GPU pick (SampleRows) on the masked rows against
 // cpu::SampleWithUniform on the same rows: every pick an allowed token and equal to the host's.
 #include <cmath>
 #include <random>
+#include <span>
 
 #include "kernels/cpu/sample.h"
 #include "kernels/cuda/sampling_filter.h"
@@ -29,14 +30,12 @@ void TokenBitmaskCase(int rows, int vocab, int mask_words) {
   }
   std::vector<int32_t> mask_of_row(rows);
   for (int r = 0; r < rows; ++r) mask_of_row[r] = r % 4 == 3 ? -1 : r % kMasks;
-  std::vector<float> want = logits;
+  std::vector<float> want = logits;  // the CPU reference, row by row
   for (int r = 0; r < rows; ++r) {
     if (mask_of_row[r] < 0) continue;
-    for (int t = 0; t < vocab; ++t) {
-      const int w = t / 32;
-      const bool ok = w < mask_words && ((masks[mask_of_row[r] * mask_words + w] >> (t % 32)) & 1u);
-      if (!ok) want[static_cast<size_t>(r) * vocab + t] = -INFINITY;
-    }
+    cpu::ApplyTokenBitmask(std::span<float>(want).subspan(static_cast<size_t>(r) * vocab, vocab),
+                           std::span<const uint32_t>(masks).subspan(
+                               static_cast<size_t>(mask_of_row[r]) * mask_words, mask_words));
   }
   DevBuf<float> d_logits(logits.size());
   DevBuf<uint32_t> d_masks(masks.size());
