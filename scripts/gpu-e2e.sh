@@ -256,7 +256,8 @@ l40s() {
 # (scripts/gpu/structured_e2e.py suite: $OUT/structured-tiny.jsonl and -stop.jsonl, validated on
 # the dev machine with tests/tools/validate_json.py and validate_ajv.mjs); then on the random
 # Qwen3-8B the decode throughput at batch 64 (STRUCTURED_OUTPUT_LEN, 128 tokens each) with and
-# without a constraint. STRUCTURED_MODELS="tiny 8b" picks.
+# without a constraint. STRUCTURED_MODELS="tiny 8b" picks (in that order); STRUCTURED_MAX_TOKENS
+# (512) bounds the suite's outputs.
 structured() {
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-structured
   setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
@@ -270,7 +271,8 @@ structured() {
     if wait_health $port 180; then
       if [ "$tag" = tiny ]; then
         python3 scripts/gpu/structured_e2e.py suite --base "http://127.0.0.1:$port" \
-          --seeds "${STRUCTURED_SEEDS:-2}" --out "$out/structured-$tag.jsonl" || rc=1
+          --seeds "${STRUCTURED_SEEDS:-2}" --max-tokens "${STRUCTURED_MAX_TOKENS:-512}" \
+          --out "$out/structured-$tag.jsonl" || rc=1
       else
         python3 scripts/gpu/structured_e2e.py throughput --base "http://127.0.0.1:$port" \
           --batch 64 --output-len "${STRUCTURED_OUTPUT_LEN:-128}" || rc=1

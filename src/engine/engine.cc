@@ -237,6 +237,7 @@ class EngineImpl final : public Engine {
     const bool device_sampling = runner_->SamplesOnDevice();
     std::vector<PickSpec> pick_specs(sched.scheduled.size());  // sized once: slices point into it
     std::vector<std::vector<cpu::PenaltyEntry>> penalty_ids(sched.scheduled.size());
+    std::vector<size_t> masked;  // the structured rows picked by the runner
     for (size_t i = 0; i < sched.scheduled.size(); ++i) {
       const ScheduledRequest& s = sched.scheduled[i];
       SequenceSlice slice;
@@ -268,7 +269,7 @@ class EngineImpl final : public Engine {
                                                      model_config().vocab_size);
             pick.penalties = penalty_ids[i];
           }
-          if (structured) pick.allowed = requests_.at(s.request->request_id)->grammar->Mask();
+          if (structured) masked.push_back(i);  // its mask: prepare_picks, below
           slice.pick = &pick;
         }
       } else if (s.samples) {
@@ -292,7 +293,22 @@ class EngineImpl final : public Engine {
         }
       };
     }
+    // The structured rows' token bitmasks are computed while the forward pass runs on the device
+    // (the runner calls this once that is enqueued; about 0.9 ms for 64 rows on the H200 host).
+    bool masks_ready = masked.empty();
+    if (!masked.empty()) {
+      batch.prepare_picks = [&] {
+        if (masks_ready) return;
+        for (size_t i : masked) {
+          pick_specs[i].allowed = requests_.at(sched.scheduled[i].request->request_id)->grammar->Mask();
+        }
+        masks_ready = true;
+      };
+    }
     Status st = runner_->Execute(batch, &forward_);
+    if (st.ok() && !masks_ready) {  // never sample a structured row unconstrained
+      st = Err(StatusCode::kInternal, "the model runner did not call ForwardBatch::prepare_picks");
+    }
     const size_t vocab = static_cast<size_t>(model_config().vocab_size);
     if (st.ok() && (forward_.logits.size() != num_rows * vocab ||
                     forward_.samples.size() != num_samples)) {

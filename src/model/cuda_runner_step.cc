@@ -257,6 +257,9 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   }
   layer_hook_ = nullptr;
   TANDEM_RETURN_IF_ERROR(run);
+  // The forward pass is enqueued (graph replay or eager) and runs while the host computes what the
+  // picks need (structured outputs' masks, ForwardBatch::prepare_picks): only their upload waits.
+  if (picks) PreparePicks(batch);
   TANDEM_RETURN_IF_ERROR(SampleOnDevice(p));
 
   // ---- results: top-k for the rows asking for log-probabilities, one copy back ----

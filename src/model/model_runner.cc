@@ -99,9 +99,14 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
     s.logits = SequenceSlice::Logits::kLast;
     any_argmax = true;
   }
-  if (!any_argmax) return Forward(batch, &out->logits);
+  if (!any_argmax) {
+    TANDEM_RETURN_IF_ERROR(Forward(batch, &out->logits));
+    PreparePicks(batch);
+    return Status::Ok();
+  }
   std::vector<float> all;
   TANDEM_RETURN_IF_ERROR(Forward(b, &all));
+  PreparePicks(batch);  // a host runner's forward is done: nothing to overlap, the masks now
   // Split the rows: kPick slices' rows are picked here, the others are returned.
   size_t row = 0;
   const size_t v = static_cast<size_t>(vocab);

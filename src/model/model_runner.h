@@ -93,7 +93,19 @@ struct ForwardBatch {
   // Optional: called once per layer, in order, after that layer's KV writes of this batch are
   // issued (model/layer_kv_ready.h; block_ids left empty), for layer-wise KV transfer.
   std::function<void(const LayerKVReady&)> on_layer_kv_written;
+  // Optional: computes on the host what the picks need and the caller could not give before the
+  // forward pass without waiting on it: structured outputs' token bitmasks (PickSpec::allowed,
+  // filled in by this call; engine.cc). Execute calls it once (PreparePicks), after the forward
+  // pass is enqueued on the device and before it reads any PickSpec's `allowed`, so that this CPU
+  // work overlaps the device's (issue 24: the mask of step N computed while step N's forward runs).
+  // The engine refuses a step whose hook was not called: its masks would be missing.
+  std::function<void()> prepare_picks;
 };
+
+// Calls batch.prepare_picks when set (ModelRunner::Execute implementations: once per call).
+inline void PreparePicks(const ForwardBatch& batch) {
+  if (batch.prepare_picks) batch.prepare_picks();
+}
 
 // The memory of the device a runner computes on (bytes), for sizing the KV pool from what is free
 // (vLLM's gpu_memory_utilization; engine/kv_cache_sizing.h).

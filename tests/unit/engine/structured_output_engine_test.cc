@@ -44,22 +44,33 @@ std::unique_ptr<Engine> MakeEngine() {
 // A runner that "samples on its device" (ModelRunner::SamplesOnDevice) over the CPU runner: the
 // engine then sends structured rows as kPick with the grammar's bitmask (PickSpec::allowed), and
 // the base Execute picks them on the host (PickToken), as the CUDA runner's pick is checked
-// against (cuda_runner_check). Counts the masked picks it saw.
+// against (cuda_runner_check). Counts the masked picks it saw. The masks come only with
+// ForwardBatch::prepare_picks, which the base Execute calls after the forward pass; with
+// `skip_prepare` it calls Forward and picks itself without it (a runner that forgets the hook).
 class DeviceSamplingRunner : public ForwardingModelRunner {
  public:
-  DeviceSamplingRunner(std::unique_ptr<ModelRunner> inner, int* masked)
-      : ForwardingModelRunner(std::move(inner)), masked_(*masked) {}
+  DeviceSamplingRunner(std::unique_ptr<ModelRunner> inner, int* masked, bool skip_prepare = false)
+      : ForwardingModelRunner(std::move(inner)), masked_(*masked), skip_prepare_(skip_prepare) {}
   bool SamplesOnDevice() const override { return true; }
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
     for (const SequenceSlice& s : batch.seqs) {
       EXPECT_NE(s.logits, SequenceSlice::Logits::kLast);  // (no request here wants logprobs)
-      masked_ += s.pick != nullptr && s.pick->has_mask();
+      EXPECT_FALSE(s.pick != nullptr && s.pick->has_mask());  // not before the forward pass
     }
-    return ModelRunner::Execute(batch, out);  // Forward (the CPU runner's), picks on the host
+    if (skip_prepare_) {
+      ForwardBatch b = batch;
+      b.prepare_picks = nullptr;
+      return ModelRunner::Execute(b, out);
+    }
+    // Forward (the CPU runner's), prepare_picks, then the picks on the host.
+    TANDEM_RETURN_IF_ERROR(ModelRunner::Execute(batch, out));
+    for (const SequenceSlice& s : batch.seqs) masked_ += s.pick != nullptr && s.pick->has_mask();
+    return Status::Ok();
   }
 
  private:
   int& masked_;
+  bool skip_prepare_;
 };
 
 std::string RunCommand(const std::string& cmd) {
@@ -250,6 +261,33 @@ TEST(StructuredOutputEngine, DeviceMaskedPicksEqualTheHostRoute) {
     EXPECT_EQ(got_device[id].finish_reason, want.finish_reason) << id;
   }
   EXPECT_GE(masked, static_cast<int>(specs.size() * 3));  // every request's picks went masked
+}
+
+// A device-sampling runner that never calls prepare_picks would pick structured rows without
+// their masks: the engine fails those requests with an error instead of sampling unconstrained.
+TEST(StructuredOutputEngine, ARunnerThatSkipsPreparePicksFailsTheStepNotTheGrammar) {
+  auto tokenizer = Tokenizer::Load(DefaultModelDir());
+  ASSERT_TRUE(tokenizer.ok());
+  auto runner = LoadCpuModelRunner(DefaultModelDir());
+  ASSERT_TRUE(runner.ok());
+  int masked = 0;
+  EngineConfig c;
+  c.num_kv_blocks = 256;
+  auto engine = Engine::Create(
+      std::make_unique<DeviceSamplingRunner>(std::move(runner).value(), &masked, true), *tokenizer, c);
+  ASSERT_TRUE(engine.ok());
+  SamplingParams p;
+  p.max_tokens = 16;
+  p.structured = {grammar::StructuredKind::kRegex, "[0-9]{3}"};
+  ASSERT_TRUE((*engine)->AddRequest("s", {9707, 11, 1879}, p).ok());
+  SamplingParams plain;
+  plain.max_tokens = 4;
+  ASSERT_TRUE((*engine)->AddRequest("plain", {9707, 11}, plain).ok());
+  auto got = RunToCompletion(**engine);
+  ASSERT_EQ(got.count("s"), 1u);
+  EXPECT_EQ(got["s"].finish_reason, FinishReason::kError) << got["s"].text;
+  EXPECT_EQ(masked, 0);
+  EXPECT_EQ((*engine)->Stats().num_kv_blocks_used, 0);
 }
 
 TEST(StructuredOutputEngine, BadSpecsAreInvalidArgumentAtAddRequest) {
