@@ -19,34 +19,36 @@ uint64_t HashState(const Matcher::State& s) {
 }  // namespace
 
 int32_t Matcher::StateId(const State& state) {
-  if (table_.empty()) table_.push_back({State{}, nullptr});  // kDeadState
+  if (states_.empty()) {  // kDeadState: every byte leads back to it
+    states_.emplace_back();
+    next_.assign(256, kDeadState);
+    flags_.push_back(kNoTops);
+  }
   if (state.tops.empty() && !state.accepting && !state.context_end) return kDeadState;
   std::vector<int32_t>& ids = table_index_[HashState(state)];
   for (int32_t id : ids) {
-    if (table_[static_cast<size_t>(id)].state == state) return id;
+    if (states_[static_cast<size_t>(id)] == state) return id;
   }
-  const auto id = static_cast<int32_t>(table_.size());
-  table_.push_back({state, nullptr});
+  const auto id = static_cast<int32_t>(states_.size());
+  states_.push_back(state);
+  next_.resize(next_.size() + 256, -1);
+  flags_.push_back(static_cast<uint8_t>((state.tops.empty() ? kNoTops : 0) |
+                                        (state.context_end ? kContextEnd : 0)));
   ids.push_back(id);
   return id;
 }
 
-int32_t Matcher::StepId(int32_t id, uint8_t byte) {
-  if (id == kDeadState) return kDeadState;
-  TableEntry* e = &table_[static_cast<size_t>(id)];
-  if (!e->next) {
-    e->next = std::make_unique<int32_t[]>(256);
-    std::fill(e->next.get(), e->next.get() + 256, -1);
-  }
-  if (e->next[byte] >= 0) return e->next[byte];
-  Step(e->state, byte, &step_scratch_);
-  const int32_t to = StateId(step_scratch_);  // may grow table_: e is stale after this
-  table_[static_cast<size_t>(id)].next[byte] = to;
+int32_t Matcher::StepSlow(int32_t id, uint8_t byte) {
+  Step(states_[static_cast<size_t>(id)], byte, &step_scratch_);
+  const int32_t to = StateId(step_scratch_);  // may grow the table
+  next_[static_cast<size_t>(id) * 256 + byte] = to;
   return to;
 }
 
 void Matcher::ClearStateTable() {
-  table_.clear();
+  states_.clear();
+  next_.clear();
+  flags_.clear();
   table_index_.clear();
 }
 

@@ -57,11 +57,19 @@ class Matcher {
   // is walked (the token-mask walks of token_mask.h meet the same states again and again, e.g.
   // inside a string every byte leads back to the same state). Numbers stay valid until
   // ClearStateTable(). kDeadState: no stack and no end.
+  // The table is flat (256 transitions per state, -1 not yet known, one flag byte per state) so
+  // that a walk's step is one load from a few hot rows.
   static constexpr int32_t kDeadState = 0;
+  static constexpr uint8_t kNoTops = 1;       // StateFlags: no byte can follow
+  static constexpr uint8_t kContextEnd = 2;   // StateFlags: State::context_end
   int32_t StateId(const State& state);
-  const State& StateById(int32_t id) const { return table_[static_cast<size_t>(id)].state; }
-  int32_t StepId(int32_t id, uint8_t byte);
-  size_t num_states() const { return table_.size(); }
+  const State& StateById(int32_t id) const { return states_[static_cast<size_t>(id)]; }
+  uint8_t StateFlags(int32_t id) const { return flags_[static_cast<size_t>(id)]; }
+  int32_t StepId(int32_t id, uint8_t byte) {
+    const int32_t to = next_[static_cast<size_t>(id) * 256 + byte];
+    return to >= 0 ? to : StepSlow(id, byte);
+  }
+  size_t num_states() const { return states_.size(); }
   void ClearStateTable();
 
  private:
@@ -82,11 +90,10 @@ class Matcher {
   std::vector<uint32_t> mark_;  // per frame: the Close() pass that added it
   uint32_t pass_ = 0;
   State state_;
-  struct TableEntry {
-    State state;
-    std::unique_ptr<int32_t[]> next;  // 256 transitions, -1 not yet known; made on first StepId
-  };
-  std::vector<TableEntry> table_;
+  int32_t StepSlow(int32_t id, uint8_t byte);  // computes and memoizes one transition
+  std::vector<State> states_;   // by id; [kDeadState] is the dead state
+  std::vector<int32_t> next_;   // [num_states * 256]
+  std::vector<uint8_t> flags_;  // [num_states]
   std::unordered_map<uint64_t, std::vector<int32_t>> table_index_;  // state hash -> ids
   State step_scratch_;
 };
