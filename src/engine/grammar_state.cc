@@ -65,7 +65,10 @@ Result<std::unique_ptr<GrammarState>> GrammarRuntime::Start(const grammar::Struc
     }
   }
   std::shared_ptr<grammar::TokenMasker>& masker = maskers_[automaton->get()];
-  if (!masker) masker = std::make_shared<grammar::TokenMasker>(vocab_, *automaton);
+  if (!masker) {
+    masker = std::make_shared<grammar::TokenMasker>(vocab_, *automaton);
+    precompute_.Add(masker);
+  }
   auto state = std::make_unique<GrammarState>(masker, *automaton, vocab_, allow_stop);
   for (int32_t token : prefix) {
     Status st = state->Accept(token);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "grammar/mask_precompute.h"
 #include "grammar/matcher.h"
 #include "grammar/structured_output.h"
 #include "grammar/token_mask.h"
@@ -71,6 +72,9 @@ class GrammarRuntime {
   // uses are dropped (their node caches with them).
   static constexpr size_t kMaxIdleMaskers = 64;
   std::map<const grammar::Automaton*, std::shared_ptr<grammar::TokenMasker>> maskers_;
+  // A new masker's node caches are filled on a background thread (grammar/mask_precompute.h).
+  // Last: destroyed first, its thread joined before the maskers go.
+  grammar::MaskPrecomputer precompute_;
 };
 
 }  // namespace tandem

@@ -34,6 +34,25 @@ TokenVocab::TokenVocab(std::vector<std::string> tokens, const std::vector<int32_
     while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
     lcp_[k] = n;
   }
+  sorted_offset_.reserve(sorted_.size() + 1);
+  for (size_t k = 0; k < sorted_.size(); ++k) {
+    const std::string& t = tokens_[sorted_[k]];
+    sorted_offset_.push_back(static_cast<uint32_t>(sorted_bytes_.size()));
+    sorted_bytes_ += t;
+    longest_ = std::max(longest_, t.size());
+    trie_nodes_ += t.size() - lcp_[k];
+  }
+  sorted_offset_.push_back(static_cast<uint32_t>(sorted_bytes_.size()));
+  // skip_: the next smaller lcp, by a stack of the indexes still waiting for one.
+  skip_.assign(sorted_.size(), static_cast<uint32_t>(sorted_.size()));
+  std::vector<uint32_t> waiting;
+  for (size_t k = 0; k < sorted_.size(); ++k) {
+    while (!waiting.empty() && lcp_[waiting.back()] > lcp_[k]) {
+      skip_[waiting.back()] = static_cast<uint32_t>(k);
+      waiting.pop_back();
+    }
+    waiting.push_back(static_cast<uint32_t>(k));
+  }
 }
 
 std::shared_ptr<const TokenVocab> TokenVocab::FromTokenizer(const Tokenizer& tokenizer,
@@ -53,66 +72,103 @@ std::shared_ptr<const TokenVocab> TokenVocab::FromTokenizer(const Tokenizer& tok
 TokenMasker::TokenMasker(std::shared_ptr<const TokenVocab> vocab,
                          std::shared_ptr<const Automaton> automaton)
     : vocab_(std::move(vocab)), automaton_(std::move(automaton)) {
-  size_t longest = 0;
-  for (int32_t id : vocab_->sorted()) longest = std::max(longest, vocab_->bytes(id).size());
-  states_.resize(longest + 1);
-  context_.resize(longest + 1);
+  slots_ = std::make_unique<std::atomic<NodeMasks*>[]>(automaton_->num_nodes());
+  for (size_t n = 0; n < automaton_->num_nodes(); ++n) slots_[n].store(nullptr, std::memory_order_relaxed);
+}
+
+TokenMasker::~TokenMasker() {
+  for (size_t n = 0; n < automaton_->num_nodes(); ++n) delete slots_[n].load(std::memory_order_relaxed);
 }
 
 template <typename OnToken>
-void TokenMasker::Walk(Matcher& m, const Matcher::State& start, OnToken&& on) {
+void TokenMasker::Walk(Matcher& m, const Matcher::State& start, Scratch& scratch, OnToken&& on) {
   const std::vector<int32_t>& sorted = vocab_->sorted();
   const std::vector<uint32_t>& lcp = vocab_->lcp();
+  const std::vector<uint32_t>& skip = vocab_->skip();
+  const size_t n = sorted.size();
   // States by number (Matcher::StepId memoizes transitions), one per depth of the current prefix.
   if (m.num_states() > kMaxMatcherStates) m.ClearStateTable();  // about 1 KiB each
-  states_[0] = m.StateId(start);
-  context_[0] = start.context_end;
-  size_t depth = 0;                   // states_[0..depth] hold the previous token's prefix
-  size_t dead_len = SIZE_MAX;         // the previous tokens failed after this many shared bytes
-  Verdict dead_verdict = Verdict::kRejected;
-  for (size_t k = 0; k < sorted.size(); ++k) {
+  scratch.states.resize(vocab_->longest() + 1);
+  scratch.context.resize(vocab_->longest() + 1);
+  int32_t* states = scratch.states.data();  // [depth]
+  char* context = scratch.context.data();
+  states[0] = m.StateId(start);
+  context[0] = start.context_end;
+  size_t depth = 0;  // states[0..depth] hold the previous token's prefix
+  size_t k = 0;
+  while (k < n) {
     const int32_t id = sorted[k];
-    const size_t shared = lcp[k];
-    if (shared >= dead_len) {  // it shares the failing prefix
-      on(id, dead_verdict);
-      continue;
-    }
-    dead_len = SIZE_MAX;
-    const std::string& t = vocab_->bytes(id);
-    size_t j = std::min(shared, depth);
+    const std::string_view t = vocab_->sorted_bytes(k);
+    size_t j = std::min<size_t>(lcp[k], depth);
     for (; j < t.size(); ++j) {
-      if (m.StateById(states_[j]).tops.empty()) break;  // nothing can take byte j
-      states_[j + 1] = m.StepId(states_[j], static_cast<uint8_t>(t[j]));
-      context_[j + 1] = context_[j] || m.StateById(states_[j + 1]).context_end;
+      if (m.StateFlags(states[j]) & Matcher::kNoTops) break;  // nothing can take byte j
+      states[j + 1] = m.StepId(states[j], static_cast<uint8_t>(t[j]));
+      context[j + 1] = context[j] || (m.StateFlags(states[j + 1]) & Matcher::kContextEnd);
     }
     depth = j;
-    if (j == t.size() && states_[j] != Matcher::kDeadState) {
+    ++k;
+    if (j == t.size() && states[j] != Matcher::kDeadState) {
       on(id, Verdict::kAccepted);
       continue;
     }
     // Byte j (or the last) cannot be taken here. Before it, did a rule end with bytes left?
     const size_t before = j == t.size() ? j - 1 : j;
-    on(id, context_[before] ? Verdict::kUncertain : Verdict::kRejected);
-    dead_len = j;
-    dead_verdict = context_[j] ? Verdict::kUncertain : Verdict::kRejected;
+    if (context[before]) on(id, Verdict::kUncertain);
+    // The tokens after it that share its first j bytes fail the same way.
+    if (context[j]) {
+      for (; k < n && lcp[k] >= j; ++k) on(sorted[k], Verdict::kUncertain);
+    } else {
+      while (k < n && lcp[k] >= j) k = skip[k];
+    }
   }
 }
 
-const TokenMasker::NodeMasks& TokenMasker::MasksOf(Matcher& m, int32_t node) {
-  auto it = cache_.find(node);
-  if (it != cache_.end()) return it->second;
-  NodeMasks masks;
-  masks.accepted.assign(vocab_->mask_words(), 0);
+std::unique_ptr<TokenMasker::NodeMasks> TokenMasker::Compute(Matcher& m, int32_t node, Scratch& scratch) {
+  auto masks = std::make_unique<NodeMasks>();
+  std::vector<int32_t> accepted;
   Matcher::State start;
   start.tops = {m.FrameOf(node, Matcher::kUnknownParent)};
-  Walk(m, start, [&](int32_t id, Verdict v) {
-    if (v == Verdict::kAccepted) {
-      masks.accepted[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
-    } else if (v == Verdict::kUncertain) {
-      masks.uncertain.push_back(id);
-    }
+  Walk(m, start, scratch, [&](int32_t id, Verdict v) {
+    (v == Verdict::kAccepted ? accepted : masks->uncertain).push_back(id);
   });
-  return cache_.emplace(node, std::move(masks)).first->second;
+  if (accepted.size() < vocab_->mask_words()) {
+    masks->accepted_ids = std::move(accepted);
+  } else {
+    masks->accepted_bits.assign(vocab_->mask_words(), 0);
+    for (int32_t id : accepted) masks->accepted_bits[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+  }
+  masks->accepted_ids.shrink_to_fit();
+  masks->uncertain.shrink_to_fit();
+  return masks;
+}
+
+const TokenMasker::NodeMasks& TokenMasker::MasksOf(Matcher& m, int32_t node, Scratch& scratch) {
+  std::atomic<NodeMasks*>& slot = slots_[static_cast<size_t>(node)];
+  if (NodeMasks* cached = slot.load(std::memory_order_acquire)) return *cached;
+  std::unique_ptr<NodeMasks> masks = Compute(m, node, scratch);
+  NodeMasks* expected = nullptr;
+  if (!slot.compare_exchange_strong(expected, masks.get(), std::memory_order_acq_rel)) {
+    return *expected;  // the other thread was first: keep its copy
+  }
+  cached_.fetch_add(1, std::memory_order_relaxed);
+  bytes_.fetch_add(masks->bytes(), std::memory_order_relaxed);
+  return *masks.release();
+}
+
+size_t TokenMasker::Precompute(const std::atomic<bool>* stop, size_t budget_bytes) {
+  Matcher m(automaton_);
+  Scratch scratch;
+  size_t computed = 0;
+  for (size_t n = 0; n < automaton_->num_nodes(); ++n) {
+    if ((stop != nullptr && stop->load(std::memory_order_relaxed)) || cached_bytes() >= budget_bytes) break;
+    // A node no stack can have on top (no byte edges) is never asked for.
+    if (automaton_->node(static_cast<int>(n)).bytes.empty()) continue;
+    if (slots_[n].load(std::memory_order_acquire) != nullptr) continue;
+    const size_t before = cached_nodes();
+    MasksOf(m, static_cast<int32_t>(n), scratch);
+    computed += cached_nodes() != before;
+  }
+  return computed;
 }
 
 void TokenMasker::Fill(Matcher& m, uint32_t* mask) {
@@ -121,8 +177,12 @@ void TokenMasker::Fill(Matcher& m, uint32_t* mask) {
   std::fill(mask, mask + words, 0u);
   const Matcher::State& state = m.state();
   for (int32_t top : state.tops) {
-    const NodeMasks& masks = MasksOf(m, m.NodeOf(top));
-    for (size_t w = 0; w < words; ++w) mask[w] |= masks.accepted[w];
+    const NodeMasks& masks = MasksOf(m, m.NodeOf(top), scratch_);
+    if (!masks.accepted_bits.empty()) {
+      for (size_t w = 0; w < words; ++w) mask[w] |= masks.accepted_bits[w];
+    } else {
+      for (int32_t id : masks.accepted_ids) mask[id / 32] |= 1u << (id % 32);
+    }
     if (masks.uncertain.empty()) continue;
     Matcher::State single;
     single.tops = {top};
@@ -145,7 +205,7 @@ void TokenMasker::Fill(Matcher& m, uint32_t* mask) {
 
 void TokenMasker::FillUncached(Matcher& m, uint32_t* mask) {
   std::fill(mask, mask + vocab_->mask_words(), 0u);
-  Walk(m, m.state(), [&](int32_t id, Verdict v) {
+  Walk(m, m.state(), scratch_, [&](int32_t id, Verdict v) {
     if (v == Verdict::kAccepted) mask[id / 32] |= 1u << (id % 32);
   });
   if (m.state().accepting) {

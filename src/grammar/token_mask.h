@@ -18,9 +18,11 @@
 // special tokens never.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -49,12 +51,29 @@ class TokenVocab {
   // of sorted()[k] and sorted()[k - 1] (0 for k = 0).
   const std::vector<int32_t>& sorted() const { return sorted_; }
   const std::vector<uint32_t>& lcp() const { return lcp_; }
+  // sorted()[k]'s bytes, from one buffer in sorted order (a walk reads memory in order).
+  std::string_view sorted_bytes(size_t k) const {
+    return std::string_view(sorted_bytes_).substr(sorted_offset_[k], sorted_offset_[k + 1] - sorted_offset_[k]);
+  }
+  // The first k' > k with lcp()[k'] < lcp()[k] (size() of sorted() when none): the tokens between
+  // share lcp()[k] bytes with sorted()[k - 1], so a walk that rejected that prefix skips them.
+  // Jumping from k + 1 along it while lcp >= d finds the next token that does not share d bytes
+  // in at most lcp()[k + 1] - d + 1 jumps (each lands on a smaller lcp).
+  const std::vector<uint32_t>& skip() const { return skip_; }
+  size_t longest() const { return longest_; }  // the longest ordinary token's bytes
+  // The byte trie's nodes (the sum over sorted tokens of length - lcp): a walk's most steps.
+  size_t trie_nodes() const { return trie_nodes_; }
   const std::vector<int32_t>& stop_ids() const { return stop_ids_; }
 
  private:
   std::vector<std::string> tokens_;
   std::vector<int32_t> sorted_;
   std::vector<uint32_t> lcp_;
+  std::string sorted_bytes_;
+  std::vector<uint32_t> sorted_offset_;  // [sorted.size() + 1]
+  std::vector<uint32_t> skip_;
+  size_t longest_ = 0;
+  size_t trie_nodes_ = 0;
   std::vector<int32_t> stop_ids_;
 };
 
@@ -63,31 +82,57 @@ class TokenMasker {
   // One masker per compiled grammar (its cache is by node of `automaton`); matchers passed to
   // Fill must run that automaton.
   TokenMasker(std::shared_ptr<const TokenVocab> vocab, std::shared_ptr<const Automaton> automaton);
+  ~TokenMasker();
+  TokenMasker(const TokenMasker&) = delete;
+  TokenMasker& operator=(const TokenMasker&) = delete;
 
-  // The mask for what may follow `matcher`'s state: vocab.mask_words() words.
+  // The mask for what may follow `matcher`'s state: vocab.mask_words() words. One thread at a
+  // time (the engine's); Precompute may run on another meanwhile.
   void Fill(Matcher& matcher, uint32_t* mask);
   // The same without the cache: one walk of the vocabulary from the whole state (the reference
   // that Fill is tested against, and the cost Fill saves).
   void FillUncached(Matcher& matcher, uint32_t* mask);
 
-  size_t cached_nodes() const { return cache_.size(); }
+  // Fills the cache for every node not in it yet (what Fill would compute on first visits), in
+  // node order, on the calling thread with a matcher of its own: safe beside Fill on one other
+  // thread (a node both compute is kept once). Stops when *stop becomes true or the cache holds
+  // `budget_bytes`; returns the nodes it computed.
+  size_t Precompute(const std::atomic<bool>* stop = nullptr, size_t budget_bytes = kPrecomputeBudget);
+  static constexpr size_t kPrecomputeBudget = size_t{64} << 20;
+
+  size_t cached_nodes() const { return cached_.load(std::memory_order_relaxed); }
+  size_t cached_bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
  private:
   enum class Verdict : uint8_t { kAccepted, kRejected, kUncertain };
+  // A node's cache. The accepted set is a bitmask, or its ids when fewer than the bitmask's
+  // words (most nodes outside strings accept few tokens).
   struct NodeMasks {
-    std::vector<uint32_t> accepted;   // a bitmask
-    std::vector<int32_t> uncertain;   // token ids, in sorted order
+    std::vector<uint32_t> accepted_bits;  // mask_words() words, or empty
+    std::vector<int32_t> accepted_ids;    // when accepted_bits is empty
+    std::vector<int32_t> uncertain;       // token ids, in sorted order
+    size_t bytes() const {
+      return 4 * (accepted_bits.size() + accepted_ids.size() + uncertain.size()) + sizeof(NodeMasks);
+    }
   };
-  // Walks the sorted vocabulary from `start`; calls on(id, verdict) for every ordinary token.
+  struct Scratch {  // per depth of a walk: Matcher state numbers; a rule end with bytes left seen
+    std::vector<int32_t> states;
+    std::vector<char> context;
+  };
+  // Walks the sorted vocabulary from `start`; calls on(id, verdict) for every ordinary token that
+  // is not rejected (accepted or uncertain).
   template <typename OnToken>
-  void Walk(Matcher& m, const Matcher::State& start, OnToken&& on);
-  const NodeMasks& MasksOf(Matcher& m, int32_t node);
+  void Walk(Matcher& m, const Matcher::State& start, Scratch& scratch, OnToken&& on);
+  std::unique_ptr<NodeMasks> Compute(Matcher& m, int32_t node, Scratch& scratch);
+  // The node's cache entry, computed with `m` when missing.
+  const NodeMasks& MasksOf(Matcher& m, int32_t node, Scratch& scratch);
 
   std::shared_ptr<const TokenVocab> vocab_;
   std::shared_ptr<const Automaton> automaton_;
-  std::unordered_map<int32_t, NodeMasks> cache_;  // by automaton node
-  std::vector<int32_t> states_;  // per depth of the walk: Matcher state numbers
-  std::vector<char> context_;    // per depth: a rule end with bytes left seen
+  std::unique_ptr<std::atomic<NodeMasks*>[]> slots_;  // [num_nodes]; published once, owned here
+  std::atomic<size_t> cached_{0};
+  std::atomic<size_t> bytes_{0};
+  Scratch scratch_;     // Fill's
 };
 
 }  // namespace tandem::grammar

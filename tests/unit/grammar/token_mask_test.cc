@@ -1,7 +1,8 @@
 // TokenMasker (token_mask.h): the cached mask equals one uncached walk of the vocabulary and the
 // brute-force answer (each token's bytes tried on the Matcher), along random generations under a
 // JSON grammar, on a small vocabulary and on the bundled model's Qwen3 vocabulary (151,669 ids).
-// Stop tokens only where the grammar may end; special tokens never.
+// Stop tokens only where the grammar may end; special tokens never. The same with the node caches
+// filled by MaskPrecomputer (mask_precompute.h) before the generations, and while they run.
 #include <memory>
 #include <random>
 #include <string>
@@ -11,6 +12,8 @@
 
 #include "grammar/automaton.h"
 #include "grammar/grammar.h"
+#include "grammar/json_schema.h"
+#include "grammar/mask_precompute.h"
 #include "grammar/matcher.h"
 #include "grammar_test_util.h"
 #include "grammar/token_mask.h"
@@ -43,12 +46,25 @@ std::vector<uint32_t> BruteForce(Matcher& m, const TokenVocab& v, const std::vec
 
 bool Allowed(const std::vector<uint32_t>& mask, int32_t id) { return mask[id / 32] >> (id % 32) & 1; }
 
+// How the masker's node caches are filled: by Fill's first visits, by a MaskPrecomputer before
+// the generations (Drain), or by one racing them on its thread.
+enum class Cache { kLazy, kPrecomputed, kRacing };
+
 // Random generations: at each step the three masks agree; the next token is drawn among the
 // allowed ones (stop tokens ending the generation).
 void CheckGenerations(std::shared_ptr<const TokenVocab> vocab, const std::vector<char>& special,
                       std::shared_ptr<const Automaton> automaton, int generations, int steps,
-                      int brute_every) {
-  TokenMasker masker(vocab, automaton);
+                      int brute_every, Cache cache = Cache::kLazy) {
+  auto shared = std::make_shared<TokenMasker>(vocab, automaton);
+  TokenMasker& masker = *shared;
+  MaskPrecomputer precompute;
+  if (cache != Cache::kLazy) precompute.Add(shared);
+  if (cache == Cache::kPrecomputed) {
+    precompute.Drain();
+    size_t with_bytes = 0;
+    for (size_t n = 0; n < automaton->num_nodes(); ++n) with_bytes += !automaton->node(n).bytes.empty();
+    EXPECT_EQ(masker.cached_nodes(), with_bytes);
+  }
   std::mt19937 rng(5);
   std::vector<uint32_t> cached(vocab->mask_words()), uncached(vocab->mask_words());
   int checked = 0;
@@ -103,6 +119,48 @@ TEST(TokenMaskTest, QwenVocabularyAgreesWithBruteForce) {
   std::vector<char> special(vocab->size(), 0);
   for (int32_t id = 0; id < vocab->size(); ++id) special[id] = (*tok)->IsSpecial(id);
   CheckGenerations(vocab, special, Compile(JsonGbnf()), 3, 40, 8);
+}
+
+TEST(TokenMaskTest, PrecomputedAndRacingCachesAgreeWithBruteForce) {
+  auto tok = Tokenizer::Load(TANDEM_SOURCE_DIR "/models/tiny-qwen3");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocab::FromTokenizer(**tok, EndOfGenerationTokenIds(**tok));
+  std::vector<char> special(vocab->size(), 0);
+  for (int32_t id = 0; id < vocab->size(); ++id) special[id] = (*tok)->IsSpecial(id);
+  // Bounded strings (nodes that accept most tokens: bitmask caches) beside structure (few: ids).
+  auto g = JsonSchemaToGrammar(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 12}, "n": {"type": "integer", "minimum": 0},
+      "tags": {"type": "array", "items": {"enum": ["a", "b c"]}, "maxItems": 3}},
+      "required": ["name", "n", "tags"], "additionalProperties": false})");
+  ASSERT_TRUE(g.ok()) << g.status().ToString();
+  auto a = Automaton::Compile(*g);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  auto automaton = std::make_shared<const Automaton>(std::move(*a));
+  CheckGenerations(vocab, special, automaton, 3, 40, 8, Cache::kPrecomputed);
+  CheckGenerations(vocab, special, automaton, 3, 40, 8, Cache::kRacing);
+  CheckGenerations(vocab, special, Compile(JsonGbnf()), 2, 40, 8, Cache::kRacing);
+}
+
+// A precomputer destroyed while it works stops and joins; the masker it was filling stays whole:
+// its masks still equal one uncached walk.
+TEST(TokenMaskTest, PrecomputerStopsOnDestruction) {
+  auto tok = Tokenizer::Load(TANDEM_SOURCE_DIR "/models/tiny-qwen3");
+  ASSERT_TRUE(tok.ok()) << tok.status().ToString();
+  auto vocab = TokenVocab::FromTokenizer(**tok, EndOfGenerationTokenIds(**tok));
+  auto automaton = Compile(JsonGbnf());
+  auto masker = std::make_shared<TokenMasker>(vocab, automaton);
+  {
+    MaskPrecomputer precompute;
+    precompute.Add(masker);
+  }
+  Matcher m(automaton);
+  std::vector<uint32_t> cached(vocab->mask_words()), uncached(vocab->mask_words());
+  for (const char* bytes : {"{", "\"k", "\": [", "1, tr"}) {
+    ASSERT_TRUE(m.Accept(bytes)) << bytes;
+    masker->Fill(m, cached.data());
+    masker->FillUncached(m, uncached.data());
+    EXPECT_EQ(cached, uncached) << bytes;
+  }
 }
 
 }  // namespace
