@@ -30,6 +30,8 @@ cd "$(dirname "$0")/.."
 ROOT=$PWD
 CARRY=$ROOT/.device-carry/e2e
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# find_cublas, wait_health, setup_8b
+. "$ROOT/scripts/gpu/e2e_common.sh"
 
 pack() {
   set -e
@@ -54,15 +56,6 @@ pack() {
   cp "$ROOT"/tests/golden/tiny-qwen3.json "$ROOT"/tests/golden/tiny-qwen3-long.json "$CARRY/golden/"
   echo "built $(date -u +%FT%TZ) from $(git rev-parse --short HEAD) ($build)" > "$CARRY/BUILD_INFO"
   du -sh "$CARRY"; ls -la "$CARRY"
-}
-
-find_cublas() {
-  local dirs="/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib"
-  dirs="$dirs $(python3 -c 'import nvidia, os; p = list(nvidia.__path__)[0]; print(" ".join(r for r, _, f in os.walk(p) if "libcublas.so.13" in f or "libcudart.so.13" in f))' 2>/dev/null)"
-  for d in $dirs; do
-    { [ -e "$d/libcublas.so.13" ] || [ -e "$d/libcudart.so.13" ]; } && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
-  done
-  export LD_LIBRARY_PATH
 }
 
 device() {
@@ -103,37 +96,6 @@ device() {
   echo "== summary"
   python3 scripts/gpu/e2e_golden.py --summarize "$out"/e2e-*.json
   return $rc
-}
-
-wait_health() {  # PORT SECONDS
-  local i
-  for ((i = 0; i < $2 * 2; i++)); do
-    curl -sf "http://127.0.0.1:$1/health" > /dev/null 2>&1 && return 0
-    sleep 0.5
-  done
-  echo "no /health on :$1 after $2 s"; return 1
-}
-
-# The carried tandem unpacked into $2 (on the path), the bundled model beside it, and a random
-# Qwen3-8B checkpoint with that model's tokenizer at $4 (made under $3 when missing; log in $1).
-# Sets TINY and CKPT.
-setup_8b() {
-  local out=$1 work=$2 ckdir=$3
-  CKPT=$4
-  mkdir -p "$out" "$work" "$ckdir"
-  cat "$CARRY/BUILD_INFO"
-  xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
-  export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
-  find_cublas
-  mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
-  TINY=$(dirname "$(find "$work/models" -name config.json | head -1)")
-  [ -e "$CKPT/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
-    --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
-  local f
-  for f in tokenizer.json tokenizer_config.json generation_config.json; do
-    [ -e "$TINY/$f" ] && cp "$TINY/$f" "$CKPT/"
-  done
-  return 0
 }
 
 # Issue 7: TTFT of 2k-token prompts, aggregated on cuda:0 vs disaggregated under GRAPH (default
