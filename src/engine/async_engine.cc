@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "common/logging.h"
+#include "common/thread_name.h"
 
 namespace tandem {
 
@@ -33,7 +34,10 @@ AsyncEngine::AsyncEngine(std::unique_ptr<Engine> engine, AsyncEngineOptions opti
   if (options_.kv_event_sink) engine_->SetKvEventSink(options_.kv_event_sink);
   remote_inbox_ = std::make_shared<RemoteInbox>();
   remote_inbox_->owner = this;
-  thread_ = std::thread([this] { Loop(); });
+  thread_ = std::thread([this] {
+    SetCurrentThreadName("tandem-engine");
+    Loop();
+  });
 }
 
 AsyncEngine::~AsyncEngine() {

@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include "common/log_limiter.h"
+#include "common/thread_name.h"
 #include "common/spare_descriptor.h"
 #include "common/logging.h"
 #include "frontend/http_connection.h"
@@ -291,6 +292,7 @@ Status HttpServer::Start() {
   asio::co_spawn(*m.accept_strand, m.AcceptLoop(), asio::detached);
   for (int i = 0; i < o.num_threads; ++i) {
     m.threads.emplace_back([io = m.io.get()] {
+      SetCurrentThreadName("tandem-http");
       for (;;) {
         try {
           io->run();

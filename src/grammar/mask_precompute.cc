@@ -4,6 +4,8 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "common/thread_name.h"
+
 namespace tandem::grammar {
 
 MaskPrecomputer::~MaskPrecomputer() {
@@ -30,6 +32,7 @@ void MaskPrecomputer::Drain() {
 }
 
 void MaskPrecomputer::Run() {
+  SetCurrentThreadName("tandem-grammar");
   // Below the engine thread: Linux applies a nice value to the calling thread alone.
   setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)), 10);
   std::unique_lock<std::mutex> lock(mu_);

@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Server-level throughput on the GPU machine (issue 23): `tandem run --mode agg --device cuda:0` on a
+# random Qwen3-8B checkpoint (scripts/gpu/peer_check.py --make-only) with the bundled model's real
+# Qwen3 tokenizer, swept by `tandem bench` (closed loop, completions, input 1024, output 256 with
+# ignore_eos), beside cuda_engine_bench's decode tok/s at the same batches in the same call.
+#
+#   scripts/gpu-serve-bench.sh pack [BUILD_DIR]   here (nvcc, no GPU): scripts/gpu-e2e.sh pack (tandem)
+#                                                 and scripts/gpu-check.sh pack (cuda_engine_bench)
+#                                                 from BUILD_DIR (default build-cuda90, sm_90).
+#   scripts/gpu-serve-bench.sh                    on the device (run tool, carry [".device-carry"]).
+#
+# Env: SERVE_CONCURRENCY (1 16 64 256), SERVE_INPUT_LEN (1024), SERVE_OUTPUT_LEN (256),
+# SERVE_ENGINE_CONTEXT (context of the engine benchmark's decode steps; default input + output / 2,
+# the HTTP run's mean), SERVE_SKIP_ENGINE=1; a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
+# SERVE_DEVICE=cpu SERVE_SKIP_ENGINE=1 (SERVE_TANDEM: the binary, default build/tandem). Requests per level: 2 x concurrency, at least 8, and
+# a warm-up of min(concurrency, 16). Never touches clocks, power or modes.
+#
+# The table (last): per concurrency the HTTP output tok/s, TTFT and ITL p50/p99, the engine's tok/s
+# at that batch and the ratio, and the CPU seconds of the server's threads during the level by
+# name (tandem-engine: the engine loop; tandem-http: the frontend; other). Files in $OUT:
+# serve-bench.log, bench-c*.json, engine-bench.json, server.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+CARRY=$ROOT/.device-carry/e2e
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+# find_cublas, wait_health, setup_8b
+. "$ROOT/scripts/gpu/e2e_common.sh"
+
+if [ "${1:-}" = pack ]; then
+  build=${2:-build-cuda90}
+  set -e
+  bash scripts/gpu-e2e.sh pack "$build"
+  GPU_CHECK_BUILD=$build GPU_CHECK_ARCHS=${GPU_CHECK_ARCHS:-90-real} bash scripts/gpu-check.sh pack
+  du -sh .device-carry
+  exit 0
+fi
+
+# CPU seconds of each thread group of process $1: "engine http other" (clock ticks / CLK_TCK).
+cpu_by_name() {
+  local pid=$1 tck
+  tck=$(getconf CLK_TCK)
+  for t in /proc/"$pid"/task/*; do
+    # comm may hold spaces: the fields after the closing parenthesis.
+    sed -e 's/^.*(\(.*\)) \(.*\)$/\1|\2/' "$t/stat" 2>/dev/null
+  done | awk -F'|' -v tck="$tck" '{
+      split($2, f, " "); ticks = f[12] + f[13];
+      if ($1 == "tandem-engine") e += ticks; else if ($1 == "tandem-http") h += ticks; else o += ticks
+    } END { printf "%.2f %.2f %.2f\n", e / tck, h / tck, o / tck }'
+}
+
+main() {
+  local out=${OUT:-/tmp/gpu-serve-bench-out} work=/tmp/tandem-serve ckdir=/dev/shm/tandem-serve
+  mkdir -p "$out"
+  exec > >(tee "$out/serve-bench.log") 2>&1
+  if [ -n "${SERVE_MODEL:-}" ]; then  # a try-out without the pack: any model, any device
+    CKPT=$SERVE_MODEL
+    mkdir -p "$work" && cp "${SERVE_TANDEM:-build/tandem}" "$work/tandem"
+  else
+    setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  fi
+  local in_len=${SERVE_INPUT_LEN:-1024} out_len=${SERVE_OUTPUT_LEN:-256}
+  local levels=${SERVE_CONCURRENCY:-1 16 64 256}
+  local ctx=${SERVE_ENGINE_CONTEXT:-$((in_len + out_len / 2))}
+  local rc=0
+
+  # 1. The engine benchmark first (the server would hold the GPU memory).
+  if [ "${SERVE_SKIP_ENGINE:-0}" != 1 ]; then
+    local bin=$work/bin
+    mkdir -p "$bin"
+    if xz -dc "$ROOT/.device-carry/cuda_engine_bench.xz" > "$bin/cuda_engine_bench" 2>/dev/null; then
+      chmod +x "$bin/cuda_engine_bench"
+      echo "== cuda_engine_bench (decode, context $ctx)"
+      LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
+        "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "" --steps 32 \
+        --json "$out/engine-bench.json" || rc=1
+    else
+      echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
+    fi
+  fi
+
+  # 2. The server, swept.
+  local port=18000
+  echo "== tandem run --mode agg --device cuda:0 (random Qwen3-8B)"
+  TANDEM_DISCOVERY_DIR="$work/discovery" "$work/tandem" run --mode agg --device "${SERVE_DEVICE:-cuda:0}" --model "$CKPT" \
+    --port $port --max-num-seqs 256 > "$out/server.log" 2>&1 &
+  local pid=$!
+  if ! wait_health $port 240; then tail -20 "$out/server.log"; kill -KILL $pid; return 1; fi
+  : > "$out/cpu.txt"
+  local c n w before after
+  for c in $levels; do
+    n=$((2 * c)); ((n < 8)) && n=8
+    w=$c; ((w > 16)) && w=16
+    # The warm-up first, unmeasured (CUDA graphs of this batch, the GEMMs' first calls).
+    "$work/tandem" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
+      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
+      --concurrency "$c" --num-requests "$w" --seed 99 --no-progress > /dev/null 2>&1
+    before=$(cpu_by_name $pid)
+    echo "== tandem bench --concurrency $c --num-requests $n"
+    "$work/tandem" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
+      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
+      --concurrency "$c" --num-requests "$n" --seed $((7 + c)) --no-progress \
+      --output-json "$out/bench-c$c.json" | tail -4 || rc=1
+    after=$(cpu_by_name $pid)
+    echo "$c $before $after" >> "$out/cpu.txt"
+  done
+  kill -TERM $pid 2>/dev/null; sleep 2; kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+  grep -h "KV cache\|weights\|CUDA graphs" "$out/server.log" | tail -4
+
+  echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); input $in_len, output $out_len; engine decode at context $ctx)"
+  python3 - "$out" <<'PY' || rc=1
+import json, os, sys
+out = sys.argv[1]
+engine = {}
+try:
+    for r in json.load(open(os.path.join(out, "engine-bench.json")))["results"]:
+        if r["kind"] == "decode":
+            engine[r["batch"]] = (r["tok_s"], 1000 * r["median_step_s"])
+except (OSError, ValueError, KeyError):
+    pass
+cpu = {}
+for line in open(os.path.join(out, "cpu.txt")):
+    f = line.split()
+    c = int(f[0]); b = list(map(float, f[1:4])); a = list(map(float, f[4:7]))
+    cpu[c] = [y - x for x, y in zip(b, a)]
+print("| conc | HTTP tok/s | engine tok/s | ratio | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
+print("|---|---|---|---|---|---|---|---|---|")
+for c in sorted(cpu):
+    try:
+        run = json.load(open(os.path.join(out, f"bench-c{c}.json")))["runs"][0]
+    except (OSError, ValueError, KeyError, IndexError):
+        print(f"| {c} | (no report) |"); continue
+    tok = run["output_throughput"]; e, step = engine.get(c, (None, None))
+    ratio = f"{100 * tok / e:.0f}%" if e else "-"
+    es = f"{e:.0f}" if e else "-"
+    ss = f"{step:.2f}" if step else "-"
+    t, i = run["ttft_ms"], run["itl_ms"]
+    print(f"| {c} | {tok:.0f} | {es} | {ratio} | {t['p50']:.1f} / {t['p99']:.1f} | {i['p50']:.2f} / {i['p99']:.2f} "
+          f"| {ss} | {run['num_ok']} / {run['num_errors']} | {cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} |")
+PY
+  return $rc
+}
+
+main
