@@ -222,7 +222,11 @@ l40s() {
 # (512) bounds the suite's outputs.
 structured() {
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-structured
-  setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  if [[ " ${STRUCTURED_MODELS:-tiny 8b} " == *" 8b "* ]]; then
+    setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  else
+    setup_tiny "$out" "$work"
+  fi
   local rc=0 pid model port=18000 tag
   for tag in ${STRUCTURED_MODELS:-tiny 8b}; do
     model=$TINY; [ "$tag" = 8b ] && model=$CKPT

@@ -19,19 +19,25 @@ wait_health() {  # PORT SECONDS
   echo "no /health on :$1 after $2 s"; return 1
 }
 
-# The carried tandem unpacked into $2 (on the path), the bundled model beside it, and a random
-# Qwen3-8B checkpoint with that model's tokenizer at $4 (made under $3 when missing; log in $1).
-# Sets TINY and CKPT.
-setup_8b() {
-  local out=$1 work=$2 ckdir=$3
-  CKPT=$4
-  mkdir -p "$out" "$work" "$ckdir"
+# The carried tandem unpacked into $2 (on the path) and the bundled model beside it. Sets TINY.
+setup_tiny() {
+  local out=$1 work=$2
+  mkdir -p "$out" "$work"
   cat "$CARRY/BUILD_INFO"
   xz -dc "$CARRY/tandem-e2e.tar.xz" | tar -C "$work" -xf -
   export LD_LIBRARY_PATH="$work/lib:${LD_LIBRARY_PATH:-}"
   find_cublas
   mkdir -p "$work/models" && tar -C "$work/models" -xJf models/tiny-qwen3.tar.xz
   TINY=$(dirname "$(find "$work/models" -name config.json | head -1)")
+}
+
+# setup_tiny, and a random Qwen3-8B checkpoint with the bundled model's tokenizer at $4 (made
+# under $3 when missing; log in $1). Sets TINY and CKPT.
+setup_8b() {
+  local out=$1 work=$2 ckdir=$3
+  CKPT=$4
+  mkdir -p "$ckdir"
+  setup_tiny "$out" "$work"
   [ -e "$CKPT/config.json" ] || python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
     --workdir "$ckdir" > "$out/make-8b.log" 2>&1 || { tail -5 "$out/make-8b.log"; return 1; }
   local f
