@@ -11,14 +11,17 @@
 #
 # Env: SERVE_CONCURRENCY (1 16 64 256), SERVE_INPUT_LEN (1024), SERVE_OUTPUT_LEN (256),
 # SERVE_ENGINE_CONTEXT (context of the engine benchmark's decode steps; default input + output / 2,
-# the HTTP run's mean), SERVE_SKIP_ENGINE=1; a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
+# the HTTP run's mean), SERVE_SKIP_ENGINE=1, SERVE_BASE (a folder under the repository holding an
+# earlier build's scripts/gpu-e2e.sh pack, e.g. .device-carry/base-e2e: its tandem is swept after
+# this one's, same checkpoint, same engine column); a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
 # SERVE_DEVICE=cpu SERVE_SKIP_ENGINE=1 (SERVE_TANDEM: the binary, default build/tandem). Requests per level: 2 x concurrency, at least 8, and
 # a warm-up of min(concurrency, 16). Never touches clocks, power or modes.
 #
 # The table (last): per concurrency the HTTP output tok/s, TTFT and ITL p50/p99, the engine's tok/s
 # at that batch and the ratio, and the CPU seconds of the server's threads during the level by
 # name (tandem-engine: the engine loop; tandem-http: the frontend; other). Files in $OUT:
-# serve-bench.log, bench-c*.json, engine-bench.json, server.log.
+# serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, bench-TAG-cN.json,
+# cpu-TAG.txt), server-TAG.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -47,6 +50,37 @@ cpu_by_name() {
       split($2, f, " "); ticks = f[12] + f[13];
       if ($1 == "tandem-engine") e += ticks; else if ($1 == "tandem-http") h += ticks; else o += ticks
     } END { printf "%.2f %.2f %.2f\n", e / tck, h / tck, o / tck }'
+}
+
+# One server (binary $2, tagged $1) swept over the levels; reports into $res.
+sweep() {
+  local tag=$1 bin=$2 port=18000 rc=0
+  echo "== $tag: tandem run --mode agg --device ${SERVE_DEVICE:-cuda:0} ($CKPT)"
+  TANDEM_DISCOVERY_DIR="$work/discovery-$tag" "$bin" run --mode agg --device "${SERVE_DEVICE:-cuda:0}" \
+    --model "$CKPT" --port $port --max-num-seqs 256 > "$out/server-$tag.log" 2>&1 &
+  local pid=$!
+  if ! wait_health $port 240; then tail -20 "$out/server-$tag.log"; kill -KILL $pid; return 1; fi
+  : > "$res/cpu-$tag.txt"
+  local c n w before after
+  for c in $levels; do
+    n=$((2 * c)); ((n < 8)) && n=8
+    w=$c; ((w > 16)) && w=16
+    # The warm-up first, unmeasured (CUDA graphs of this batch, the GEMMs' first calls).
+    "$bin" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
+      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
+      --concurrency "$c" --num-requests "$w" --seed 99 --no-progress > /dev/null 2>&1
+    before=$(cpu_by_name $pid)
+    echo "== $tag: tandem bench --concurrency $c --num-requests $n"
+    "$bin" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
+      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
+      --concurrency "$c" --num-requests "$n" --seed $((7 + c)) --no-progress \
+      --output-json "$res/bench-$tag-c$c.json" | tail -2 || rc=1
+    after=$(cpu_by_name $pid)
+    echo "$c $before $after" >> "$res/cpu-$tag.txt"
+  done
+  kill -TERM $pid 2>/dev/null; sleep 2; kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
+  grep -h "KV cache\|weights" "$out/server-$tag.log" | tail -2
+  return $rc
 }
 
 main() {
@@ -79,65 +113,60 @@ main() {
     fi
   fi
 
-  # 2. The server, swept.
-  local port=18000
-  echo "== tandem run --mode agg --device cuda:0 (random Qwen3-8B)"
-  TANDEM_DISCOVERY_DIR="$work/discovery" "$work/tandem" run --mode agg --device "${SERVE_DEVICE:-cuda:0}" --model "$CKPT" \
-    --port $port --max-num-seqs 256 > "$out/server.log" 2>&1 &
-  local pid=$!
-  if ! wait_health $port 240; then tail -20 "$out/server.log"; kill -KILL $pid; return 1; fi
-  : > "$out/cpu.txt"
-  local c n w before after
-  for c in $levels; do
-    n=$((2 * c)); ((n < 8)) && n=8
-    w=$c; ((w > 16)) && w=16
-    # The warm-up first, unmeasured (CUDA graphs of this batch, the GEMMs' first calls).
-    "$work/tandem" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
-      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
-      --concurrency "$c" --num-requests "$w" --seed 99 --no-progress > /dev/null 2>&1
-    before=$(cpu_by_name $pid)
-    echo "== tandem bench --concurrency $c --num-requests $n"
-    "$work/tandem" bench --url "http://127.0.0.1:$port" --endpoint completions --tokenizer "$CKPT" \
-      --dataset synthetic --input-len "$in_len" --output-len "$out_len" --prefix-len 0 \
-      --concurrency "$c" --num-requests "$n" --seed $((7 + c)) --no-progress \
-      --output-json "$out/bench-c$c.json" | tail -4 || rc=1
-    after=$(cpu_by_name $pid)
-    echo "$c $before $after" >> "$out/cpu.txt"
+  # 2. The server, swept: this build, then the base build's tandem when SERVE_BASE names its pack.
+  local tags=new
+  if [ -n "${SERVE_BASE:-}" ]; then
+    if [ -e "$ROOT/$SERVE_BASE/tandem-e2e.tar.xz" ]; then
+      mkdir -p "$work/base" && xz -dc "$ROOT/$SERVE_BASE/tandem-e2e.tar.xz" | tar -C "$work/base" -xf -
+      echo "base: $(cat "$ROOT/$SERVE_BASE/BUILD_INFO")"
+      tags="new base"
+    else
+      echo "no $SERVE_BASE/tandem-e2e.tar.xz: no base run"; rc=1
+    fi
+  fi
+  local res=$work/results tag
+  rm -rf "$res" && mkdir -p "$res"
+  [ -e "$out/engine-bench.json" ] && mv "$out/engine-bench.json" "$res/"
+  for tag in $tags; do
+    local bin=$work/tandem
+    [ "$tag" = base ] && bin=$work/base/tandem
+    sweep "$tag" "$bin" || rc=1
   done
-  kill -TERM $pid 2>/dev/null; sleep 2; kill -KILL $pid 2>/dev/null; wait $pid 2>/dev/null
-  grep -h "KV cache\|weights\|CUDA graphs" "$out/server.log" | tail -4
 
   echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); input $in_len, output $out_len; engine decode at context $ctx)"
-  python3 - "$out" <<'PY' || rc=1
+  python3 - "$res" $tags <<'PY' || rc=1
 import json, os, sys
-out = sys.argv[1]
+res, tags = sys.argv[1], sys.argv[2:]
 engine = {}
 try:
-    for r in json.load(open(os.path.join(out, "engine-bench.json")))["results"]:
+    for r in json.load(open(os.path.join(res, "engine-bench.json")))["results"]:
         if r["kind"] == "decode":
             engine[r["batch"]] = (r["tok_s"], 1000 * r["median_step_s"])
 except (OSError, ValueError, KeyError):
     pass
-cpu = {}
-for line in open(os.path.join(out, "cpu.txt")):
-    f = line.split()
-    c = int(f[0]); b = list(map(float, f[1:4])); a = list(map(float, f[4:7]))
-    cpu[c] = [y - x for x, y in zip(b, a)]
-print("| conc | HTTP tok/s | engine tok/s | ratio | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
-print("|---|---|---|---|---|---|---|---|---|")
-for c in sorted(cpu):
-    try:
-        run = json.load(open(os.path.join(out, f"bench-c{c}.json")))["runs"][0]
-    except (OSError, ValueError, KeyError, IndexError):
-        print(f"| {c} | (no report) |"); continue
-    tok = run["output_throughput"]; e, step = engine.get(c, (None, None))
-    ratio = f"{100 * tok / e:.0f}%" if e else "-"
-    es = f"{e:.0f}" if e else "-"
-    ss = f"{step:.2f}" if step else "-"
-    t, i = run["ttft_ms"], run["itl_ms"]
-    print(f"| {c} | {tok:.0f} | {es} | {ratio} | {t['p50']:.1f} / {t['p99']:.1f} | {i['p50']:.2f} / {i['p99']:.2f} "
-          f"| {ss} | {run['num_ok']} / {run['num_errors']} | {cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} |")
+print("| build | conc | HTTP tok/s | engine tok/s | ratio | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for tag in tags:
+    cpu = {}
+    for line in open(os.path.join(res, f"cpu-{tag}.txt")):
+        f = line.split()
+        c = int(f[0]); b = list(map(float, f[1:4])); a = list(map(float, f[4:7]))
+        cpu[c] = [y - x for x, y in zip(b, a)]
+    for c in sorted(cpu):
+        try:
+            run = json.load(open(os.path.join(res, f"bench-{tag}-c{c}.json")))["runs"][0]
+        except (OSError, ValueError, KeyError, IndexError):
+            print(f"| {tag} | {c} | (no report) |"); continue
+        tok = run["output_throughput"]; e, step = engine.get(c, (None, None))
+        ratio = f"{100 * tok / e:.0f}%" if e else "-"
+        es = f"{e:.0f}" if e else "-"
+        ss = f"{step:.2f}" if step else "-"
+        t, i = run["ttft_ms"], run["itl_ms"]
+        print(f"| {tag} | {c} | {tok:.0f} | {es} | {ratio} | {t['p50']:.1f} / {t['p99']:.1f} | "
+              f"{i['p50']:.2f} / {i['p99']:.2f} | {ss} | {run['num_ok']} / {run['num_errors']} | "
+              f"{cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} |")
 PY
+  tar -C "$res" -czf "$out/serve-results.tar.gz" .
   return $rc
 }
 

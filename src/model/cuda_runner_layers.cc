@@ -133,21 +133,30 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     r.block_size = block_size_;
     TANDEM_RETURN_IF_ERROR(cuda::QkNormRopeCache(r, stream_));
     if (layer_hook_ != nullptr) TANDEM_RETURN_IF_ERROR(ReportLayerKV(l));
-    if (p.decode) {
+    // Decode rows (every slice of a decode step; the leading one-token slices of a mixed step:
+    // token row = sequence) through PagedDecode, the other slices through PagedPrefill.
+    const int decode_seqs = p.decode ? p.num_seqs : p.decode_prefix;
+    if (decode_seqs > 0) {
       cuda::PagedDecodeArgs a;
       attention_args(a, l);
+      a.num_seqs = decode_seqs;
       a.context_lens = d_ctx;
       a.max_context_len = p.max_context_len;
-      a.num_splits = p.num_splits;
+      a.num_splits = p.decode ? p.num_splits : 0;
       a.workspace = workspace_.as<void>();
       a.workspace_bytes = workspace_.bytes();
       a.workspace_initialized = true;  // PagedDecodeInitWorkspace ran when it was allocated
       TANDEM_RETURN_IF_ERROR(cuda::PagedDecode(a, stream_));
-    } else {
+    }
+    if (!p.decode && decode_seqs < p.num_seqs) {
       cuda::PagedPrefillArgs a;
       attention_args(a, l);
-      a.query_start_loc = d_qsl;
-      a.start_pos = d_start;
+      // The remaining slices: their per-sequence arrays from `decode_seqs` on (query_start_loc
+      // holds absolute token rows, so q and out stay the step's).
+      a.num_seqs = p.num_seqs - decode_seqs;
+      a.block_tables = d_tables + static_cast<size_t>(decode_seqs) * p.stride;
+      a.query_start_loc = d_qsl + decode_seqs;
+      a.start_pos = d_start + decode_seqs;
       a.max_query_len = p.max_query_len;
       TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
     }

@@ -348,6 +348,29 @@ int Run(const std::string& model_dir, int steps) {
     last = forward(decode, name);
     for (int s = 0; s < active; ++s) next[s] = Argmax(last.data() + static_cast<size_t>(s) * c.vocab_size, c.vocab_size);
   }
+  // A step mixing chunked prefill with decode rows (as the scheduler sends them: running requests
+  // first): two decode rows (PagedDecode), a new 37-token prompt, then one more decode row (both
+  // through PagedPrefill).
+  {
+    seqs.emplace_back();
+    seqs[3].tokens = random_tokens(37);
+    grow(seqs[3], 37);
+    for (int s = 0; s < 3; ++s) {
+      seqs[s].tokens.push_back(next[s]);
+      grow(seqs[s], seqs[s].tokens.size());
+    }
+    auto decode_row = [&](int s) {
+      const int pos = static_cast<int>(seqs[s].tokens.size()) - 1;
+      return SequenceSlice{std::span<const int32_t>(seqs[s].tokens).subspan(pos), pos, seqs[s].table,
+                           SequenceSlice::Logits::kLast};
+    };
+    ForwardBatch mixed;
+    mixed.seqs.push_back(decode_row(0));
+    mixed.seqs.push_back(decode_row(1));
+    mixed.seqs.push_back({seqs[3].tokens, 0, seqs[3].table, SequenceSlice::Logits::kLast});
+    mixed.seqs.push_back(decode_row(2));
+    forward(mixed, "mixed: decode 2 + prefill 37 + decode 1");
+  }
   std::printf("host ms over all steps (Forward, tiny model: launch-bound): graphs %.1f, padded "
               "eager %.1f, plain eager %.1f\n", gpu_ms[0], gpu_ms[1], gpu_ms[2]);
   std::printf("%s\n", failures == 0 ? "cuda_runner_check: all steps within tolerance"
