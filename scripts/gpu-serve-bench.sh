@@ -13,7 +13,8 @@
 # SERVE_ENGINE_CONTEXT (context of the engine benchmark's decode steps; default input + output / 2,
 # the HTTP run's mean), SERVE_SKIP_ENGINE=1, SERVE_BASE (a folder under the repository holding an
 # earlier build's scripts/gpu-e2e.sh pack, e.g. .device-carry/base-e2e: its tandem is swept after
-# this one's, same checkpoint, same engine column); a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
+# this one's, same checkpoint, same engine column; its tarball may hold the tandem binary alone, which
+# then runs with this pack's libraries, to stay within the carry limit); a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
 # SERVE_DEVICE=cpu SERVE_SKIP_ENGINE=1 (SERVE_TANDEM: the binary, default build/tandem). Requests per level: 2 x concurrency, at least 8, and
 # a warm-up of min(concurrency, 16). Never touches clocks, power or modes.
 #
