@@ -107,7 +107,7 @@ main() {
       chmod +x "$bin/cuda_engine_bench"
       echo "== cuda_engine_bench (decode, context $ctx)"
       LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
-        "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "" --steps 32 \
+        "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
         --json "$out/engine-bench.json" || rc=1
     else
       echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
@@ -138,15 +138,20 @@ main() {
   python3 - "$res" $tags <<'PY' || rc=1
 import json, os, sys
 res, tags = sys.argv[1], sys.argv[2:]
-engine = {}
+engine, prefill_s = {}, None
 try:
     for r in json.load(open(os.path.join(res, "engine-bench.json")))["results"]:
         if r["kind"] == "decode":
             engine[r["batch"]] = (r["tok_s"], 1000 * r["median_step_s"])
+        elif r["kind"] == "prefill":
+            prefill_s = r["median_s"]  # one prompt of the input length, alone
 except (OSError, ValueError, KeyError):
     pass
-print("| build | conc | HTTP tok/s | engine tok/s | ratio | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+# bound: the engine's own time for the HTTP run's work done back to back, prefills (one at a time,
+# at the engine benchmark's time for one prompt) then decode at the level's batch:
+# n * out / (n * prefill_s + n * out / engine tok/s).
+print("| build | conc | HTTP tok/s | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for tag in tags:
     cpu = {}
     for line in open(os.path.join(res, f"cpu-{tag}.txt")):
@@ -162,8 +167,12 @@ for tag in tags:
         ratio = f"{100 * tok / e:.0f}%" if e else "-"
         es = f"{e:.0f}" if e else "-"
         ss = f"{step:.2f}" if step else "-"
+        n, outs = run["num_ok"], run["total_output_tokens"]
+        bound = outs / (n * prefill_s + outs / e) if e and prefill_s and n else None
+        bs = f"{bound:.0f}" if bound else "-"
+        br = f"{100 * tok / bound:.0f}%" if bound else "-"
         t, i = run["ttft_ms"], run["itl_ms"]
-        print(f"| {tag} | {c} | {tok:.0f} | {es} | {ratio} | {t['p50']:.1f} / {t['p99']:.1f} | "
+        print(f"| {tag} | {c} | {tok:.0f} | {es} | {ratio} | {bs} | {br} | {t['p50']:.1f} / {t['p99']:.1f} | "
               f"{i['p50']:.2f} / {i['p99']:.2f} | {ss} | {run['num_ok']} / {run['num_errors']} | "
               f"{cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} |")
 PY
