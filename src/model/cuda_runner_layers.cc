@@ -69,6 +69,9 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.m = rows;
     a.n = n;
     a.k = k;
+    // Small m (the GEMV) on sm_90+: its weights stream in while the kernel before it (a norm,
+    // attention, silu_mul: each calls TriggerDependents first) finishes.
+    a.programmatic_launch = true;
     return cuda::Linear(cublas_, a, stream_);
   };
   auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {

@@ -321,6 +321,9 @@ inline int __any_sync(unsigned, int pred) {
 
 #define TANDEM_LAUNCH(kernel, grid, block, smem, stream, ...) \
   ::emu::Launch(kernel, dim3(grid), dim3(block), smem, __VA_ARGS__)
+// One kernel after another: programmatic dependent launch is an ordinary launch here.
+#define TANDEM_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, ...) \
+  ::emu::Launch(kernel, dim3(grid), dim3(block), smem, __VA_ARGS__)
 
 #define cudaMalloc ::emu::Malloc
 #define cudaFree ::emu::Free

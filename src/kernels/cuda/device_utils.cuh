@@ -18,10 +18,53 @@
 #ifndef TANDEM_DYNAMIC_SHARED
 #define TANDEM_DYNAMIC_SHARED(name) extern __shared__ __align__(128) unsigned char name[]
 #endif
+// The same launch with programmatic stream serialization when `pdl` (CUDA programming guide,
+// "Programmatic Dependent Launch"): the kernel may begin once every CTA of the previous kernel in
+// the stream has called TriggerDependents (or exited), so it must call GridDependencyWait before
+// it touches anything that kernel writes. sm_90+ only: callers pass pdl = false elsewhere.
+#ifndef TANDEM_LAUNCH_PDL
+#define TANDEM_LAUNCH_PDL(kernel, grid, block, smem, stream, pdl, ...)        \
+  do {                                                                       \
+    cudaLaunchConfig_t tandem_cfg{};                                         \
+    tandem_cfg.gridDim = grid;                                               \
+    tandem_cfg.blockDim = block;                                             \
+    tandem_cfg.dynamicSmemBytes = smem;                                      \
+    tandem_cfg.stream = stream;                                              \
+    cudaLaunchAttribute tandem_attr[1];                                      \
+    tandem_attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;  \
+    tandem_attr[0].val.programmaticStreamSerializationAllowed = 1;           \
+    tandem_cfg.attrs = tandem_attr;                                          \
+    tandem_cfg.numAttrs = (pdl) ? 1 : 0;                                     \
+    (void)cudaLaunchKernelEx(&tandem_cfg, kernel, __VA_ARGS__);              \
+  } while (0)
+#endif
 
 namespace tandem::cuda::detail {
 
 constexpr unsigned kFullMask = 0xffffffffu;
+
+// Programmatic dependent launch (sm_90+; no-ops before, and in the CPU emulator, which runs one
+// kernel after another): GridDependencyWait blocks until the grids this one depends on have
+// finished and their writes are visible; TriggerDependents lets a dependent grid launched with
+// TANDEM_LAUNCH_PDL begin before this one ends; PrefetchL2 asks for the 128-byte line at p in L2
+// (a hint: no register written, no fault).
+#if defined(TANDEM_CUDA_EMU)
+inline void GridDependencyWait() {}
+inline void TriggerDependents() {}
+inline void PrefetchL2(const void*) {}
+#else
+__device__ inline void GridDependencyWait() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+#endif
+}
+__device__ inline void TriggerDependents() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;");
+#endif
+}
+__device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+#endif
 
 // True when p is 16-byte aligned (uint4 access).
 __host__ __device__ inline bool Aligned16(const void* p) {

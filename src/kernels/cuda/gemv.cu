@@ -60,6 +60,7 @@ struct GemvParams {
   int64_t ldy;
   int m, n, k;
   int k_split;  // KS: 1, 2, 4 or 8
+  bool pdl;     // launched programmatically (LinearArgs::programmatic_launch)
 };
 
 // NT: 8-row tiles of x (m <= 8 * NT); U: k steps loaded at once; OutT: __nv_bfloat16 or float.
@@ -99,15 +100,37 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) GemvKernel(GemvPara
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[j][i] = 0.0f;
   }
+  const uint4 zero = make_uint4(0, 0, 0, 0);
+  uint4 va[U], vb[U];
+  // The slice's first U steps of W. Launched programmatically, the previous kernel may still be
+  // running: W does not depend on it, so these loads and an L2 prefetch of the rest of the slice
+  // go out first (lane t takes the 128-byte lines t, t + 4, ... of its two rows), and x, which
+  // that kernel writes, is read only after the wait.
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int col = (s_begin + u) * kStepCols;
+    const bool in = s_begin + u < s_end && col < k_lane;
+    va[u] = in && ok_a ? LoadStream(wa + col) : zero;
+    vb[u] = in && ok_b ? LoadStream(wb + col) : zero;
+  }
+  if (p.pdl) {
+    const int c_end = min(s_end * kStepCols, p.k);
+    for (int c = (s_begin + U) * kStepCols + 64 * t; c < c_end; c += 256) {
+      if (ok_a) PrefetchL2(wa - 8 * t + c);
+      if (ok_b) PrefetchL2(wb - 8 * t + c);
+    }
+    GridDependencyWait();
+  }
   for (int s = s_begin; s < s_end; s += U) {
-    uint4 va[U], vb[U], vx[NT][U];
+    uint4 vx[NT][U];
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int col = (s + u) * kStepCols;
       const bool in = s + u < s_end && col < k_lane;
-      const uint4 zero = make_uint4(0, 0, 0, 0);
-      va[u] = in && ok_a ? LoadStream(wa + col) : zero;
-      vb[u] = in && ok_b ? LoadStream(wb + col) : zero;
+      if (s != s_begin) {
+        va[u] = in && ok_a ? LoadStream(wa + col) : zero;
+        vb[u] = in && ok_b ? LoadStream(wb + col) : zero;
+      }
 #pragma unroll
       for (int j = 0; j < NT; ++j) vx[j][u] = in && ok_x[j] ? LoadCached(xr[j] + col) : zero;
     }
@@ -170,7 +193,7 @@ cudaError_t Launch(const GemvParams& p, cudaStream_t stream) {
   const int tiles_per_cta = kWarps / p.k_split;
   const unsigned grid = static_cast<unsigned>((tiles + tiles_per_cta - 1) / tiles_per_cta);
   auto kernel = GemvKernel<NT, U, OutT>;
-  TANDEM_LAUNCH(kernel, grid, kThreads, 0, stream, p);
+  TANDEM_LAUNCH_PDL(kernel, dim3(grid), dim3(kThreads), 0, stream, p.pdl, p);
   return cudaGetLastError();
 }
 
@@ -194,7 +217,7 @@ cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
   if (!GemvSupported(a) || (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8)) {
     return cudaErrorInvalidValue;
   }
-  const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split};
+  const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch};
   const bool f32 = a.out_dtype == OutDtype::kFloat32;
   if (a.m <= 8) {
     return f32 ? Launch<1, 4, float>(p, stream) : Launch<1, 4, __nv_bfloat16>(p, stream);

@@ -61,6 +61,15 @@ int GemvMaxM() {
   return max_m;
 }
 
+bool GemvProgrammaticLaunch() {
+  static const bool on = [] {
+    const char* v = std::getenv("TANDEM_GEMV_PDL");
+    if (v != nullptr && std::strcmp(v, "0") == 0) return false;
+    return CurrentDeviceLimits().cc_major >= 9;
+  }();
+  return on;
+}
+
 int LinearGemvAutoSplit(const LinearArgs& a) { return detail::GemvAutoSplit(a.n, a.k, NumSms()); }
 
 Status LinearGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
@@ -75,7 +84,9 @@ Status LinearGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
   if (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8) {
     return Err(StatusCode::kInvalidArgument, "LinearGemv: k_split {} (0, 1, 2, 4 or 8)", k_split);
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchGemv(a, k_split, stream));
+  LinearArgs b = a;
+  b.programmatic_launch = a.programmatic_launch && GemvProgrammaticLaunch();
+  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchGemv(b, k_split, stream));
   return Status::Ok();
 }
 

@@ -30,6 +30,11 @@ struct LinearArgs {
   int m = 0;
   int n = 0;
   int k = 0;
+  // The GEMV path (m <= GemvMaxM) on sm_90+: launch programmatically after the previous kernel
+  // in the stream (device_utils.cuh TANDEM_LAUNCH_PDL), which should call TriggerDependents early:
+  // W is fetched while it finishes, x read after griddepcontrol.wait. Ignored elsewhere (cuBLAS,
+  // older GPUs) and when TANDEM_GEMV_PDL=0.
+  bool programmatic_launch = false;
 };
 
 namespace detail {
@@ -72,6 +77,8 @@ Status LinearGemv(const LinearArgs& args, int k_split, cudaStream_t stream);
 int LinearGemvAutoSplit(const LinearArgs& args);
 // Largest m routed to the GEMV by Linear (0 when TANDEM_GEMV=0).
 int GemvMaxM();
+// Whether LinearArgs::programmatic_launch takes effect: an sm_90+ device and TANDEM_GEMV_PDL not 0.
+bool GemvProgrammaticLaunch();
 
 }  // namespace tandem::cuda
 #endif

@@ -170,6 +170,9 @@ using namespace decode;  // NOLINT: the split layout, workspace and merge of bot
 template <int HD, int G>
 __global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
     PagedDecodeKernel(PagedDecodeArgs a, Workspace ws, int num_chunks) {
+  // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
+  // start fetching its weights now; it reads this kernel's output only after its wait.
+  TriggerDependents();
   constexpr int kLanesPerKey = HD / 8;                 // 8, 16 or 32
   constexpr int kKeysPerWarp = 32 / kLanesPerKey;      // 4, 2 or 1
   constexpr int kNumGroups = kWarps * kKeysPerWarp;    // key groups per CTA
@@ -327,6 +330,9 @@ __global__ void __launch_bounds__(kThreads, G >= 8 ? 2 : 4)
 // Merges the chunks of sequences with more than one: grid (num_heads, num_seqs).
 template <int HD>
 __global__ void PagedDecodeReduceKernel(PagedDecodeArgs a, Workspace ws) {
+  // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
+  // start fetching its weights now; it reads this kernel's output only after its wait.
+  TriggerDependents();
   __shared__ float s_w[kPagedDecodeMaxSplits];
   const int h = blockIdx.x;
   const int seq = blockIdx.y;

@@ -48,6 +48,9 @@ struct MmaSmem {
 
 template <int HD, int kStages, bool kRowLoads>
 __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
+  // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
+  // start fetching its weights now; it reads this kernel's output only after its wait.
+  TriggerDependents();
   using L = MmaSmem<HD, kStages>;
   constexpr int kLd = L::kLd;
   constexpr int kChunks = HD / 8;   // 16-byte chunks per row

@@ -9,6 +9,9 @@ namespace {
 // kVec: dim % 8 == 0 and every row start 16-byte aligned (uint4 accesses).
 template <bool kVec, bool kFused>
 __global__ void RmsNormKernel(RmsNormArgs a) {
+  // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
+  // start fetching its weights now; it reads this kernel's output only after its wait.
+  TriggerDependents();
   __shared__ float scratch[32];
   const int64_t row = blockIdx.x;
   const __nv_bfloat16* x = a.x + row * a.x_stride;

@@ -9,6 +9,9 @@ __device__ inline float SiluTimes(float g, float u) { return g / (1.0f + expf(-g
 // grid: (num_tokens, chunks of the row). kVec: 8 elements (16 bytes) per thread.
 template <bool kVec>
 __global__ void SiluMulKernel(SiluMulArgs a) {
+  // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
+  // start fetching its weights now; it reads this kernel's output only after its wait.
+  TriggerDependents();
   const int64_t t = blockIdx.x;
   const __nv_bfloat16* g = a.gate + t * a.gate_stride;
   const __nv_bfloat16* u = a.up + t * a.up_stride;
