@@ -16,6 +16,9 @@
 // mma (2U + NT U 16-byte loads in flight per lane). The KS partial sums of a tile meet in shared
 // memory and warp 0 of the tile adds them in slice order (deterministic), adds the bias in fp32 and
 // rounds once.
+#include <algorithm>
+#include <cstdlib>
+
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mma_utils.cuh"
@@ -61,6 +64,7 @@ struct GemvParams {
   int m, n, k;
   int k_split;  // KS: 1, 2, 4 or 8
   bool pdl;     // launched programmatically (LinearArgs::programmatic_launch)
+  int l2_steps; // with pdl: k steps past the first U asked into L2 before the wait
 };
 
 // NT: 8-row tiles of x (m <= 8 * NT); U: k steps loaded at once; OutT: __nv_bfloat16 or float.
@@ -114,7 +118,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) GemvKernel(GemvPara
     vb[u] = in && ok_b ? LoadStream(wb + col) : zero;
   }
   if (p.pdl) {
-    const int c_end = min(s_end * kStepCols, p.k);
+    const int c_end = min(min(s_end, s_begin + U + p.l2_steps) * kStepCols, p.k);
     for (int c = (s_begin + U) * kStepCols + 64 * t; c < c_end; c += 256) {
       if (ok_a) PrefetchL2(wa - 8 * t + c);
       if (ok_b) PrefetchL2(wb - 8 * t + c);
@@ -217,7 +221,14 @@ cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
   if (!GemvSupported(a) || (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8)) {
     return cudaErrorInvalidValue;
   }
-  const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch};
+  // The L2 look-ahead: 0 unless TANDEM_GEMV_PDL_L2 says (a whole slice of every resident CTA can
+  // exceed L2 and be read twice).
+  static const int l2_steps = [] {
+    const char* v = std::getenv("TANDEM_GEMV_PDL_L2");
+    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
+  }();
+  const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch,
+                     l2_steps};
   const bool f32 = a.out_dtype == OutDtype::kFloat32;
   if (a.m <= 8) {
     return f32 ? Launch<1, 4, float>(p, stream) : Launch<1, 4, __nv_bfloat16>(p, stream);
