@@ -28,9 +28,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
-CARRY=$ROOT/.device-carry/e2e
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-# find_cublas, wait_health, setup_8b
+# CARRY, the NCCL settings; find_cublas, wait_health, setup_tiny, setup_8b
 . "$ROOT/scripts/gpu/e2e_common.sh"
 
 pack() {

@@ -1,5 +1,8 @@
-# Helpers of the device-side scripts (scripts/gpu-e2e.sh, scripts/gpu-serve-bench.sh), sourced.
-# CARRY: the folder holding tandem-e2e.tar.xz and BUILD_INFO (scripts/gpu-e2e.sh pack).
+# Helpers of the device-side scripts (scripts/gpu-e2e.sh, scripts/gpu-serve-bench.sh), sourced
+# after they set ROOT (the repository). Sets CARRY, the folder holding tandem-e2e.tar.xz and
+# BUILD_INFO (scripts/gpu-e2e.sh pack), and keeps NVLink multicast off.
+CARRY=$ROOT/.device-carry/e2e
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 find_cublas() {
   local dirs="/usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib"
