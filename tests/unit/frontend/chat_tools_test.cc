@@ -147,7 +147,8 @@ TEST_F(ChatToolsTest, RequiredAndNamedChoicesSendAGrammar) {
   for (const char* choice : {R"("required")", R"({"type":"function","function":{"name":"get_weather"}})"}) {
     json j = NonStream(Body(std::string("\"tools\":") + kTools + ",\"tool_choice\":" + choice));
     EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
-    const auto& spec = engine->submitted().back().params.structured;
+    // A copy: submitted() returns one (a reference into it dangles; ASan found it).
+    const grammar::StructuredOutputSpec spec = engine->submitted().back().params.structured;
     EXPECT_EQ(spec.kind, grammar::StructuredKind::kGrammar);
     EXPECT_NE(spec.spec.find("get_weather"), std::string::npos);
   }
@@ -216,7 +217,7 @@ TEST_F(ChatToolsTest, ForcedCallsFollowALlama3JsonServer) {
   json j = NonStream(Body(std::string("\"tools\":") + kTools + R"(,"tool_choice":"required")"));
   EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
   EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
-  const auto& spec = engine->submitted().back().params.structured;
+  const grammar::StructuredOutputSpec spec = engine->submitted().back().params.structured;  // a copy
   EXPECT_NE(spec.spec.find("parameters"), std::string::npos);
   EXPECT_EQ(spec.spec.find("tool_call"), std::string::npos);
 }
@@ -233,7 +234,9 @@ TEST_F(ChatToolsTest, StreamedLogprobsCoverEveryTokenWhenTextIsHeldBack) {
     const int i = c["index"];
     if (c["logprobs"].is_object()) entries[i] += c["logprobs"]["content"].size();
     if (c["delta"].contains("tool_calls") && c["delta"]["tool_calls"][0].contains("id")) ++calls[i];
-    if (c["delta"].contains("content")) EXPECT_EQ(c["delta"]["content"].get<std::string>().find("<"), std::string::npos);
+    if (c["delta"].contains("content")) {
+      EXPECT_EQ(c["delta"]["content"].get<std::string>().find("<"), std::string::npos);
+    }
   }
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(entries[i], engine->script.tokens.size()) << "choice " << i;

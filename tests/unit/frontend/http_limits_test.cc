@@ -28,6 +28,12 @@
 #include "frontend/http_server.h"
 #include "http_test_util.h"
 
+// UBSan's runtime, when linked in (scripts/sanitize.sh asan): its vptr check decides whether a
+// vtable is readable by writing it into a pipe, so with the descriptor table full every checked
+// virtual call is reported as "object has invalid vptr" (seen with GCC 12's libubsan: a valid
+// object, reported as soon as dup() has taken every descriptor).
+extern "C" void __ubsan_handle_dynamic_type_cache_miss_abort(void*, void*, void*) __attribute__((weak));
+
 namespace tandem::http {
 namespace {
 
@@ -330,6 +336,10 @@ int HighestFd() {
 // hanging), one warning line however often it happens, and the server serves again once
 // descriptors are free.
 TEST_F(HttpLimitsTest, OutOfDescriptorsRefusesWithOneLogLineAndRecovers) {
+  if (&__ubsan_handle_dynamic_type_cache_miss_abort != nullptr) {
+    GTEST_SKIP() << "UBSan's vptr check needs free descriptors (it probes memory through a pipe); "
+                    "this test runs in the ordinary build";
+  }
   HttpServer::Options o;
   o.header_timeout = 10000ms;  // the admitted ones keep their descriptors
   auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(4096);

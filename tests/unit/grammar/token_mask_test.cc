@@ -85,7 +85,9 @@ void CheckGenerations(std::shared_ptr<const TokenVocab> vocab, const std::vector
       ASSERT_FALSE(allowed.empty());
       for (int32_t id : vocab->stop_ids()) ASSERT_EQ(Allowed(cached, id), m.IsAccepting());
       for (int32_t id = 0; id < vocab->size(); ++id) {
-        if (special[id]) ASSERT_TRUE(!Allowed(cached, id) || m.IsAccepting());
+        if (special[id]) {
+          ASSERT_TRUE(!Allowed(cached, id) || m.IsAccepting());
+        }
       }
       const int32_t next = allowed[rng() % allowed.size()];
       bool stop = false;
