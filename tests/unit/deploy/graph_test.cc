@@ -151,7 +151,8 @@ TEST(GraphTest, MigrationLimitGoesToTheFrontend) {
   for (const auto& a : cs[0].args) EXPECT_NE(a, "--migration-limit");
   auto none = ParseGraph("frontend: {port: 8000}\nworkers: [{mode: agg}]\n", "/x", "/x/g.yaml");
   ASSERT_TRUE(none.ok());
-  for (const auto& a : ExpandGraph(*none)[1].args) EXPECT_NE(a, "--migration-limit");
+  const auto none_cs = ExpandGraph(*none);  // (a range-for over ExpandGraph(...)[1] would dangle)
+  for (const auto& a : none_cs[1].args) EXPECT_NE(a, "--migration-limit");
   EXPECT_FALSE(
       ParseGraph("frontend: {port: 8000, migration_limit: -1}\nworkers: [{mode: agg}]\n", "/x",
                  "/x/g.yaml").ok());
