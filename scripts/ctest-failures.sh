@@ -17,6 +17,6 @@ while IFS=: read -r _ name; do
     inside && (/Failure$/ || /^[^ ]*:[0-9]+: Failure/) { keep = 6 }
     inside && keep > 0 { printf "%s | ", $0; keep--; next }
     inside && /^\[  FAILED  \]/ { printf "%s | ", $0 }
-  ' "$log" | cut -c1-600 | sed "s/^/$name: /"
+  ' "$log" | cut -c1-600 | awk -v name="$name" '{ print name ": " $0 }'  # (names may hold '/')
   echo
 done < "$failed"

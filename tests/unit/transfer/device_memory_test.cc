@@ -276,6 +276,10 @@ TEST_P(DeviceMemoryTest, DeviceFaultEndsInAnErrorAndTheAgentStaysUsable) {
   Status rd = Move(Op::kRead, Dev(src_, 0, 1 << 20), Dev(dst_, 0, 1 << 20));
   EXPECT_FALSE(rd.ok());
   env_->FailAfterBytes(0);
+  // A failed READ may have landed part of dst_ (which the failed WRITE left partly written) in
+  // src_ before the fault: which part depends on where the copies stood (about 1 run in 13 on tcp
+  // before this line). Only what follows is checked: the agent moves data correctly again.
+  env_->Write(src_, 0, pattern_.data(), 1 << 20);
   ASSERT_TRUE(Move(Op::kWrite, Dev(src_, 0, 1 << 20), Dev(dst_, 0, 1 << 20), "ok").ok());
   EXPECT_TRUE(Same(dst_, 0, pattern_.data(), 1 << 20));
   // Only the successful transfer's notification (one connection: in the order sent).
