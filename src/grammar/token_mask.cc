@@ -155,20 +155,14 @@ const TokenMasker::NodeMasks& TokenMasker::MasksOf(Matcher& m, int32_t node, Scr
   return *masks.release();
 }
 
-size_t TokenMasker::Precompute(const std::atomic<bool>* stop, size_t budget_bytes) {
+void TokenMasker::Precompute(const std::atomic<bool>* stop, size_t budget_bytes) {
   Matcher m(automaton_);
   Scratch scratch;
-  size_t computed = 0;
   for (size_t n = 0; n < automaton_->num_nodes(); ++n) {
     if ((stop != nullptr && stop->load(std::memory_order_relaxed)) || cached_bytes() >= budget_bytes) break;
-    // A node no stack can have on top (no byte edges) is never asked for.
-    if (automaton_->node(static_cast<int>(n)).bytes.empty()) continue;
-    if (slots_[n].load(std::memory_order_acquire) != nullptr) continue;
-    const size_t before = cached_nodes();
-    MasksOf(m, static_cast<int32_t>(n), scratch);
-    computed += cached_nodes() != before;
+    // A node no stack can have on top (no byte edges) is never asked for; MasksOf skips cached ones.
+    if (!automaton_->node(static_cast<int>(n)).bytes.empty()) MasksOf(m, static_cast<int32_t>(n), scratch);
   }
-  return computed;
 }
 
 void TokenMasker::Fill(Matcher& m, uint32_t* mask) {

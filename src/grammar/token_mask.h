@@ -96,8 +96,8 @@ class TokenMasker {
   // Fills the cache for every node not in it yet (what Fill would compute on first visits), in
   // node order, on the calling thread with a matcher of its own: safe beside Fill on one other
   // thread (a node both compute is kept once). Stops when *stop becomes true or the cache holds
-  // `budget_bytes`; returns the nodes it computed.
-  size_t Precompute(const std::atomic<bool>* stop = nullptr, size_t budget_bytes = kPrecomputeBudget);
+  // `budget_bytes`.
+  void Precompute(const std::atomic<bool>* stop = nullptr, size_t budget_bytes = kPrecomputeBudget);
   static constexpr size_t kPrecomputeBudget = size_t{64} << 20;
 
   size_t cached_nodes() const { return cached_.load(std::memory_order_relaxed); }

@@ -138,7 +138,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     if (layer_hook_ != nullptr) TANDEM_RETURN_IF_ERROR(ReportLayerKV(l));
     // Decode rows (every slice of a decode step; the leading one-token slices of a mixed step:
     // token row = sequence) through PagedDecode, the other slices through PagedPrefill.
-    const int decode_seqs = p.decode ? p.num_seqs : p.decode_prefix;
+    const int decode_seqs = p.decode_seqs();
     if (decode_seqs > 0) {
       cuda::PagedDecodeArgs a;
       attention_args(a, l);

@@ -89,13 +89,11 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   // ---- plan ----
   StepPlan p;
   int total = 0, blocks_max = 1, num_arg = 0;
-  bool leading = true;
   for (const SequenceSlice& s : batch.seqs) {
     const int n = static_cast<int>(s.token_ids.size());
     total += n;
     p.decode = p.decode && n == 1;
-    leading = leading && n == 1;
-    p.decode_prefix += leading;
+    p.decode_prefix += p.decode;  // still true: every slice so far had one token
     blocks_max = std::max(blocks_max, (s.start_pos + n + block_size_ - 1) / block_size_);
     p.max_query_len = std::max(p.max_query_len, n);
     p.max_context_len = std::max(p.max_context_len, s.start_pos + n);
@@ -227,10 +225,9 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   TANDEM_RETURN_IF_ERROR(ReserveTracked(sel_, r_cap * hidden * sizeof(bf16)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(logits_, r_cap * vocab * sizeof(float)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(picks_, PicksBytes(p.picks_cap)));
-  if (p.decode) p.decode_prefix = 0;
-  if (p.decode || p.decode_prefix > 0) {
+  if (p.decode_seqs() > 0) {
     cuda::PagedDecodeArgs probe;
-    probe.num_seqs = p.decode ? p.num_seqs : p.decode_prefix;
+    probe.num_seqs = p.decode_seqs();
     probe.num_heads = nh;
     probe.num_kv_heads = nkv;
     probe.head_dim = hd;

@@ -51,9 +51,12 @@ struct CudaModelRunner::StepPlan {
   int stride = 1;    // block-table row stride
   int max_query_len = 0, max_context_len = 0;
   bool decode = true;   // every slice has one token
-  // Not decode (a step mixing prefill chunks with decode rows): the leading slices of one token,
-  // attended by PagedDecode; the rest by PagedPrefill.
+  // The leading slices of one token (all of them in a decode step). In a step mixing prefill
+  // chunks with decode rows they are attended by PagedDecode, the rest by PagedPrefill.
   int decode_prefix = 0;
+  // The sequences PagedDecode attends: every one of a decode step (padding included), else the
+  // decode prefix.
+  int decode_seqs() const { return decode ? num_seqs : decode_prefix; }
   bool padded = false;  // a decode-graph step (rows = token rows, padding rows at the end)
   int rows = 0;         // logits rows computed
   bool gather = false;  // rows gathered by logit_rows (else token rows 0..rows-1)
