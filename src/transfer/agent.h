@@ -14,6 +14,8 @@
 // re-checked by the receiving side, which never touches memory outside a live registration);
 // NotFound for an unknown peer or backend; FailedPrecondition when no backend reaches the peer.
 // Transfer errors (peer gone, connection reset, timeout) end the handle in TransferState::kError.
+// The destination ranges of a failed transfer may then hold part of the data (what landed before
+// the fault); no copy of it touches them after the error is reported.
 //
 // Thread-safety: every member function may be called from any thread.
 #pragma once
