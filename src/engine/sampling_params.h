@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "common/status.h"
 #include "grammar/structured_output.h"
 
 namespace tandem {
@@ -40,5 +41,15 @@ struct SamplingParams {
   // migrated request's output so far); the grammar resumes after them.
   int structured_prefix_tokens = 0;
 };
+
+// The most top log-probabilities a request may ask for (OpenAI's top_logprobs limit).
+inline constexpr int kMaxLogprobs = 20;
+
+// InvalidArgument, naming the field and its value, for a value outside its range (max_tokens < 1,
+// temperature < 0 or not finite, top_p outside (0, 1], top_k < -1, min_p outside [0, 1],
+// repetition_penalty <= 0, frequency/presence penalty outside [-2, 2], logprobs outside
+// [-1, kMaxLogprobs]), a stop token id outside [0, vocab_size), an empty stop string, or stop
+// strings without a tokenizer.
+Status ValidateSamplingParams(const SamplingParams& p, int vocab_size, bool have_tokenizer);
 
 }  // namespace tandem
