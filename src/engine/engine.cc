@@ -164,6 +164,7 @@ class EngineImpl final : public Engine {
     // after the next forward pass: a disaggregated request's TTFT must not include a decode step.
     if (!outputs.empty()) return outputs;
 
+    PhaseClock clock(timeline_);
     SchedulerOutput sched = scheduler_.Schedule();
     for (Request* r : sched.remote_prefills) {
       RemotePrefillTask task;
@@ -183,6 +184,7 @@ class EngineImpl final : public Engine {
       outputs.push_back(Finish(r->request_id, FinishReason::kLength));
     }
     if (sched.scheduled.empty()) return outputs;
+    clock.Lap("schedule");
 
     // Run the model. Greedy rows without penalties are picked by the runner (kPick: on a GPU the
     // logits stay there). On a runner that samples on its device every other row is a kPick too,
@@ -264,7 +266,9 @@ class EngineImpl final : public Engine {
         masks_ready = true;
       };
     }
+    clock.Lap("batch");
     Status st = runner_->Execute(batch, &forward_);
+    clock.Lap("execute");
     if (st.ok() && !masks_ready) {  // never sample a structured row unconstrained
       st = Err(StatusCode::kInternal, "the model runner did not call ForwardBatch::prepare_picks");
     }
@@ -305,7 +309,14 @@ class EngineImpl final : public Engine {
         outputs.push_back(SampleAndProcess(e, logits));
       }
     }
+    clock.Lap("post");
+    if (timeline_) ++timeline_->steps;
     return outputs;
+  }
+
+  void SetStepTimeline(StepTimeline* timeline) override {
+    timeline_ = timeline;
+    runner_->SetStepTimeline(timeline);
   }
 
   bool HasUnfinishedRequests() const override {
@@ -506,6 +517,7 @@ class EngineImpl final : public Engine {
   std::vector<RequestOutput> pending_;  // outputs of aborted requests, returned by the next Step
   ForwardOutput forward_;               // the last step's logits rows and greedy picks
   std::shared_ptr<KvEventSink> kv_event_sink_;  // SetKvEventSink
+  StepTimeline* timeline_ = nullptr;             // SetStepTimeline
 };
 
 }  // namespace

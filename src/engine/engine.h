@@ -191,6 +191,12 @@ class Engine {
   // Every cached block, consistent with the events up to snapshot.last_event_id (pending events
   // are handed to the sink first). Same thread as Step().
   virtual KvCacheSnapshot SnapshotCachedBlocks() = 0;
+
+  // Attaches a timeline (model/step_timeline.h; null detaches): every Step() that runs a forward
+  // pass adds its phases (schedule, batch, execute, post) and counts itself; the runner adds its
+  // own (ModelRunner::SetStepTimeline). Same thread as Step(); the caller keeps it alive while
+  // attached. For benchmarks (cuda_engine_bench --timeline); the default records nothing.
+  virtual void SetStepTimeline(StepTimeline* timeline) {}
 };
 
 }  // namespace tandem

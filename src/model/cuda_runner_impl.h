@@ -35,6 +35,7 @@ class CudaModelRunner final : public ModelRunner {
     for (cudaEvent_t e : layer_events_) {
       if (e != nullptr) cudaEventDestroy(e);
     }
+    for (cudaEvent_t e : timeline_events_) cudaEventDestroy(e);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -78,6 +79,7 @@ class CudaModelRunner final : public ModelRunner {
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override;
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
   bool SamplesOnDevice() const override { return true; }
+  void SetStepTimeline(StepTimeline* timeline) override { timeline_ = timeline; }
 
  private:
   struct StepPlan;
@@ -93,6 +95,13 @@ class CudaModelRunner final : public ModelRunner {
   // Records layer `layer`'s KV-written event on the stream and calls *layer_hook_ (layer-wise
   // transfer, ForwardBatch::on_layer_kv_written).
   Status ReportLayerKV(int layer);
+  // StepTimeline::device_groups (cuda_runner_timeline.cc): MarkGroup records an event on the
+  // stream closing kernel group `group` (the first mark of a step opens it: "start");
+  // CollectGroups, after the step's synchronize, adds each group's elapsed time to timeline_ and
+  // forgets the marks. Both do nothing without a device-group timeline.
+  bool timing_groups() const { return timeline_ != nullptr && timeline_->device_groups; }
+  Status MarkGroup(const char* group);
+  Status CollectGroups();
   // Grows a device buffer the decode graphs point into (bumps graph_generation_ when it moves).
   Status ReserveTracked(DeviceArray& a, size_t bytes);
   Status InitOnce();
@@ -112,6 +121,9 @@ class CudaModelRunner final : public ModelRunner {
   DecodeGraphCache graphs_{DecodeGraphModeFromEnv()};
   const std::function<void(const LayerKVReady&)>* layer_hook_ = nullptr;  // during a Step only
   std::vector<cudaEvent_t> layer_events_;  // [num_layers], created on first use
+  StepTimeline* timeline_ = nullptr;       // SetStepTimeline
+  std::vector<cudaEvent_t> timeline_events_;  // grown on demand, reused step after step
+  std::vector<const char*> timeline_marks_;   // this step's marks: the group each event closes
   uint64_t graph_generation_ = 1;
   bool initialized_ = false;
 };

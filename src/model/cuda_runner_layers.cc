@@ -107,13 +107,19 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   };
   const DeviceArray kNone;
 
+  // mark(g): closes kernel group g for StepTimeline::device_groups (nothing otherwise).
+  auto mark = [this](const char* group) { return MarkGroup(group); };
+  TANDEM_RETURN_IF_ERROR(mark("start"));
   TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_ids, T, w_.embed.as<bf16>(), vocab, hidden, x, stream_));
+  TANDEM_RETURN_IF_ERROR(mark("embedding"));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& w = w_.layers[l];
     // h holds the previous layer's MLP output: residual += h; h = norm(residual).
     TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
                                   : norm(h, w.input_norm, h, true));
+    TANDEM_RETURN_IF_ERROR(mark("norm"));
     TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(mark("qkv"));
     // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
     cuda::QkNormRopeCacheArgs r;
     r.rope.q = qkv;
@@ -135,6 +141,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     r.kv_pool = kv_[l].as<bf16>();
     r.block_size = block_size_;
     TANDEM_RETURN_IF_ERROR(cuda::QkNormRopeCache(r, stream_));
+    TANDEM_RETURN_IF_ERROR(mark("qk_norm_rope_cache"));
     if (layer_hook_ != nullptr) TANDEM_RETURN_IF_ERROR(ReportLayerKV(l));
     // Decode rows (every slice of a decode step; the leading one-token slices of a mixed step:
     // token row = sequence) through PagedDecode, the other slices through PagedPrefill.
@@ -163,10 +170,14 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       a.max_query_len = p.max_query_len;
       TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
     }
+    TANDEM_RETURN_IF_ERROR(mark("attention"));
     TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(mark("o_proj"));
     TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
+    TANDEM_RETURN_IF_ERROR(mark("norm"));
     TANDEM_RETURN_IF_ERROR(
         linear(h, hidden, w.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(mark("gate_up"));
     cuda::SiluMulArgs sm;
     sm.gate = gate_up;
     sm.gate_stride = 2 * inter;
@@ -177,7 +188,9 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     sm.num_tokens = T;
     sm.dim = inter;
     TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
+    TANDEM_RETURN_IF_ERROR(mark("silu_mul"));
     TANDEM_RETURN_IF_ERROR(linear(act, inter, w.down, kNone, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(mark("down"));
   }
   if (p.rows == 0) return Status::Ok();
   // residual += last MLP out; final norm; the logit rows gathered (Embedding as a row gather).
@@ -189,6 +202,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   }
   TANDEM_RETURN_IF_ERROR(linear(head_in, hidden, w_.lm_head_or_embed(), kNone, logits_.as<float>(),
                                 vocab, cuda::OutDtype::kFloat32, p.rows));
+  TANDEM_RETURN_IF_ERROR(mark("lm_head"));
   if (p.sample_rows > 0) {
     char* base = picks_.as<char>();
     const size_t col = Align16(sizeof(float) * p.picks_cap);
@@ -196,6 +210,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
         logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab, vocab, p.sample_rows,
         vocab, reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + col),
         reinterpret_cast<float*>(base + 2 * col), stream_));
+    TANDEM_RETURN_IF_ERROR(mark("sampling"));
   }
   return Status::Ok();
 }

@@ -69,6 +69,7 @@ Status CudaModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
 Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutput* out) {
   out->logits.clear();
   out->samples.clear();
+  PhaseClock clock(timeline_);  // host phases (step_timeline.h)
   TANDEM_RETURN_IF_ERROR(Validate(batch));
   const ModelConfig& c = config_;
   const int vocab = c.vocab_size;
@@ -249,7 +250,9 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   // call and an event recorded on the stream at that point, which a graph replay would not make.
   layer_hook_ = batch.on_layer_kv_written ? &batch.on_layer_kv_written : nullptr;
   Status run;
-  if (p.padded && layer_hook_ == nullptr) {
+  clock.Lap("runner.inputs");
+  // Kernel-group timing needs the events between the groups: eager launches of the same plan.
+  if (p.padded && layer_hook_ == nullptr && !timing_groups()) {
     const std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
                                               (p.sample_rows > 0 ? 1 : 0));
     run = graphs_.Run(key, graph_generation_, stream_, [&] { return RunModel(p, meta); });
@@ -260,7 +263,9 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   TANDEM_RETURN_IF_ERROR(run);
   // The forward pass is enqueued (graph replay or eager) and runs while the host computes what the
   // picks need (structured outputs' masks, ForwardBatch::prepare_picks): only their upload waits.
+  clock.Lap("runner.launch");
   if (picks) PreparePicks(batch);
+  clock.Lap("runner.prepare_picks");
   TANDEM_RETURN_IF_ERROR(SampleOnDevice(p));
 
   // ---- results: top-k for the rows asking for log-probabilities, one copy back ----
@@ -282,6 +287,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     TANDEM_RETURN_IF_ERROR(cuda::TopK(logits_.as<float>() + static_cast<size_t>(topk_lo) * vocab,
                                       vocab, topk_rows, vocab, topk, tk_ids, tk_vals, stream_));
   }
+  TANDEM_RETURN_IF_ERROR(MarkGroup("sampling"));  // SampleOnDevice and TopK
   TANDEM_RETURN_IF_ERROR(host_picks_.Reserve(picks_bytes + topk_bytes));
   if (p.sample_rows > 0) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_picks_.as<char>(), picks_.as<char>(),
@@ -302,7 +308,11 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
         sizeof(float) * count * vocab, cudaMemcpyDeviceToHost, stream_));
     at += static_cast<size_t>(count);
   }
+  TANDEM_RETURN_IF_ERROR(MarkGroup("copy_back"));
+  clock.Lap("runner.sampling");
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  clock.Lap("runner.wait");
+  TANDEM_RETURN_IF_ERROR(CollectGroups());
 
   const char* hp = host_picks_.as<const char>();
   const auto* pick_ids = reinterpret_cast<const int32_t*>(hp);
@@ -335,6 +345,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     }
     out->samples.push_back(std::move(s));
   }
+  clock.Lap("runner.unpack");
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@
 #include "common/status.h"
 #include "kernels/cpu/sample.h"
 #include "model/config.h"
+#include "model/step_timeline.h"
 #include "model/layer_kv_ready.h"
 
 namespace tandem {
@@ -158,6 +159,11 @@ class ModelRunner {
   // left) and its sampler's buffers at max_num_seqs rows of max_model_len penalty tokens. The KV
   // pool is sized with this held back. 0 on a host runner.
   virtual size_t PendingDeviceBytes(int max_num_seqs, int max_model_len) const { return 0; }
+
+  // Attaches a timeline (step_timeline.h; null detaches) that Execute adds its host phases to and,
+  // with timeline->device_groups, its kernel groups' device time. The caller keeps it alive while
+  // attached. The default, a host runner, records nothing.
+  virtual void SetStepTimeline(StepTimeline* timeline) {}
 };
 
 // Checks a batch against a KV pool of `num_blocks` blocks of `block_size` tokens (both runners call

@@ -16,7 +16,13 @@
 // max(batch) x (context + max_tokens) tokens, or the longest prefill (block 16).
 // Prints one line per shape and, with --json FILE, writes the numbers for scripts/gpu/bench_table.py.
 // Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
-//        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--json FILE] [--cpu]
+//        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N]
+//        [--json FILE] [--cpu]
+// --timeline N: for each decode batch, the timed steps' host phases and then N more steps with
+// per-kernel-group device time (model/step_timeline.h; those N steps launch eagerly), printed as
+// "timeline" lines: ms/step of each phase and group, and for the weight-reading groups and
+// attention the floor at 4.27 TB/s / 796 TFLOP/s (DESIGN.md section 5: the H200's measured copy
+// and bf16 GEMM ceilings) with the group's % of it.
 // Env TANDEM_CUDA_GRAPHS (when the runner reads it) switches CUDA graphs; it is echoed in the JSON.
 // Exit 0, 2 on an error, 77 with no CUDA device.
 #include <algorithm>
@@ -37,6 +43,7 @@
 #include "engine/engine.h"
 #include "model/cuda_model_runner.h"
 #include "model/model_runner.h"
+#include "model/step_timeline.h"
 
 namespace tandem {
 namespace {
@@ -74,13 +81,75 @@ struct Args {
   std::string model_dir, json;
   std::vector<int> batches = {1, 8, 64, 256};
   std::vector<int> prefills = {512, 2048, 8192};
-  int context = 1024, steps = 32, warmup = 2, repeats = 3, budget = 0;
+  int context = 1024, steps = 32, warmup = 2, repeats = 3, budget = 0, timeline = 0;
   bool cpu = false;
 };
 
+// DESIGN.md section 5: the H200's measured device-to-device copy and bf16 GEMM ceilings.
+constexpr double kBandwidth = 4.27e12, kFlops = 796e12;
+
+// The floor (ms per step) of a decode step's kernel group at batch b, context ctx: the bytes it
+// must read (weights or KV, bf16) at kBandwidth, or its FLOPs at kFlops, whichever is longer;
+// 0 for groups that read only activations.
+double GroupFloorMs(const std::string& group, const ModelConfig& c, int b, int ctx) {
+  const double L = c.num_hidden_layers, H = c.hidden_size, I = c.intermediate_size;
+  const double q = static_cast<double>(c.num_attention_heads) * c.head_dim;
+  const double kv = static_cast<double>(c.num_key_value_heads) * c.head_dim;
+  double params = 0;  // weight elements read by the group over the step
+  if (group == "qkv") params = L * H * (q + 2 * kv);
+  else if (group == "o_proj") params = L * q * H;
+  else if (group == "gate_up") params = L * H * 2 * I;
+  else if (group == "down") params = L * I * H;
+  else if (group == "lm_head") params = H * c.vocab_size;
+  if (params > 0) return 1e3 * std::max(2 * params / kBandwidth, 2 * params * b / kFlops);
+  if (group == "attention") return 1e3 * L * b * static_cast<double>(ctx) * 2 * kv * 2 / kBandwidth;
+  return 0;
+}
+
+// Prints the "timeline" lines of one decode batch: host phases of the timed (graph) steps, then
+// the kernel groups of the eager timeline steps with floors.
+void PrintTimeline(int batch, int ctx, const ModelConfig& c, const StepTimeline& host,
+                   const StepTimeline& dev) {
+  const double hs = static_cast<double>(std::max<int64_t>(host.steps, 1));
+  double total = 0;
+  std::printf("timeline batch %d ctx %d: host phases, ms/step over %lld timed steps\n", batch, ctx,
+              static_cast<long long>(host.steps));
+  for (const StepTimeline::Span& sp : host.host) {
+    std::printf("timeline   host   %-22s %8.3f ms\n", sp.name.c_str(), sp.ms / hs);
+    if (sp.name.rfind("runner.", 0) != 0) total += sp.ms / hs;
+  }
+  std::printf("timeline   host   %-22s %8.3f ms\n", "(engine phases summed)", total);
+  if (dev.device.empty()) {
+    std::printf("timeline batch %d ctx %d: no device kernel groups (a host runner)\n", batch, ctx);
+    return;
+  }
+  const double ds = static_cast<double>(std::max<int64_t>(dev.steps, 1));
+  double sum = 0, floor_sum = 0;
+  std::printf("timeline batch %d ctx %d: device kernel groups, ms/step over %lld eager steps "
+              "(floor at %.2f TB/s, %.0f TFLOP/s)\n", batch, ctx, static_cast<long long>(dev.steps),
+              kBandwidth / 1e12, kFlops / 1e12);
+  for (const StepTimeline::Span& sp : dev.device) {
+    const double ms = sp.ms / ds, fl = GroupFloorMs(sp.name, c, batch, ctx);
+    sum += ms;
+    floor_sum += fl;
+    if (fl > 0) {
+      std::printf("timeline   device %-22s %8.3f ms  floor %7.3f ms  %5.1f%%  (%lld events/step)\n",
+                  sp.name.c_str(), ms, fl, 100 * fl / ms, static_cast<long long>(sp.count / ds));
+    } else {
+      std::printf("timeline   device %-22s %8.3f ms  (%lld events/step)\n", sp.name.c_str(), ms,
+                  static_cast<long long>(sp.count / ds));
+    }
+  }
+  std::printf("timeline   device %-22s %8.3f ms  floor %7.3f ms  %5.1f%%\n", "(groups summed)", sum,
+              floor_sum, sum > 0 ? 100 * floor_sum / sum : 0.0);
+  std::fflush(stdout);
+}
+
 class Bench {
  public:
-  Bench(Engine& engine, int vocab) : engine_(engine), vocab_(vocab), rng_(20261130) {}
+  Bench(Engine& engine, const ModelConfig& config, int timeline_steps)
+      : engine_(engine), config_(config), vocab_(config.vocab_size), timeline_steps_(timeline_steps),
+        rng_(20261130) {}
 
   std::vector<int32_t> RandomPrompt(int n) {
     // Ordinary token ids (Qwen's specials start at 151643); any id < vocab is valid.
@@ -101,7 +170,7 @@ class Bench {
     SamplingParams p;
     p.temperature = 0.0f;
     p.ignore_eos = true;
-    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps);
+    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps + timeline_steps_);
     std::vector<std::string> ids;
     for (int i = 0; i < batch; ++i) {
       ids.push_back("d" + std::to_string(batch) + "-" + std::to_string(i) + "-" + std::to_string(serial_++));
@@ -134,7 +203,9 @@ class Bench {
     }
     std::vector<double> times;
     int irregular = 0;
+    StepTimeline host_timeline;
     for (int s = 0; s < warmup + steps; ++s) {
+      if (s == warmup && timeline_steps_ > 0) engine_.SetStepTimeline(&host_timeline);
       const double t0 = Now();
       std::vector<RequestOutput> outs = engine_.Step();
       const double dt = Now() - t0;
@@ -150,6 +221,13 @@ class Bench {
       if (ones != batch || static_cast<int>(outs.size()) != batch) ++irregular;
       if (s >= warmup) times.push_back(dt);
     }
+    StepTimeline device_timeline;
+    if (timeline_steps_ > 0) {
+      device_timeline.device_groups = true;
+      engine_.SetStepTimeline(&device_timeline);
+      for (int s = 0; s < timeline_steps_; ++s) engine_.Step();
+      engine_.SetStepTimeline(nullptr);
+    }
     Drain(ids);
     double total = 0;
     for (double t : times) total += t;
@@ -162,6 +240,7 @@ class Bench {
                 *std::max_element(times.begin(), times.end()) * 1e3, tok_s, phase_steps,
                 prefill_phase_s, irregular ? ", IRREGULAR steps (not every request decoded)" : "");
     std::fflush(stdout);
+    if (timeline_steps_ > 0) PrintTimeline(batch, context, config_, host_timeline, device_timeline);
     json << (first_ ? "" : ",\n") << "  {\"kind\": \"decode\", \"batch\": " << batch
          << ", \"context\": " << context << ", \"steps\": " << times.size()
          << ", \"total_s\": " << total << ", \"median_step_s\": " << med
@@ -217,7 +296,9 @@ class Bench {
 
  private:
   Engine& engine_;
+  const ModelConfig& config_;
   int vocab_;
+  int timeline_steps_;
   std::mt19937 rng_;
   int serial_ = 0;
   bool first_ = true;
@@ -238,7 +319,7 @@ int Run(const Args& a) {
   const int budget = a.budget > 0 ? a.budget : std::max(16384, max_prefill);
   // The longest decode request: context + max_tokens of Decode() for the largest batch.
   const int decode_len =
-      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps);
+      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps + a.timeline);
   const long long decode_blocks =
       static_cast<long long>(max_batch) * ((decode_len + kBlockSize - 1) / kBlockSize + 1);
   const long long prefill_blocks = (max_prefill + kBlockSize - 1) / kBlockSize + 2;
@@ -270,7 +351,7 @@ int Run(const Args& a) {
        << "\", \"cuda_graphs_env\": \"" << (graphs ? graphs : "") << "\", \"load_s\": " << load_s
        << ", \"num_kv_blocks\": " << cfg.num_kv_blocks << ", \"budget\": " << budget
        << ", \"results\": [\n";
-  Bench bench(engine, mc.vocab_size);
+  Bench bench(engine, mc, a.timeline);
   int errors = 0;
   // Prefill first: the prefill runs also warm the GEMMs up for the decode phases' prefills.
   for (int t : a.prefills) errors += !bench.Prefill(t, a.repeats, json);
@@ -294,7 +375,7 @@ int main(int argc, char** argv) {
   tandem::Args a;
   const char* usage =
       "usage: %s MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32] [--warmup 2] "
-      "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--json FILE] [--cpu]\n";
+      "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N] [--json FILE] [--cpu]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -312,6 +393,7 @@ int main(int argc, char** argv) {
     else if (arg == "--repeats") a.repeats = std::atoi(value().c_str());
     else if (arg == "--budget") a.budget = std::atoi(value().c_str());
     else if (arg == "--json") a.json = value();
+    else if (arg == "--timeline") a.timeline = std::atoi(value().c_str());
     else if (arg == "--cpu") a.cpu = true;
     else if (!arg.empty() && arg[0] != '-' && a.model_dir.empty()) a.model_dir = arg;
     else {
@@ -319,7 +401,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (a.model_dir.empty() || a.steps < 1 || a.repeats < 1 || a.context < 1) {
+  if (a.model_dir.empty() || a.steps < 1 || a.repeats < 1 || a.context < 1 || a.timeline < 0) {
     std::fprintf(stderr, usage, argv[0]);
     return 2;
   }

@@ -1,4 +1,5 @@
 // The engine over FakeModelRunner: paging, chunking, prefix caching, preemption, stops, errors.
+#include <chrono>
 #include <memory>
 #include <string>
 #include <vector>
@@ -6,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/engine.h"
+#include "model/step_timeline.h"
 #include "engine_test_util.h"
 #include "fake_model_runner.h"
 
@@ -341,6 +343,43 @@ TEST(EngineFake, LogprobsFromRawLogits) {
     EXPECT_GE(c.logprobs[i].top[0].second, c.logprobs[i].top[1].second);
     history.push_back(c.token_ids[i]);
   }
+}
+
+// Engine::SetStepTimeline: each Step that runs a forward pass adds its four phases once and counts
+// itself; the phases add up to no more than the Step calls' own wall time; detached, nothing more
+// is added. (The fake runner records no phases of its own.)
+TEST(EngineFake, StepTimelineCountsForwardStepsAndTheirPhases) {
+  Fixture f(SmallConfig());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(f.engine->AddRequest("t" + std::to_string(i), Prompt(9 + i, i), Greedy(5)).ok());
+  }
+  StepTimeline timeline;
+  f.engine->SetStepTimeline(&timeline);
+  double wall_ms = 0;
+  while (f.engine->HasUnfinishedRequests()) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f.engine->Step();
+    wall_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  }
+  EXPECT_EQ(timeline.steps, f.fake->num_steps);
+  ASSERT_EQ(timeline.host.size(), 4u);
+  const char* names[] = {"schedule", "batch", "execute", "post"};
+  double sum = 0;
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(timeline.host[i].name, names[i]);
+    EXPECT_EQ(timeline.host[i].count, timeline.steps) << names[i];
+    EXPECT_GE(timeline.host[i].ms, 0.0);
+    sum += timeline.host[i].ms;
+  }
+  EXPECT_LE(sum, wall_ms);
+  EXPECT_TRUE(timeline.device.empty());
+
+  f.engine->SetStepTimeline(nullptr);
+  const int64_t steps = timeline.steps;
+  ASSERT_TRUE(f.engine->AddRequest("after", Prompt(7, 9), Greedy(3)).ok());
+  RunToCompletion(*f.engine);
+  EXPECT_EQ(timeline.steps, steps);
+  EXPECT_EQ(timeline.host[0].count, steps);
 }
 
 }  // namespace
