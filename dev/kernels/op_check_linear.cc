@@ -7,14 +7,17 @@
 // L2 honesty: the H200's L2 (~50-60 MB) holds o (32 MB) and qkv (48 MB) entirely, so a timing loop
 // on one weight would read it from L2; the timed calls rotate over enough identical copies of W
 // (>= 256 MB in all, "W xN" in the note) that each call reads W from HBM, as a decode step does.
-// x (<= 400 KB) stays cache-resident, as it does in the model. Larger m: cuda::Linear (cuBLAS).
+// x (<= 400 KB) stays cache-resident, as it does in the model. Larger m: cuda::Linear (cuBLAS),
+// and for m <= 256 also a "tuned" row: Linear with a GemmTuner (gemm_tune.h) that timed this shape.
 // --small (the CPU emulator): odd n and k, strided x / y, bias, fp32 out, every k split, m up to
 // 16, and the cuBLAS fallbacks (k % 8 != 0, unaligned x), with the dispatch checked bit for bit.
 #include <algorithm>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "kernels/cpu/matmul.h"
+#include "kernels/cuda/gemm_tune.h"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/linear.h"
 #include "op_check_util.h"
@@ -26,6 +29,7 @@ namespace {
 // and rounds the output to bf16 once (2^-9): well under 1e-2.
 constexpr double kTolLinear = 1e-2;
 constexpr int kRefRows = 16;  // rows of the output checked against the CPU (all rows for m <= 16)
+constexpr int kTunedMaxM = 256;  // the "tuned" rows: decode batch sizes (kMaxDecodeGraphBatch)
 constexpr double kL2RotateBytes = 256e6;
 
 cuda::CublasHandle& Handle() {
@@ -183,6 +187,16 @@ Row CheckPath(Fixture& f, const Reference& ref, Path p, int k_split, int m, cons
   return row;
 }
 
+// The tuner of the "tuned" rows (gemm_tune.h), with a cuBLAS-sized workspace of its own.
+cuda::GemmTuner* Tuner() {
+  static DevBuf<char> workspace(size_t{32} << 20);
+  static std::unique_ptr<cuda::GemmTuner> tuner = [] {
+    auto t = cuda::GemmTuner::Create(workspace.get(), workspace.size());
+    return t.ok() ? std::move(*t) : nullptr;
+  }();
+  return tuner.get();
+}
+
 double Time(const Fixture& f, Path p, int k_split, int m) {
   int call = 0;
   const int copies = static_cast<int>(f.w.size());
@@ -218,6 +232,24 @@ void TimedCase(const Shape& s, const std::vector<int>& ms) {
       row.time_us = Time(f, Path::kLinear, 0, m);
       if (m >= 64) row.flops = 2.0 * m * s.n * s.k; else row.bytes = Bytes(f, m);
       Record(row);
+      // Decode batch sizes: Linear with the GemmTuner the CUDA runner uses for padded steps.
+      if (m <= kTunedMaxM && Tuner() != nullptr) {
+        OC_OK(Tuner()->Tune(Handle(), f.Args(m, 0), nullptr));
+        Handle().set_tuner(Tuner());
+        Row tuned = CheckPath(f, ref, Path::kLinear, 0, m, ShapeText(s, m, "tuned"), &bits);
+        tuned.time_us = Time(f, Path::kLinear, 0, m);
+        Handle().set_tuner(nullptr);
+        tuned.flops = row.flops;
+        tuned.bytes = row.bytes;
+        double gemmex_us = 0, best_us = 0;
+        Tuner()->Measured(f.Args(m, 0), &gemmex_us, &best_us);
+        char note[160];
+        std::snprintf(note, sizeof(note), "x%.2f vs linear; tuner's own timing (one W, L2 warm): gemmex %.1f us, kept %.1f us%s",
+                      row.time_us / tuned.time_us, gemmex_us, best_us,
+                      best_us < gemmex_us ? " (cuBLASLt)" : " (gemmex kept)");
+        tuned.note = note;
+        Record(tuned);
+      }
       continue;
     }
     const int auto_ks = cuda::LinearGemvAutoSplit(f.Args(m, 0));
@@ -296,11 +328,11 @@ void CheckLinear() {
   using cuda::OutDtype;
   // Qwen3-8B projections: qkv, o, gate_up, down, lm_head (fp32 logits).
   if (!Small()) {
-    TimedCase({"qkv", 6144, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 64, 2048});
-    TimedCase({"o", 4096, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 2048});
-    TimedCase({"gate_up", 24576, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 256, 2048});
-    TimedCase({"down", 4096, 12288, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 2048});
-    TimedCase({"lm_head", 151936, 4096, false, OutDtype::kFloat32}, {1, 2, 4, 8, 16, 64});
+    TimedCase({"qkv", 6144, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 32, 64, 256, 2048});
+    TimedCase({"o", 4096, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 32, 64, 256, 2048});
+    TimedCase({"gate_up", 24576, 4096, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 64, 256, 2048});
+    TimedCase({"down", 4096, 12288, false, OutDtype::kBf16}, {1, 2, 4, 8, 16, 32, 64, 256, 2048});
+    TimedCase({"lm_head", 151936, 4096, false, OutDtype::kFloat32}, {1, 2, 4, 8, 16, 64, 256});
     TimedCase({"8192^3", 8192, 8192, false, OutDtype::kBf16}, {8192});  // DESIGN.md ceiling
   }
   // GEMV: n not a multiple of 16, k not a multiple of 32 (partial steps), bias, m up to 16.

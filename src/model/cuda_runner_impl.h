@@ -11,11 +11,13 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <memory>
 
 #include <cstdint>
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/cuda/gemm_tune.h"
 #include "kernels/cuda/linear.h"
 #include "model/config.h"
 #include "model/cuda_decode_graphs.h"
@@ -95,6 +97,11 @@ class CudaModelRunner final : public ModelRunner {
   // Records layer `layer`'s KV-written event on the stream and calls *layer_hook_ (layer-wise
   // transfer, ForwardBatch::on_layer_kv_written).
   Status ReportLayerKV(int layer);
+  // Padded decode steps (cuda_runner_layers.cc): tunes the step's projection shapes (qkv, o,
+  // gate_up, down at m = p.T, lm_head at m = p.rows) on layer 0's weights and the step's scratch
+  // before the step runs (eagerly or captured into a graph), once per shape; m <= GemvMaxM()
+  // (the GEMV's) are left alone. Nothing without tuner_.
+  Status TuneProjections(const StepPlan& p);
   // StepTimeline::device_groups (cuda_runner_timeline.cc): MarkGroup records an event on the
   // stream closing kernel group `group` (the first mark of a step opens it: "start");
   // CollectGroups, after the step's synchronize, adds each group's elapsed time to timeline_ and
@@ -110,6 +117,7 @@ class CudaModelRunner final : public ModelRunner {
   int device_id_;
   CudaWeights w_;
   cuda::CublasHandle cublas_;
+  std::unique_ptr<cuda::GemmTuner> tuner_;  // InitOnce; null with TANDEM_GEMM_TUNE=0 or no cuBLASLt
   cudaStream_t stream_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd]
   int num_blocks_ = 0;

@@ -215,6 +215,42 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   return Status::Ok();
 }
 
+Status CudaModelRunner::TuneProjections(const StepPlan& p) {
+  const ModelConfig& c = config_;
+  const int hidden = c.hidden_size, inter = c.intermediate_size;
+  const int q_dim = c.num_attention_heads * c.head_dim;
+  const int qkv_dim = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
+  const DeviceLayer& w = w_.layers[0];
+  auto tune = [&](const void* in, int k, const DeviceArray& weight, void* out, int n,
+                  cuda::OutDtype dtype, int rows) {
+    if (rows <= cuda::GemvMaxM()) return Status::Ok();
+    cuda::LinearArgs a;
+    a.x = static_cast<const bf16*>(in);
+    a.ldx = k;
+    a.w = weight.as<bf16>();
+    a.y = out;
+    a.ldy = n;
+    a.out_dtype = dtype;
+    a.m = rows;
+    a.n = n;
+    a.k = k;
+    return tuner_->Tune(cublas_, a, stream_);
+  };
+  // The same buffers RunModel gives each projection (their contents do not matter: the step
+  // recomputes all of them from the embedding on).
+  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.qkv, qkv_.as<bf16>(), qkv_dim, cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, w.o, hidden_.as<bf16>(), hidden, cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(
+      tune(hidden_.as<bf16>(), hidden, w.gate_up, gate_up_.as<bf16>(), 2 * inter, cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(act_.as<bf16>(), inter, w.down, hidden_.as<bf16>(), hidden, cuda::OutDtype::kBf16, p.T));
+  if (p.rows > 0) {
+    const bf16* head_in = p.gather ? sel_.as<bf16>() : hidden_.as<bf16>();
+    TANDEM_RETURN_IF_ERROR(tune(head_in, hidden, w_.lm_head_or_embed(), logits_.as<float>(), c.vocab_size,
+                                cuda::OutDtype::kFloat32, p.rows));
+  }
+  return Status::Ok();
+}
+
 Status CudaModelRunner::ReportLayerKV(int layer) {
   if (layer_events_.size() != static_cast<size_t>(config_.num_hidden_layers)) {
     layer_events_.assign(config_.num_hidden_layers, nullptr);

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 #include <vector>
@@ -51,6 +52,16 @@ Status CudaModelRunner::InitOnce() {
   TANDEM_CUBLAS_RETURN_IF_ERROR(cublasSetStream(cublas_.get(), stream_));
   TANDEM_CUBLAS_RETURN_IF_ERROR(
       cublasSetWorkspace(cublas_.get(), cublas_workspace_.as<void>(), kCublasWorkspaceBytes));
+  const char* tune = std::getenv("TANDEM_GEMM_TUNE");
+  if (tune == nullptr || std::strcmp(tune, "0") != 0) {
+    auto tuner = cuda::GemmTuner::Create(cublas_workspace_.as<void>(), kCublasWorkspaceBytes);
+    if (tuner.ok()) {
+      tuner_ = std::move(*tuner);
+      cublas_.set_tuner(tuner_.get());
+    } else if (tuner.status().code() != StatusCode::kUnimplemented) {
+      return tuner.status();
+    }
+  }
   initialized_ = true;
   return Status::Ok();
 }
@@ -249,6 +260,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   // A step that reports its layers' KV (layer-wise transfer) runs eagerly: the report is a host
   // call and an event recorded on the stream at that point, which a graph replay would not make.
   layer_hook_ = batch.on_layer_kv_written ? &batch.on_layer_kv_written : nullptr;
+  if (p.padded && tuner_) TANDEM_RETURN_IF_ERROR(TuneProjections(p));
   Status run;
   clock.Lap("runner.inputs");
   // Kernel-group timing needs the events between the groups: eager launches of the same plan.

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_limits.h"
+#include "kernels/cuda/gemm_tune.h"
 #include "kernels/cuda/gemv.h"
 
 namespace tandem::cuda {
@@ -19,7 +20,9 @@ CublasHandle& CublasHandle::operator=(CublasHandle&& other) noexcept {
   if (this != &other) {
     if (handle_ != nullptr) cublasDestroy(handle_);
     handle_ = other.handle_;
+    tuner_ = other.tuner_;
     other.handle_ = nullptr;
+    other.tuner_ = nullptr;
   }
   return *this;
 }
@@ -115,6 +118,14 @@ Status LinearCublas(const CublasHandle& handle, const LinearArgs& a, cudaStream_
 Status Linear(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
   if (a.m >= 1 && a.m <= GemvMaxM() && a.n >= 1 && detail::GemvSupported(a)) {
     return LinearGemv(a, 0, stream);
+  }
+  if (handle.tuner() != nullptr) {
+    TANDEM_RETURN_IF_ERROR(CheckArgs(a));
+    TANDEM_ASSIGN_OR_RETURN(const bool ran, handle.tuner()->Run(a, stream));
+    if (ran) {
+      TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchAddBias(a, stream));
+      return Status::Ok();
+    }
   }
   return LinearCublas(handle, a, stream);
 }

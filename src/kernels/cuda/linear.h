@@ -6,6 +6,8 @@
 // Qwen3-8B shapes). cuBLAS path: with a bias, y is rounded once by the GEMM and once more after
 // the bias add (bf16 y only); GEMV path: the bias is added in fp32 and y rounded once.
 // Device pointers; asynchronous on `stream`; no allocation or synchronization (graph-capturable).
+// A handle with a GemmTuner (gemm_tune.h; CublasHandle::set_tuner) runs the shapes it tuned through
+// the cuBLASLt algorithm it measured fastest, when that beat cublasGemmEx.
 // Env (read once): TANDEM_GEMV=0 disables the GEMV; TANDEM_GEMV_MAX_M=N (0..16) sets the threshold.
 #pragma once
 
@@ -48,21 +50,30 @@ cudaError_t LaunchAddBias(const LinearArgs& args, cudaStream_t stream);
 
 namespace tandem::cuda {
 
+class GemmTuner;
+
 // An owned cuBLAS handle (one per thread or stream user; not thread-safe).
 class CublasHandle {
  public:
   // Errors: Internal (no device, cublasCreate failed).
   static Result<CublasHandle> Create();
-  CublasHandle(CublasHandle&& other) noexcept : handle_(other.handle_) { other.handle_ = nullptr; }
+  CublasHandle(CublasHandle&& other) noexcept : handle_(other.handle_), tuner_(other.tuner_) {
+    other.handle_ = nullptr;
+    other.tuner_ = nullptr;
+  }
   CublasHandle& operator=(CublasHandle&& other) noexcept;
   CublasHandle(const CublasHandle&) = delete;
   CublasHandle& operator=(const CublasHandle&) = delete;
   ~CublasHandle();
   cublasHandle_t get() const { return handle_; }
+  // Not owned; null: none. Linear asks it first for m > GemvMaxM().
+  void set_tuner(const GemmTuner* tuner) { tuner_ = tuner; }
+  const GemmTuner* tuner() const { return tuner_; }
 
  private:
   explicit CublasHandle(cublasHandle_t h) : handle_(h) {}
   cublasHandle_t handle_ = nullptr;
+  const GemmTuner* tuner_ = nullptr;
 };
 
 // Errors: InvalidArgument (sizes, strides, null pointers), Internal (cuBLAS or CUDA).
