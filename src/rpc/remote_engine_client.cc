@@ -13,6 +13,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "rpc/proto_convert.h"
 #include "rpc/remote_engine_client_impl.h"
 #include "rpc/tandem.grpc.pb.h"
@@ -60,14 +61,21 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     entry_->context->set_deadline(std::chrono::system_clock::now() + (deadline - SteadyClock::now()));
   }
 
+  // gRPC's callbacks come on its threads: each acquires what the thread before it released
+  // (common/tsan.h; gRPC's own ordering is invisible to TSan).
   void Start() {
+    tsan::Release(this);
     worker_->stub->async()->Generate(entry_->context.get(), &request_, this);
     StartRead(&response_);
     StartCall();
   }
 
   void OnReadDone(bool ok) override {
-    if (!ok) return;  // OnDone follows with the status
+    tsan::Acquire(this);
+    if (!ok) {  // OnDone follows with the status
+      tsan::Release(this);
+      return;
+    }
     RequestOutput out = FromProto(response_);
     out.request_id = request_id_;
     if (selector_ && !first_output_seen_) selector_->OnFirstOutput(request_id_);
@@ -78,10 +86,12 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
       owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
     }
     on_output_(std::move(out));
+    tsan::Release(this);
     if (!final_delivered_) StartRead(&response_);
   }
 
   void OnDone(const grpc::Status& status) override {
+    tsan::Acquire(this);
     if (!final_delivered_) {
       if (selector_) selector_->OnFinished(request_id_);
       owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);

@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "rpc/proto_convert.h"
 #include "rpc/tandem.grpc.pb.h"
 #include "rpc/worker_channel.h"
@@ -120,8 +121,10 @@ void RemotePrefillClient::Cancel(const std::string& request_id) {
   cancel->context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
   std::weak_ptr<Impl> weak = impl_;
   CancelCall* raw = cancel.get();
+  tsan::Release(raw);  // the callback runs on a gRPC thread (common/tsan.h)
   cancel->worker->stub->async()->CancelRemotePrefill(
       &raw->context, &raw->request, &raw->response, [weak, cancel, request_id](grpc::Status status) {
+        tsan::Acquire(cancel.get());
         if (!status.ok()) {
           log::debug("[{}] cancelling the remote prefill on {} failed: {}: {}", request_id,
                      cancel->worker->instance.instance_id, GrpcCodeName(status.error_code()),
@@ -189,9 +192,11 @@ void RemotePrefillClient::Prefill(const RemotePrefillRequest& request,
   call->context.set_deadline(std::chrono::system_clock::now() + timeout);
   std::weak_ptr<Impl> weak = impl_;
   Call* raw = call.get();
+  tsan::Release(raw);  // the callback runs on a gRPC thread (common/tsan.h)
   call->worker->stub->async()->RemotePrefill(
       &raw->context, &raw->request, &raw->response, [weak, call_id, call](grpc::Status status) {
         Call* raw = call.get();
+        tsan::Acquire(raw);
         Result<RemotePrefillResult> result = RemotePrefillResult{};
         if (status.ok()) {
           result = FromProto(raw->response);

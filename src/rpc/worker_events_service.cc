@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "rpc/proto_convert.h"
 #include "rpc/worker_service.h"
 
@@ -17,12 +18,14 @@ constexpr size_t kMaxQueuedEvents = 16384;
 // is in flight at a time; OnWriteDone starts the next. The listener holds only `Shared` and tells
 // the ring to drop it (returns false) once the call is over, so the ring never calls into a
 // deleted reactor and no reaction calls into the ring. Finish is never called while a write is in
-// flight, so OnDone (which deletes the reactor) comes after the last write.
+// flight, so OnDone (which deletes the reactor) comes after the last write. Every callback acquires
+// what the thread of the previous start call released (common/tsan.h).
 class SubscribeEventsReactor final : public grpc::ServerWriteReactor<v1::EventMessage> {
  public:
   SubscribeEventsReactor(EventRing& ring, const v1::SubscribeEventsRequest& request)
       : shared_(std::make_shared<Shared>()) {
     shared_->reactor = this;
+    tsan::Release(this);
     StartSendInitialMetadata();  // the subscriber knows it is connected before any event
     const uint64_t epoch = ring.epoch();
     const uint64_t from =
@@ -32,6 +35,7 @@ class SubscribeEventsReactor final : public grpc::ServerWriteReactor<v1::EventMe
   }
 
   void OnWriteDone(bool ok) override {
+    tsan::Acquire(this);
     const v1::EventMessage* next = nullptr;
     bool finish = false;
     grpc::Status status = grpc::Status::OK;
@@ -54,21 +58,25 @@ class SubscribeEventsReactor final : public grpc::ServerWriteReactor<v1::EventMe
       }
       shared_->writing = next != nullptr;
     }
+    tsan::Release(this);
     if (next) StartWrite(next);
     else if (finish) Finish(status);
   }
 
   void OnCancel() override {
+    tsan::Acquire(this);
     bool finish = false;
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->cancelled = true;
       if (!shared_->writing && !shared_->finish_called) finish = shared_->finish_called = true;
     }
+    tsan::Release(this);
     if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
+    tsan::Acquire(this);
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
       shared_->reactor = nullptr;
@@ -109,7 +117,10 @@ class SubscribeEventsReactor final : public grpc::ServerWriteReactor<v1::EventMe
           r = reactor;
         }
       }
-      if (start) r->StartWrite(start);  // alive: Finish is not called while `writing`
+      if (start) {  // alive: Finish is not called while `writing`
+        tsan::Release(r);
+        r->StartWrite(start);
+      }
       return true;
     }
   };
@@ -120,6 +131,7 @@ class SubscribeEventsReactor final : public grpc::ServerWriteReactor<v1::EventMe
 
 grpc::ServerWriteReactor<v1::EventMessage>* WorkerService::SubscribeEvents(
     grpc::CallbackServerContext* context, const v1::SubscribeEventsRequest* request) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   if (!events_ || !ValidSubject(request->subject())) {
     class Refused final : public grpc::ServerWriteReactor<v1::EventMessage> {
      public:
@@ -137,6 +149,7 @@ grpc::ServerWriteReactor<v1::EventMessage>* WorkerService::SubscribeEvents(
 grpc::ServerUnaryReactor* WorkerService::Snapshot(grpc::CallbackServerContext* context,
                                                   const v1::SnapshotRequest* request,
                                                   v1::SnapshotResponse* response) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!snapshot_) {
     reactor->Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,

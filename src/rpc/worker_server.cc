@@ -7,6 +7,7 @@
 #include <grpcpp/server_posix.h>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "rpc/connection_gate.h"
 #include "rpc/worker_service.h"
 
@@ -54,6 +55,9 @@ Status WorkerServer::Start() {
   builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS, o.max_connection_idle_ms);
   builder.SetMaxReceiveMessageSize(64 << 20);
   builder.SetMaxSendMessageSize(64 << 20);
+  // The service's handlers run on gRPC's threads from here on (their first step acquires this:
+  // common/tsan.h).
+  tsan::Release(&impl_->service);
   impl_->server = builder.BuildAndStart();
   if (!impl_->server) return Err(StatusCode::kFailedPrecondition, "cannot start the gRPC server");
   ConnectionGate::Options gate;
@@ -102,6 +106,7 @@ void WorkerServer::Stop(int grace_ms) {
   // Calls still running at the deadline are cancelled (OnCancel -> EngineClient::Cancel).
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(grace_ms));
   server->Wait();
+  tsan::Acquire(&impl_->service);  // every handler has returned (common/tsan.h)
 }
 
 }  // namespace tandem::runtime

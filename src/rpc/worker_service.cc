@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "common/logging.h"
+#include "common/tsan.h"
 #include "rpc/proto_convert.h"
 
 namespace tandem::runtime {
@@ -13,7 +14,8 @@ namespace {
 // a time; OnWriteDone (gRPC thread) starts the next or finishes. gRPC methods are called without
 // the lock held. The reactor lives until OnDone, which comes only after Finish, and Finish is
 // never called while a write is in flight; the engine callback holds only `Shared`, so outputs
-// that arrive after Finish are dropped without touching the reactor.
+// that arrive after Finish are dropped without touching the reactor. Every callback acquires what
+// the thread of the previous start call (StartWrite, Finish) released (common/tsan.h).
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput> {
  public:
   GenerateReactor(std::shared_ptr<EngineClient> engine, const v1::GenerateRequest& request)
@@ -30,11 +32,15 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
         shared_->finish_called = true;
         shared_->submitted = false;
       }
+      tsan::Release(this);
       Finish(ToGrpcStatus(st));
+      return;
     }
+    tsan::Release(this);
   }
 
   void OnWriteDone(bool ok) override {
+    tsan::Acquire(this);
     const v1::GenerateOutput* next = nullptr;
     bool finish = false;
     grpc::Status status = grpc::Status::OK;
@@ -54,11 +60,13 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
       shared_->writing = next != nullptr;
     }
     if (!ok) engine_->Cancel(request_id_);
+    tsan::Release(this);
     if (next) StartWrite(next);
     else if (finish) Finish(status);
   }
 
   void OnCancel() override {
+    tsan::Acquire(this);
     // The client went away, its deadline passed, or the server is stopping.
     engine_->Cancel(request_id_);
     bool finish = false;
@@ -67,10 +75,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
       shared_->cancelled = true;
       if (!shared_->writing && !shared_->finish_called) finish = shared_->finish_called = true;
     }
+    tsan::Release(this);
     if (finish) Finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled"));
   }
 
   void OnDone() override {
+    tsan::Acquire(this);
     bool unfinished = false;
     {
       std::lock_guard<std::mutex> lock(shared_->mu);
@@ -108,7 +118,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
         }
       }
       // Alive: Finish is not called while `writing`, so OnDone cannot have run.
-      if (start) r->StartWrite(start);
+      if (start) {
+        tsan::Release(r);
+        r->StartWrite(start);
+      }
     }
   };
 
@@ -131,17 +144,21 @@ class RemotePrefillReactor final : public grpc::ServerUnaryReactor {
   RemotePrefillReactor(std::shared_ptr<RemotePrefillHandler> handler,
                        const v1::RemotePrefillRequest& request, v1::RemotePrefillResponse* response)
       : handler_(std::move(handler)), request_id_(request.request_id()) {
+    tsan::Release(this);  // OnCancel may come on another gRPC thread (common/tsan.h)
     handler_->Prefill(FromProto(request), [this, response](Result<RemotePrefillResult> result) {
-      if (result.ok()) {
-        ToProto(*result, response);
-        Finish(grpc::Status::OK);
-      } else {
-        Finish(ToGrpcStatus(result.status()));
-      }
+      if (result.ok()) ToProto(*result, response);
+      tsan::Release(this);
+      Finish(result.ok() ? grpc::Status::OK : ToGrpcStatus(result.status()));
     });
   }
-  void OnCancel() override { handler_->Cancel(request_id_); }
-  void OnDone() override { delete this; }
+  void OnCancel() override {
+    tsan::Acquire(this);
+    handler_->Cancel(request_id_);
+  }
+  void OnDone() override {
+    tsan::Acquire(this);
+    delete this;
+  }
 
  private:
   std::shared_ptr<RemotePrefillHandler> handler_;
@@ -153,6 +170,7 @@ class RemotePrefillReactor final : public grpc::ServerUnaryReactor {
 grpc::ServerUnaryReactor* WorkerService::RemotePrefill(grpc::CallbackServerContext* context,
                                                        const v1::RemotePrefillRequest* request,
                                                        v1::RemotePrefillResponse* response) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   if (!remote_prefill_) {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     reactor->Finish(NotAPrefillWorker());
@@ -164,6 +182,7 @@ grpc::ServerUnaryReactor* WorkerService::RemotePrefill(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* WorkerService::CancelRemotePrefill(
     grpc::CallbackServerContext* context, const v1::CancelRemotePrefillRequest* request,
     v1::CancelRemotePrefillResponse* response) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   if (!remote_prefill_) {
     reactor->Finish(NotAPrefillWorker());
@@ -176,12 +195,14 @@ grpc::ServerUnaryReactor* WorkerService::CancelRemotePrefill(
 
 grpc::ServerWriteReactor<v1::GenerateOutput>* WorkerService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   return new GenerateReactor(engine_, *request);
 }
 
 grpc::ServerUnaryReactor* WorkerService::Health(grpc::CallbackServerContext* context,
                                                 const v1::HealthRequest* request,
                                                 v1::HealthResponse* response) {
+  tsan::Handoff handoff(this);  // after WorkerServer::Start, before its Stop (common/tsan.h)
   ToProto(engine_->Stats(), engine_->model_info(), ready_.load(), response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
