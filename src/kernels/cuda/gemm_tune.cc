@@ -101,11 +101,11 @@ GemmTuner::~GemmTuner() {
 
 Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
   if (a.m <= 0 || a.n <= 0 || a.k <= 0 || !a.x || !a.w || !a.y) return Status::Ok();
+  const Key key = KeyOf(a);
+  if (entries_.count(key)) return Status::Ok();  // the common case: no CUDA call
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream, &capture));
   if (capture != cudaStreamCaptureStatusNone) return Status::Ok();
-  const Key key = KeyOf(a);
-  if (entries_.count(key)) return Status::Ok();
 
   auto e = std::make_unique<Entry>();
   const cudaDataType_t y_type = a.out_dtype == OutDtype::kBf16 ? CUDA_R_16BF : CUDA_R_32F;
