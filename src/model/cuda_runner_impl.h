@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <map>
 #include <memory>
 
 #include <cstdint>
@@ -107,6 +108,7 @@ class CudaModelRunner final : public ModelRunner {
   // CollectGroups, after the step's synchronize, adds each group's elapsed time to timeline_ and
   // forgets the marks. Both do nothing without a device-group timeline.
   bool timing_groups() const { return timeline_ != nullptr && timeline_->device_groups; }
+  bool timing_groups_in_graphs() const { return timing_groups() && timeline_->device_groups_in_graphs; }
   Status MarkGroup(const char* group);
   Status CollectGroups();
   // Grows a device buffer the decode graphs point into (bumps graph_generation_ when it moves).
@@ -132,6 +134,8 @@ class CudaModelRunner final : public ModelRunner {
   StepTimeline* timeline_ = nullptr;       // SetStepTimeline
   std::vector<cudaEvent_t> timeline_events_;  // grown on demand, reused step after step
   std::vector<const char*> timeline_marks_;   // this step's marks: the group each event closes
+  std::vector<const char*> capture_marks_;    // the marks of a graph being captured
+  std::map<std::pair<int, int>, std::vector<const char*>> graph_marks_;  // each timed graph's
   uint64_t graph_generation_ = 1;
   bool initialized_ = false;
 };

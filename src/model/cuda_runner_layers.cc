@@ -221,8 +221,14 @@ Status CudaModelRunner::TuneProjections(const StepPlan& p) {
   const int q_dim = c.num_attention_heads * c.head_dim;
   const int qkv_dim = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
   const DeviceLayer& w = w_.layers[0];
+  // Every layer's matrix of a projection, so that the timed launches read W from HBM.
+  auto all_layers = [&](const DeviceArray DeviceLayer::*member) {
+    std::vector<const bf16*> v;
+    for (const DeviceLayer& l : w_.layers) v.push_back((l.*member).as<bf16>());
+    return v;
+  };
   auto tune = [&](const void* in, int k, const DeviceArray& weight, void* out, int n,
-                  cuda::OutDtype dtype, int rows) {
+                  cuda::OutDtype dtype, int rows, std::vector<const bf16*> weights = {}) {
     if (rows <= cuda::GemvMaxM()) return Status::Ok();
     cuda::LinearArgs a;
     a.x = static_cast<const bf16*>(in);
@@ -234,15 +240,18 @@ Status CudaModelRunner::TuneProjections(const StepPlan& p) {
     a.m = rows;
     a.n = n;
     a.k = k;
-    return tuner_->Tune(cublas_, a, stream_);
+    return tuner_->Tune(cublas_, a, stream_, weights);
   };
   // The same buffers RunModel gives each projection (their contents do not matter: the step
   // recomputes all of them from the embedding on).
-  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.qkv, qkv_.as<bf16>(), qkv_dim, cuda::OutDtype::kBf16, p.T));
-  TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, w.o, hidden_.as<bf16>(), hidden, cuda::OutDtype::kBf16, p.T));
-  TANDEM_RETURN_IF_ERROR(
-      tune(hidden_.as<bf16>(), hidden, w.gate_up, gate_up_.as<bf16>(), 2 * inter, cuda::OutDtype::kBf16, p.T));
-  TANDEM_RETURN_IF_ERROR(tune(act_.as<bf16>(), inter, w.down, hidden_.as<bf16>(), hidden, cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.qkv, qkv_.as<bf16>(), qkv_dim,
+                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::qkv)));
+  TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, w.o, hidden_.as<bf16>(), hidden,
+                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::o)));
+  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.gate_up, gate_up_.as<bf16>(), 2 * inter,
+                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::gate_up)));
+  TANDEM_RETURN_IF_ERROR(tune(act_.as<bf16>(), inter, w.down, hidden_.as<bf16>(), hidden,
+                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::down)));
   if (p.rows > 0) {
     const bf16* head_in = p.gather ? sel_.as<bf16>() : hidden_.as<bf16>();
     TANDEM_RETURN_IF_ERROR(tune(head_in, hidden, w_.lm_head_or_embed(), logits_.as<float>(), c.vocab_size,

@@ -263,11 +263,19 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   if (p.padded && tuner_) TANDEM_RETURN_IF_ERROR(TuneProjections(p));
   Status run;
   clock.Lap("runner.inputs");
-  // Kernel-group timing needs the events between the groups: eager launches of the same plan.
-  if (p.padded && layer_hook_ == nullptr && !timing_groups()) {
-    const std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
-                                              (p.sample_rows > 0 ? 1 : 0));
+  // Kernel-group timing needs the events between the groups: eager launches of the same plan, or
+  // graphs of their own captured with event nodes (step_timeline.h).
+  if (p.padded && layer_hook_ == nullptr && (!timing_groups() || timing_groups_in_graphs())) {
+    std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
+                                        (p.sample_rows > 0 ? 1 : 0));
+    if (timing_groups()) key.first += 1 << 20;  // never a serving step's graph
+    const int replays = graphs_.replays(), graphs = graphs_.num_graphs();
     run = graphs_.Run(key, graph_generation_, stream_, [&] { return RunModel(p, meta); });
+    if (timing_groups()) {  // the marks a replay records are those of its capture
+      if (graphs_.replays() > replays) timeline_marks_ = graph_marks_[key];
+      if (graphs_.num_graphs() > graphs) graph_marks_[key] = capture_marks_;
+      capture_marks_.clear();
+    }
   } else {
     run = RunModel(p, meta);
   }

@@ -11,14 +11,22 @@ namespace tandem {
 
 Status CudaModelRunner::MarkGroup(const char* group) {
   if (!timing_groups()) return Status::Ok();
-  const size_t i = timeline_marks_.size();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(stream_, &capture));
+  std::vector<const char*>& marks =
+      capture == cudaStreamCaptureStatusNone ? timeline_marks_ : capture_marks_;
+  const size_t i = marks.size();
   if (i == timeline_events_.size()) {
     cudaEvent_t ev = nullptr;
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev));
     timeline_events_.push_back(ev);
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(timeline_events_[i], stream_));
-  timeline_marks_.push_back(group);
+  // In a capture: an event record node of the graph, recorded at each replay.
+  TANDEM_CUDA_RETURN_IF_ERROR(capture == cudaStreamCaptureStatusNone
+                                  ? cudaEventRecord(timeline_events_[i], stream_)
+                                  : cudaEventRecordWithFlags(timeline_events_[i], stream_,
+                                                             cudaEventRecordExternal));
+  marks.push_back(group);
   return Status::Ok();
 }
 
@@ -29,7 +37,12 @@ Status CudaModelRunner::CollectGroups() {
   }
   for (size_t i = 1; i < timeline_marks_.size(); ++i) {
     float ms = 0.0f;
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, timeline_events_[i - 1], timeline_events_[i]));
+    const cudaError_t err = cudaEventElapsedTime(&ms, timeline_events_[i - 1], timeline_events_[i]);
+    if (err != cudaSuccess) {  // a benchmark's figure, never the step's failure
+      cudaGetLastError();
+      timeline_->AddDevice("(event timing failed)", 0.0);
+      break;
+    }
     timeline_->AddDevice(timeline_marks_[i], ms);
   }
   timeline_marks_.clear();

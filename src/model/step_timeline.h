@@ -14,8 +14,12 @@
 //         (rms_norm with the residual add), "qkv", "qk_norm_rope_cache", "attention", "o_proj",
 //         "gate_up", "silu_mul", "down", "lm_head" (the final norm's row gather included),
 //         "sampling" (argmax / top-k / sampling kernels) and "copy_back". The runner then
-//         launches eagerly (no CUDA graph replay, since events between graph nodes are not
-//         recorded per kernel), so such steps' host phases are an eager step's, not a graph's.
+//         launches eagerly, so such steps' host phases are an eager step's, and a group's time
+//         also holds the idle gap before it when the host launched it late; with
+//         device_groups_in_graphs as well, padded decode steps replay CUDA graphs of their own,
+//         captured with an event record node between the groups (cudaEventRecordExternal): a
+//         graph step's times, except that the event nodes stand between kernels that would
+//         otherwise start programmatically (PDL) and keep them from overlapping.
 #pragma once
 
 #include <chrono>
@@ -35,6 +39,7 @@ struct StepTimeline {
   std::vector<Span> host;
   std::vector<Span> device;
   bool device_groups = false;  // set by the caller: the runner records per-group device time
+  bool device_groups_in_graphs = false;  // with device_groups: decode steps from graphs
   int64_t steps = 0;           // Engine::Step calls that ran a forward pass
 
   static void Add(std::vector<Span>& spans, std::string_view name, double ms) {

@@ -18,9 +18,10 @@
 // Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
 //        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N]
 //        [--json FILE] [--cpu]
-// --timeline N: for each decode batch, the timed steps' host phases and then N more steps with
-// per-kernel-group device time (model/step_timeline.h; those N steps launch eagerly), printed as
-// "timeline" lines: ms/step of each phase and group, and for the weight-reading groups and
+// --timeline N: for each decode batch, the timed steps' host phases, then N more steps with
+// per-kernel-group device time launched eagerly and N from graphs with event nodes between the
+// groups (model/step_timeline.h), printed as "timeline" lines: ms/step of each phase and group
+// (eager, graph), and for the weight-reading groups and
 // attention the floor at 4.27 TB/s / 796 TFLOP/s (DESIGN.md section 5: the H200's measured copy
 // and bf16 GEMM ceilings) with the group's % of it.
 // Env TANDEM_CUDA_GRAPHS (when the runner reads it) switches CUDA graphs; it is echoed in the JSON.
@@ -107,9 +108,9 @@ double GroupFloorMs(const std::string& group, const ModelConfig& c, int b, int c
 }
 
 // Prints the "timeline" lines of one decode batch: host phases of the timed (graph) steps, then
-// the kernel groups of the eager timeline steps with floors.
+// the kernel groups of the timeline steps, eager and from graphs with event nodes, with floors.
 void PrintTimeline(int batch, int ctx, const ModelConfig& c, const StepTimeline& host,
-                   const StepTimeline& dev) {
+                   const StepTimeline& eager, const StepTimeline& graphs) {
   const double hs = static_cast<double>(std::max<int64_t>(host.steps, 1));
   double total = 0;
   std::printf("timeline batch %d ctx %d: host phases, ms/step over %lld timed steps\n", batch, ctx,
@@ -119,29 +120,39 @@ void PrintTimeline(int batch, int ctx, const ModelConfig& c, const StepTimeline&
     if (sp.name.rfind("runner.", 0) != 0) total += sp.ms / hs;
   }
   std::printf("timeline   host   %-22s %8.3f ms\n", "(engine phases summed)", total);
-  if (dev.device.empty()) {
+  if (eager.device.empty()) {
     std::printf("timeline batch %d ctx %d: no device kernel groups (a host runner)\n", batch, ctx);
     return;
   }
-  const double ds = static_cast<double>(std::max<int64_t>(dev.steps, 1));
-  double sum = 0, floor_sum = 0;
-  std::printf("timeline batch %d ctx %d: device kernel groups, ms/step over %lld eager steps "
-              "(floor at %.2f TB/s, %.0f TFLOP/s)\n", batch, ctx, static_cast<long long>(dev.steps),
-              kBandwidth / 1e12, kFlops / 1e12);
-  for (const StepTimeline::Span& sp : dev.device) {
-    const double ms = sp.ms / ds, fl = GroupFloorMs(sp.name, c, batch, ctx);
-    sum += ms;
-    floor_sum += fl;
-    if (fl > 0) {
-      std::printf("timeline   device %-22s %8.3f ms  floor %7.3f ms  %5.1f%%  (%lld events/step)\n",
-                  sp.name.c_str(), ms, fl, 100 * fl / ms, static_cast<long long>(sp.count / ds));
-    } else {
-      std::printf("timeline   device %-22s %8.3f ms  (%lld events/step)\n", sp.name.c_str(), ms,
-                  static_cast<long long>(sp.count / ds));
+  const double es = static_cast<double>(std::max<int64_t>(eager.steps, 1));
+  const double gs = static_cast<double>(std::max<int64_t>(graphs.steps, 1));
+  auto graph_ms = [&](const std::string& name) {
+    for (const StepTimeline::Span& sp : graphs.device) {
+      if (sp.name == name) return sp.ms / gs;
     }
+    return -1.0;
+  };
+  std::printf("timeline batch %d ctx %d: device kernel groups, ms/step: %lld eager steps, %lld graph "
+              "steps (event nodes between groups); floor at %.2f TB/s, %.0f TFLOP/s\n", batch, ctx,
+              static_cast<long long>(eager.steps), static_cast<long long>(graphs.steps),
+              kBandwidth / 1e12, kFlops / 1e12);
+  std::printf("timeline   device %-22s %9s %9s %9s %7s %7s\n", "group", "eager", "graph", "floor",
+              "%graph", "ev/step");
+  double sum_e = 0, sum_g = 0, floor_sum = 0;
+  for (const StepTimeline::Span& sp : eager.device) {
+    const double ms = sp.ms / es, g = graph_ms(sp.name), fl = GroupFloorMs(sp.name, c, batch, ctx);
+    sum_e += ms;
+    if (g > 0) sum_g += g;
+    floor_sum += fl;
+    char fl_text[16] = "-", pct[16] = "-", g_text[16] = "-";
+    if (fl > 0) std::snprintf(fl_text, sizeof(fl_text), "%.3f", fl);
+    if (g > 0) std::snprintf(g_text, sizeof(g_text), "%.3f", g);
+    if (fl > 0 && g > 0) std::snprintf(pct, sizeof(pct), "%.1f%%", 100 * fl / g);
+    std::printf("timeline   device %-22s %9.3f %9s %9s %7s %7lld\n", sp.name.c_str(), ms, g_text,
+                fl_text, pct, static_cast<long long>(sp.count / es));
   }
-  std::printf("timeline   device %-22s %8.3f ms  floor %7.3f ms  %5.1f%%\n", "(groups summed)", sum,
-              floor_sum, sum > 0 ? 100 * floor_sum / sum : 0.0);
+  std::printf("timeline   device %-22s %9.3f %9.3f %9.3f %6.1f%%\n", "(groups summed)", sum_e, sum_g,
+              floor_sum, sum_g > 0 ? 100 * floor_sum / sum_g : 0.0);
   std::fflush(stdout);
 }
 
@@ -170,7 +181,7 @@ class Bench {
     SamplingParams p;
     p.temperature = 0.0f;
     p.ignore_eos = true;
-    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps + timeline_steps_);
+    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps + 2 * timeline_steps_ + 1);
     std::vector<std::string> ids;
     for (int i = 0; i < batch; ++i) {
       ids.push_back("d" + std::to_string(batch) + "-" + std::to_string(i) + "-" + std::to_string(serial_++));
@@ -221,10 +232,15 @@ class Bench {
       if (ones != batch || static_cast<int>(outs.size()) != batch) ++irregular;
       if (s >= warmup) times.push_back(dt);
     }
-    StepTimeline device_timeline;
+    StepTimeline eager_timeline, graph_timeline;
     if (timeline_steps_ > 0) {
-      device_timeline.device_groups = true;
-      engine_.SetStepTimeline(&device_timeline);
+      eager_timeline.device_groups = true;
+      graph_timeline.device_groups = graph_timeline.device_groups_in_graphs = true;
+      engine_.SetStepTimeline(&eager_timeline);
+      for (int s = 0; s < timeline_steps_; ++s) engine_.Step();
+      engine_.SetStepTimeline(&graph_timeline);
+      engine_.Step();  // captures this batch's timed graph (its times: the eager run before it)
+      graph_timeline.Clear();
       for (int s = 0; s < timeline_steps_; ++s) engine_.Step();
       engine_.SetStepTimeline(nullptr);
     }
@@ -240,7 +256,9 @@ class Bench {
                 *std::max_element(times.begin(), times.end()) * 1e3, tok_s, phase_steps,
                 prefill_phase_s, irregular ? ", IRREGULAR steps (not every request decoded)" : "");
     std::fflush(stdout);
-    if (timeline_steps_ > 0) PrintTimeline(batch, context, config_, host_timeline, device_timeline);
+    if (timeline_steps_ > 0) {
+      PrintTimeline(batch, context, config_, host_timeline, eager_timeline, graph_timeline);
+    }
     json << (first_ ? "" : ",\n") << "  {\"kind\": \"decode\", \"batch\": " << batch
          << ", \"context\": " << context << ", \"steps\": " << times.size()
          << ", \"total_s\": " << total << ", \"median_step_s\": " << med
@@ -319,7 +337,7 @@ int Run(const Args& a) {
   const int budget = a.budget > 0 ? a.budget : std::max(16384, max_prefill);
   // The longest decode request: context + max_tokens of Decode() for the largest batch.
   const int decode_len =
-      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps + a.timeline);
+      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps + 2 * a.timeline + 1);
   const long long decode_blocks =
       static_cast<long long>(max_batch) * ((decode_len + kBlockSize - 1) / kBlockSize + 1);
   const long long prefill_blocks = (max_prefill + kBlockSize - 1) / kBlockSize + 2;

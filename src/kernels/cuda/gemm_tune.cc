@@ -38,7 +38,10 @@ Result<std::unique_ptr<GemmTuner>> GemmTuner::Create(void*, size_t) {
   return Status(StatusCode::kUnimplemented, "GemmTuner: no cuBLASLt under the CPU emulator");
 }
 GemmTuner::~GemmTuner() = default;
-Status GemmTuner::Tune(const CublasHandle&, const LinearArgs&, cudaStream_t) { return Status::Ok(); }
+Status GemmTuner::Tune(const CublasHandle&, const LinearArgs&, cudaStream_t,
+                       std::span<const __nv_bfloat16* const>) {
+  return Status::Ok();
+}
 Result<bool> GemmTuner::Run(const LinearArgs&, cudaStream_t) const { return false; }
 bool GemmTuner::Measured(const LinearArgs&, double*, double*) const { return false; }
 
@@ -99,7 +102,8 @@ GemmTuner::~GemmTuner() {
   if (lt_) cublasLtDestroy(static_cast<cublasLtHandle_t>(lt_));
 }
 
-Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream) {
+Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream,
+                       std::span<const __nv_bfloat16* const> weights) {
   if (a.m <= 0 || a.n <= 0 || a.k <= 0 || !a.x || !a.w || !a.y) return Status::Ok();
   const Key key = KeyOf(a);
   if (entries_.count(key)) return Status::Ok();  // the common case: no CUDA call
@@ -139,17 +143,29 @@ Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStre
   Events ev;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.start));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.stop));
+  // The W of each launch: a.w, or the next of `weights` (same shape and alignment class).
+  size_t launch_no = 0;
+  auto next_w = [&]() -> const __nv_bfloat16* {
+    if (weights.empty()) return a.w;
+    LinearArgs b = a;
+    b.w = weights[launch_no++ % weights.size()];
+    return KeyOf(b) == key ? b.w : a.w;
+  };
   LinearArgs plain = a;
   plain.bias = nullptr;
-  TANDEM_ASSIGN_OR_RETURN(
-      e->gemmex_us, TimeUs([&] { return LinearCublas(handle, plain, stream); }, kReps, stream, ev.start, ev.stop));
+  TANDEM_ASSIGN_OR_RETURN(e->gemmex_us, TimeUs(
+                                            [&] {
+                                              plain.w = next_w();
+                                              return LinearCublas(handle, plain, stream);
+                                            },
+                                            kReps, stream, ev.start, ev.stop));
   e->best_us = e->gemmex_us;
   const float alpha = 1.0f, beta = 0.0f;
   for (int i = 0; i < count; ++i) {
     if (found[i].state != CUBLAS_STATUS_SUCCESS || found[i].workspaceSize > workspace_bytes_) continue;
     const cublasLtMatmulAlgo_t* algo = &found[i].algo;
     auto launch = [&]() -> Status {
-      return LtStatus(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), e->op, &alpha, a.w, e->w, a.x,
+      return LtStatus(cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), e->op, &alpha, next_w(), e->w, a.x,
                                      e->x, &beta, a.y, e->y, a.y, e->y, algo, workspace_,
                                      workspace_bytes_, stream),
                       "cublasLtMatmul");

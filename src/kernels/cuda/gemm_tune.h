@@ -5,7 +5,9 @@
 // compute) Tune times cublasGemmEx with CUBLAS_GEMM_DEFAULT (what Linear runs otherwise) and each
 // of cuBLASLt's top kCandidates heuristic algorithms for the same operation (cublasLtMatmul, the
 // workspace given at creation as its limit), two untimed and kReps timed launches each on the
-// caller's buffers, and keeps the fastest. Run then launches a tuned shape through the kept
+// caller's buffers, and keeps the fastest. Given several weight matrices of the shape (the same
+// projection of every layer), consecutive launches cycle through them, so that W comes from HBM
+// as in a decode step rather than from L2 (the H200's ~60 MB L2 holds a whole qkv or o_proj). Run then launches a tuned shape through the kept
 // cuBLASLt algorithm, or answers false when the shape was not tuned or cublasGemmEx won (the
 // caller runs LinearCublas). Why: on the H200 cuBLAS's own choice reads the Qwen3-8B qkv weights
 // at 65% of the bandwidth at m = 64 and o_proj at 45% at m = 8 (dev/kernels/results/2026-12-01b);
@@ -27,6 +29,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <span>
 #include <tuple>
 
 #include "common/status.h"
@@ -48,7 +51,9 @@ class GemmTuner {
 
   // Times the candidates for a's shape (nothing when already tuned or while `stream` captures).
   // Errors: those of Linear's argument checks; Internal (CUDA, cuBLAS).
-  Status Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream);
+  // `weights`: optional matrices of a.w's shape and alignment to cycle through (a.w when empty).
+  Status Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream,
+              std::span<const __nv_bfloat16* const> weights = {});
   // Launches `a` through its shape's tuned cuBLASLt algorithm: true; false (nothing launched) when
   // the shape is not tuned or cublasGemmEx was the fastest. The bias is not added here.
   Result<bool> Run(const LinearArgs& a, cudaStream_t stream) const;
