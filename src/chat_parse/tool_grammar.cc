@@ -61,7 +61,9 @@ int TextWithout(Grammar& g, std::string_view pattern) {
 }  // namespace
 
 ToolCallFormat ForcedCallFormat(ToolCallFormat parser) {
-  if (parser == ToolCallFormat::kLlama3Json || parser == ToolCallFormat::kQwen3Coder) return parser;
+  if (parser == ToolCallFormat::kLlama3Json || parser == ToolCallFormat::kQwen3Coder ||
+      parser == ToolCallFormat::kMistral)
+    return parser;
   return ToolCallFormat::kHermes;
 }
 
@@ -144,7 +146,8 @@ Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
   if (functions.empty()) return Err(StatusCode::kInvalidArgument, "no function to call");
   const bool llama = options.format == ToolCallFormat::kLlama3Json;
   const bool coder = options.format == ToolCallFormat::kQwen3Coder;
-  if (!llama && !coder && options.format != ToolCallFormat::kHermes)
+  const bool mistral = options.format == ToolCallFormat::kMistral;
+  if (!llama && !coder && !mistral && options.format != ToolCallFormat::kHermes)
     return Err(StatusCode::kInvalidArgument, "tool calls cannot be forced in the {} format",
                ToolCallFormatName(options.format));
   if (llama && options.allow_text)
@@ -167,9 +170,11 @@ Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
                                   fmt::format("function '{}'", name));
     if (!args.ok()) return args.status();
     const std::string quoted = CompactJson(ojson(name));
-    const std::string head = llama ? "{\"name\": " + quoted + ", \"parameters\": "
-                                   : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
-    alternatives.push_back(g.Sequence({g.Bytes(head), *args, g.Bytes(llama ? "}" : "}\n</tool_call>")}));
+    const std::string head = llama     ? "{\"name\": " + quoted + ", \"parameters\": "
+                             : mistral ? "{\"name\": " + quoted + ", \"arguments\": "
+                                       : "<tool_call>\n{\"name\": " + quoted + ", \"arguments\": ";
+    alternatives.push_back(
+        g.Sequence({g.Bytes(head), *args, g.Bytes(llama || mistral ? "}" : "}\n</tool_call>")}));
   }
   const int call_rule = g.RuleNamed("call");
   g.SetBody(call_rule, alternatives.size() == 1 ? alternatives[0] : g.Choice(alternatives));
@@ -182,12 +187,14 @@ Result<std::string> ToolCallGbnf(const std::vector<ojson>& functions,
     seq.push_back(g.Repeat(g.RuleRef(think_rule), 0, 1));
   }
   int calls = g.RuleRef(call_rule);
+  const char* separator = llama ? "; " : mistral ? ", " : "\n";
   if (options.parallel)
-    calls = g.Sequence({calls, g.Repeat(g.Sequence({g.Bytes(llama ? "; " : "\n"), g.RuleRef(call_rule)}), 0,
+    calls = g.Sequence({calls, g.Repeat(g.Sequence({g.Bytes(separator), g.RuleRef(call_rule)}), 0,
                                         grammar::kUnbounded)});
+  if (mistral) calls = g.Sequence({g.Bytes("[TOOL_CALLS]["), calls, g.Bytes("]")});
   if (options.allow_text) {
     const int text_rule = g.RuleNamed("text");
-    g.SetBody(text_rule, TextWithout(g, "<tool_call>"));
+    g.SetBody(text_rule, TextWithout(g, mistral ? "[TOOL_CALLS]" : "<tool_call>"));
     seq.push_back(g.RuleRef(text_rule));
     calls = g.Repeat(calls, 0, 1);
   }

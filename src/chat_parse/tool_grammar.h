@@ -9,6 +9,8 @@
 //     zero or more calls, and nothing after them.
 // With format llama3_json (forced only) the calls are Llama 3.1's JSON instead,
 //   {"name": "NAME", "parameters": ARGS}   (calls separated by "; ");
+// with mistral, Mistral's marker and JSON array (the form its v3 chat template writes),
+//   [TOOL_CALLS][{"name": "NAME", "arguments": ARGS}, ...]   (calls separated by ", ");
 // with qwen3_coder, Qwen3-Coder's XML-like calls,
 //   <tool_call>\n<function=NAME>\n<parameter=P>\nVALUE\n</parameter>\n...</function>\n</tool_call>
 // with the schema's properties in its order (the required ones always, the others optionally), a
@@ -32,16 +34,16 @@ struct ToolCallGrammarOptions {
   bool allow_think = true;  // the output may start with a think block
   bool parallel = true;     // more than one call (parallel_tool_calls)
   bool allow_text = false;  // free text first, and the calls optional (auto; hermes only)
-  ToolCallFormat format = ToolCallFormat::kHermes;  // kHermes, kLlama3Json or kQwen3Coder
+  ToolCallFormat format = ToolCallFormat::kHermes;  // kHermes, kLlama3Json, kMistral or kQwen3Coder
 };
 
-// The format a forced call is written in for a server whose parser is `parser`: llama3_json and
-// qwen3_coder as themselves, else hermes.
+// The format a forced call is written in for a server whose parser is `parser`: llama3_json,
+// mistral and qwen3_coder as themselves, else hermes (pythonic calls have no grammar yet).
 ToolCallFormat ForcedCallFormat(ToolCallFormat parser);
 
 // `functions`: the "function" objects ({name, parameters, ...}) a call may name, at least one.
 // InvalidArgument naming the function when its parameters are not a schema the grammar engine
-// enforces (the keyword, as json_schema.h says it), or for a format other than the two above.
+// enforces (the keyword, as json_schema.h says it), or for a format other than those above.
 Result<std::string> ToolCallGbnf(const std::vector<nlohmann::ordered_json>& functions,
                                        const ToolCallGrammarOptions& options);
 

@@ -151,3 +151,49 @@ TEST(ToolCallGrammar, Qwen3CoderForcedCallsParseBackTyped) {
 
 }  // namespace
 }  // namespace tandem::chat_parse
+
+namespace tandem::chat_parse {
+namespace {
+
+// A server with --tool-call-parser mistral forces calls in Mistral's own form, and its parser reads
+// every call the grammar lets through back as the same name and arguments.
+TEST(ToolCallGrammar, MistralForcedCallsParseBack) {
+  ToolCallGrammarOptions options;
+  options.format = ForcedCallFormat(ToolCallFormat::kMistral);
+  ASSERT_EQ(options.format, ToolCallFormat::kMistral);
+  options.allow_think = false;
+  auto gbnf = ToolCallGbnf(Functions(), options);
+  ASSERT_TRUE(gbnf.ok()) << gbnf.status().message();
+  const std::string one = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}]";
+  const std::string two = "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}, "
+                          "{\"name\": \"now\", \"arguments\": {}}]";
+  EXPECT_TRUE(Accepts(*gbnf, one));
+  EXPECT_TRUE(Accepts(*gbnf, two));
+  EXPECT_FALSE(Accepts(*gbnf, "[TOOL_CALLS][]"));
+  EXPECT_FALSE(Accepts(*gbnf, "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {}}]"));
+  EXPECT_FALSE(Accepts(*gbnf, "Sure. " + one));
+  EXPECT_FALSE(Accepts(*gbnf, "<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>"));
+  ToolCallDelta d = ParseToolCalls(ToolCallFormat::kMistral, two, nullptr);
+  ASSERT_EQ(d.calls.size(), 2u);
+  EXPECT_EQ(d.calls[0].name, "get_weather");
+  EXPECT_EQ(d.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(d.calls[1].name, "now");
+  EXPECT_EQ(d.content, "");
+
+  options.parallel = false;
+  auto single = ToolCallGbnf(Functions(), options);
+  ASSERT_TRUE(single.ok());
+  EXPECT_TRUE(Accepts(*single, one));
+  EXPECT_FALSE(Accepts(*single, two));
+
+  options.parallel = true;
+  options.allow_text = true;  // tool_choice auto with a strict function
+  auto text = ToolCallGbnf(Functions(), options);
+  ASSERT_TRUE(text.ok()) << text.status().message();
+  EXPECT_TRUE(Accepts(*text, "No call needed, [TOOL or [TOOL_CALL] is fine."));
+  EXPECT_TRUE(Accepts(*text, "Checking. " + two));
+  EXPECT_FALSE(Accepts(*text, "[TOOL_CALLS][{\"name\": \"other\", \"arguments\": {}}]"));
+}
+
+}  // namespace
+}  // namespace tandem::chat_parse

@@ -257,6 +257,21 @@ TEST_F(ChatToolsTest, ForcedCallsFollowAQwen3CoderServer) {
 }
 
 
+TEST_F(ChatToolsTest, ForcedCallsFollowAMistralServer) {
+  OpenAIServiceOptions options;
+  options.tool_call_parser = chat_parse::ToolCallFormat::kMistral;
+  Make(options, 1024);
+  Script("[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\":\"Paris\"}}]");
+  json j = NonStream(Body(std::string("\"tools\":") + kTools + R"(,"tool_choice":"required")"));
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["name"], "get_weather");
+  EXPECT_EQ(j["choices"][0]["message"]["tool_calls"][0]["function"]["arguments"], R"({"city":"Paris"})");
+  const grammar::StructuredOutputSpec spec = engine->submitted().back().params.structured;  // a copy
+  EXPECT_NE(spec.spec.find("[TOOL_CALLS]"), std::string::npos);
+  EXPECT_EQ(spec.spec.find("tool_call>"), std::string::npos);
+}
+
+
 TEST_F(ChatToolsTest, StructuredOutputContentIsReturnedAsItIs) {
   Script("{\"a\": \"<think>x</think>\"}");
   json j = NonStream(Body(R"("response_format":{"type":"json_object"})"));
