@@ -31,6 +31,23 @@ using bf16 = __nv_bfloat16;
 using cuda_step::Align16;
 using cuda_step::MetaLayout;
 
+// y[rows, n] = in[rows, k] W^T (+ bias) with contiguous rows, as every projection of a step runs.
+cuda::LinearArgs ProjectionArgs(const bf16* in, int k, const DeviceArray& w, const bf16* bias, void* out,
+                                int n, cuda::OutDtype dtype, int rows) {
+  cuda::LinearArgs a;
+  a.x = in;
+  a.ldx = k;
+  a.w = w.as<bf16>();
+  a.bias = bias;
+  a.y = out;
+  a.ldy = n;
+  a.out_dtype = dtype;
+  a.m = rows;
+  a.n = n;
+  a.k = k;
+  return a;
+}
+
 }  // namespace
 
 Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
@@ -58,17 +75,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
 
   auto linear = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out,
                     int n, cuda::OutDtype dtype, int rows) {
-    cuda::LinearArgs a;
-    a.x = in;
-    a.ldx = k;
-    a.w = w.as<bf16>();
-    a.bias = bias.bytes() > 0 ? bias.as<bf16>() : nullptr;
-    a.y = out;
-    a.ldy = n;
-    a.out_dtype = dtype;
-    a.m = rows;
-    a.n = n;
-    a.k = k;
+    cuda::LinearArgs a =
+        ProjectionArgs(in, k, w, bias.bytes() > 0 ? bias.as<bf16>() : nullptr, out, n, dtype, rows);
     // Small m (the GEMV) on sm_90+: its weights stream in while the kernel before it (a norm,
     // attention, silu_mul: each calls TriggerDependents first) finishes.
     a.programmatic_launch = true;
@@ -230,16 +238,8 @@ Status CudaModelRunner::TuneProjections(const StepPlan& p) {
   auto tune = [&](const void* in, int k, const DeviceArray& weight, void* out, int n,
                   cuda::OutDtype dtype, int rows, std::vector<const bf16*> weights = {}) {
     if (rows <= cuda::GemvMaxM()) return Status::Ok();
-    cuda::LinearArgs a;
-    a.x = static_cast<const bf16*>(in);
-    a.ldx = k;
-    a.w = weight.as<bf16>();
-    a.y = out;
-    a.ldy = n;
-    a.out_dtype = dtype;
-    a.m = rows;
-    a.n = n;
-    a.k = k;
+    const cuda::LinearArgs a =
+        ProjectionArgs(static_cast<const bf16*>(in), k, weight, nullptr, out, n, dtype, rows);
     return tuner_->Tune(cublas_, a, stream_, weights);
   };
   // The same buffers RunModel gives each projection (their contents do not matter: the step
