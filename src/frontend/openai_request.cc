@@ -336,7 +336,7 @@ std::optional<ApiError> ParseChat(const ojson& body, const ParseOptions& options
       return InvalidValue("top_logprobs", "'logprobs' must be true when 'top_logprobs' is set.");
   }
   out->params.logprobs = logprobs ? static_cast<int>(top.value_or(0)) : -1;
-  TANDEM_TRY(ParseToolParams(body, options.tool_call_format, out));
+  TANDEM_TRY(ParseToolParams(body, options.tool_call_format, options.reasoning_parser, out));
   if (const ojson* kw = Field(body, "chat_template_kwargs")) {
     if (!kw->is_object()) return InvalidType("chat_template_kwargs", "an object", *kw);
     out->chat_options.extra_kwargs = *kw;
@@ -439,7 +439,21 @@ int MaxTokenBytes(const Tokenizer& tokenizer) {
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      const ParseOptions& options, ParsedRequest* out) {
   out->endpoint = endpoint;
-  ojson j = ojson::parse(body, nullptr, /*allow_exceptions=*/false);
+  // nlohmann's parser keeps its own stack (no recursion); the callback sees each value's depth.
+  bool too_deep = false;
+  auto depth_limit = [&too_deep](int depth, ojson::parse_event_t event, ojson&) {
+    if ((event == ojson::parse_event_t::object_start || event == ojson::parse_event_t::array_start) &&
+        depth >= kMaxRequestNesting)
+      too_deep = true;
+    return !too_deep;  // false: the value is dropped, so nothing deep is ever built
+  };
+  ojson j = ojson::parse(body, depth_limit, /*allow_exceptions=*/false);
+  if (too_deep) {
+    ApiError e;
+    e.message = fmt::format("The request body is nested deeper than {} levels of arrays and objects.",
+                            kMaxRequestNesting);
+    return e;
+  }
   if (j.is_discarded()) {
     ApiError e;
     e.message = "We could not parse the JSON body of your request. (The request body is not "

@@ -63,6 +63,9 @@ struct ParseOptions {
   std::string served_model_name;  // "model" must equal it when present (else 404)
   int max_n = 16;
   chat_parse::ToolCallFormat tool_call_format = chat_parse::ToolCallFormat::kNone;  // the server's
+  // The server's reasoning parser takes think blocks out of the output (false: --reasoning-parser
+  // none, so an enforced tool call may not start with one: it would stay in front of the call).
+  bool reasoning_parser = true;
 };
 
 // What a chat request asks of tool calls (frontend/tool_params.h).
@@ -95,6 +98,12 @@ struct ParsedRequest {
   std::optional<std::vector<int32_t>> prompt_ids;  // when the prompt was token ids
   bool echo = false;
 };
+
+// The deepest nesting of arrays and objects a request body may have (a tool's parameters schema,
+// a message's content parts and a json_schema all sit well inside it): deeper bodies are a 400
+// before anything recurses over them (the chat template's value conversion would overflow the
+// HTTP thread's stack on a 60 KB body of 30,000 nested arrays).
+inline constexpr int kMaxRequestNesting = 512;
 
 // Parses and validates a request body for `endpoint`. On error returns it and leaves *out partial.
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,

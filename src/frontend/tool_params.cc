@@ -122,7 +122,8 @@ std::optional<ApiError> StrictInAuto(const std::vector<ojson>& functions,
 
 }  // namespace
 
-std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format, ParsedRequest* out) {
+std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format, bool reasoning_parser,
+                                        ParsedRequest* out) {
   std::vector<ojson> functions;
   if (const ojson* tools = Present(body, "tools")) {
     if (!tools->is_array()) return Invalid("tools", "'tools' must be an array.", "invalid_type");
@@ -161,8 +162,14 @@ std::optional<ApiError> ParseToolParams(const ojson& body, ToolCallFormat format
   if (forced && functions.empty())
     return Invalid("tool_choice", "'tool_choice' requires a tool call but 'tools' is empty or absent.");
   t.format = t.choice == ToolRequest::Choice::kAuto ? format : ToolCallFormat::kNone;
+  // Mistral's [TOOL_CALLS] marker is a special token: kept in the text, or the parser never sees
+  // a call (vLLM's Mistral tool parser does the same to the request).
+  if (format == ToolCallFormat::kMistral && t.choice != ToolRequest::Choice::kNone)
+    out->params.skip_special_tokens = false;
   chat_parse::ToolCallGrammarOptions options;
-  if (const ojson* kw = Present(body, "chat_template_kwargs"); kw && kw->is_object()) {
+  // A think block before the calls only when something takes it out again.
+  options.allow_think = reasoning_parser;
+  if (const ojson* kw = Present(body, "chat_template_kwargs"); kw && kw->is_object() && reasoning_parser) {
     if (const ojson* think = Present(*kw, "enable_thinking"); think && think->is_boolean())
       options.allow_think = think->get<bool>();
   }

@@ -30,8 +30,10 @@ inline constexpr size_t kMaxTools = 128;  // OpenAI's limit on functions per req
 
 // Reads tools, tool_choice and parallel_tool_calls of `body` into out->tools and
 // out->chat_options.tools, and for an enforced choice sets out->params.structured.
-// `format`: the server's tool-call parser (kNone: auto parses nothing).
+// `format`: the server's tool-call parser (kNone: auto parses nothing); `reasoning_parser`: whether
+// the server's reasoning parser removes think blocks (if not, the grammar allows none).
 std::optional<ApiError> ParseToolParams(const nlohmann::ordered_json& body,
-                                        chat_parse::ToolCallFormat format, ParsedRequest* out);
+                                        chat_parse::ToolCallFormat format, bool reasoning_parser,
+                                        ParsedRequest* out);
 
 }  // namespace tandem::openai

@@ -1,6 +1,8 @@
 // Request validation: every bad input answers an OpenAI-style error with the right status and param.
 #include <string>
+#include <vector>
 
+#include "frontend/openai_request.h"
 #include "openai_test_util.h"
 
 namespace tandem::testing {
@@ -241,6 +243,31 @@ TEST_F(OpenAITest, HugePromptIsRefusedBeforeTokenizing) {
   EXPECT_EQ(w->status, 400);
   EXPECT_EQ(w->Json()["error"]["message"].get<std::string>().find("at least"), std::string::npos);
   EXPECT_EQ(w->Json()["error"]["code"], "context_length_exceeded");
+}
+
+// A body nested deeper than kMaxRequestNesting is a 400 before anything recurses over it (30,000
+// nested arrays in a tool's parameters, 60 KB, took the server down with a stack overflow in the
+// template's value conversion), wherever the nesting is; one level less is still a valid body;
+// the server keeps serving.
+TEST_F(OpenAITest, DeeplyNestedBodiesAreA400) {
+  auto nested = [](int depth) { return std::string(depth, '[') + std::string(depth, ']'); };
+  const std::string head = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":2,)";
+  const std::string tool = R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","x":)";
+  for (const std::string& body : std::vector<std::string>{head + tool + nested(30000) + "}}}]}",
+                                  R"({"messages":[{"role":"user","content":"hi","x":)" + nested(30000) + "}]}",
+                                  head + R"("x":)" + nested(openai::kMaxRequestNesting) + "}"}) {
+    auto w = Post("/v1/chat/completions", body);
+    ASSERT_EQ(w->status, 400) << w->body.substr(0, 300);
+    EXPECT_NE(w->Json()["error"]["message"].get<std::string>().find("nested deeper than 512"), std::string::npos)
+        << w->body;
+  }
+  auto w = Post("/v1/completions", R"({"prompt":"hi","max_tokens":2,"x":)" + nested(30000) + "}");
+  EXPECT_EQ(w->status, 400);
+  // kMaxRequestNesting - 1 arrays under the top-level object: kMaxRequestNesting levels in all.
+  w = Post("/v1/chat/completions", head + R"("x":)" + nested(openai::kMaxRequestNesting - 1) + "}");
+  EXPECT_EQ(w->status, 200) << w->body.substr(0, 300);
+  w = Chat(json{{"messages", UserMessages("still serving")}, {"max_tokens", 2}});
+  EXPECT_EQ(w->status, 200) << w->body;
 }
 
 // Without max_tokens: chat goes up to the context (max_model_len 256 here); completions stop at
