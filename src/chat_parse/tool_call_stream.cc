@@ -28,6 +28,19 @@ const ToolCallParser::Spec kMistralSpec{{"[TOOL_CALLS]"}, {}, ""};
 const ToolCallParser::Spec kPythonicSpec{{"<|python_start|>"}, {"["}, ""};
 const ToolCallParser::Spec kNoSpec{{}, {}, ""};
 
+// Whether the end of `s` (JSON text so far) lies inside a string: an odd count of unescaped quotes.
+bool InsideJsonString(std::string_view s) {
+  bool in = false;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (in && s[i] == '\\') {
+      ++i;  // the escaped character, whatever it is
+    } else if (s[i] == '"') {
+      in = !in;
+    }
+  }
+  return in;
+}
+
 // The longest suffix of s that is a proper prefix of one of `markers`.
 size_t PartialSuffix(std::string_view s, const std::vector<std::string_view>& markers) {
   size_t best = 0;
@@ -146,6 +159,11 @@ void ToolCallParser::Run(ToolCallDelta& out, bool finish) {
         return;
       }
       size_t at = buf_.find(spec_->end);
+      // A hermes call is JSON: an end tag inside one of its strings (an argument's text) is part
+      // of the call, as the grammar of an enforced call lets the model write it.
+      while (at != std::string::npos && format_ == ToolCallFormat::kHermes &&
+             InsideJsonString(region_ + buf_.substr(0, at)))
+        at = buf_.find(spec_->end, at + 1);
       if (at == std::string::npos) {
         size_t keep = finish ? 0 : PartialSuffix(buf_, {spec_->end});
         region_.append(buf_, 0, buf_.size() - keep);

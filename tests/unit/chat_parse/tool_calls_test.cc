@@ -48,6 +48,10 @@ const std::vector<Case>& Cases() {
       {F::kHermes, "<tool_call>\n{\"name\": get_weather}\n</tool_call>\n<tool_call>{\"name\":\"x\"}</tool_call>",
        "<tool_call>\n{\"name\": get_weather}\n</tool_call>", {{"x", "{}"}}},
       {F::kHermes, "<tool_call>\n{\"arguments\": {}}\n</tool_call>", "<tool_call>\n{\"arguments\": {}}\n</tool_call>", {}},
+      // The end tag inside an argument's string is the argument's text (an enforced call's grammar
+      // allows it); escaped quotes do not end the string.
+      {F::kHermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"s\": \"say \\\"</tool_call>\\\" \\\\\"}}\n</tool_call> after",
+       "after", {{"a", R"({"s":"say \"</tool_call>\" \\"})"}}},
       // Cut off by max_tokens inside a call: content.
       {F::kHermes, "Sure <tool_call>\n{\"name\": \"get_wea", "Sure <tool_call>\n{\"name\": \"get_wea", {}},
       {F::kHermes, "No tools needed. 1 < 2 and <tool is not a tag.\n", "No tools needed. 1 < 2 and <tool is not a tag.\n", {}},
