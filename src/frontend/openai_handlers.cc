@@ -295,7 +295,7 @@ class Generation {
       }
       if (done)
         data += SseData(ChatChunkJson(header_, i, ojson::object(), nullptr,
-                                      c.result.tool_calls ? "tool_calls" : FinishReasonString(out.finish_reason),
+                                      ChatFinishReason(out.finish_reason, c.result.tool_calls),
                                       req_.include_usage));
     } else if (!out.new_text.empty() || lp || done) {
       ojson logprobs = nullptr;

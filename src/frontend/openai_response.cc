@@ -72,6 +72,10 @@ const char* FinishReasonString(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";
 }
 
+const char* ChatFinishReason(FinishReason reason, bool tool_calls) {
+  return tool_calls && reason != FinishReason::kLength ? "tool_calls" : FinishReasonString(reason);
+}
+
 namespace {
 
 double Lp(float v) { return std::isfinite(v) ? static_cast<double>(v) : -9999.0; }
@@ -145,7 +149,7 @@ ojson ChatCompletionJson(const ResponseHeader& h, const std::vector<ChoiceResult
     cs.push_back(ojson{{"index", i},
                        {"message", std::move(message)},
                        {"logprobs", std::move(logprobs)},
-                       {"finish_reason", c.tool_calls ? "tool_calls" : FinishReasonString(c.finish_reason)}});
+                       {"finish_reason", ChatFinishReason(c.finish_reason, c.tool_calls)}});
   }
   return ojson{{"id", h.id},           {"object", "chat.completion"}, {"created", h.created},
                {"model", h.model},     {"choices", std::move(cs)},    {"usage", usage}};

@@ -44,6 +44,10 @@ std::string SseData(const ojson& j);
 inline constexpr std::string_view kSseDone = "data: [DONE]\n\n";
 
 const char* FinishReasonString(FinishReason reason);  // "stop" / "length"; others -> "stop"
+// A chat choice's finish_reason: "tool_calls" when calls were parsed out of an output that ended
+// on its own; an output cut off by max_tokens or the context stays "length" (its last call may be
+// cut off too), as OpenAI's does.
+const char* ChatFinishReason(FinishReason reason, bool tool_calls);
 
 // Chat logprobs: the "content" array entries for these tokens.
 ojson ChatLogprobEntries(const std::vector<TokenLogprob>& logprobs, const Tokenizer& tokenizer);

@@ -294,6 +294,23 @@ TEST_F(ChatToolsTest, ForcedCallsAllowAThinkBlockOnlyWithAReasoningParser) {
 }
 
 
+// Cut off by max_tokens inside its call: the call is parsed as far as it goes, but the choice says
+// "length" (streamed and not), so a client knows its arguments may be cut off.
+TEST_F(ChatToolsTest, ACallCutOffByMaxTokensFinishesWithLength) {
+  Script("<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+  const int cut = static_cast<int>(engine->script.tokens.size()) - 2;  // before the end tag
+  const std::string head = std::string(R"({"messages":[{"role":"user","content":"Weather?"}],"max_tokens":)") +
+                           std::to_string(cut) + ",\"tools\":" + kTools;
+  json j = NonStream(head + "}");
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  std::string finish;
+  Stream(head + R"(,"stream":true})", &finish);
+  EXPECT_EQ(finish, "length");
+  json done = NonStream(Body(std::string("\"tools\":") + kTools));  // the whole call
+  EXPECT_EQ(done["choices"][0]["finish_reason"], "tool_calls");
+}
+
+
 TEST_F(ChatToolsTest, StructuredOutputContentIsReturnedAsItIs) {
   Script("{\"a\": \"<think>x</think>\"}");
   json j = NonStream(Body(R"("response_format":{"type":"json_object"})"));
