@@ -100,10 +100,10 @@ class HeldAnswers final : public runtime::RemotePrefillHandler {
   ~HeldAnswers() override { Release(); }
   void Prefill(runtime::RemotePrefillRequest request, runtime::RemotePrefillDone done) override {
     inner_->Prefill(std::move(request), [this, done](Result<runtime::RemotePrefillResult> r) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        held_.emplace_back(done, std::move(r));
-      }
+      // Notified under the lock: WaitHeld's caller may destroy this object as soon as it sees the
+      // answer, and a notify after the unlock would touch a destroyed condition variable (TSan).
+      std::lock_guard<std::mutex> lock(mu_);
+      held_.emplace_back(done, std::move(r));
       cv_.notify_all();
     });
   }
