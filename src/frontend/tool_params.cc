@@ -6,6 +6,7 @@
 
 #include "chat_parse/tool_grammar.h"
 #include "frontend/errors.h"
+#include "grammar/json_schema.h"
 
 namespace tandem::openai {
 
@@ -38,17 +39,61 @@ bool ValidName(const std::string& name) {
 }
 
 // A JSON Schema's outer shape: an object whose "type", when given, is a string or a list of strings.
-std::optional<ApiError> CheckSchemaShape(const std::string& param, const ojson& schema) {
+// The structure JSON Schema (draft 2020-12, the validation and applicator vocabularies) gives the
+// keywords a tool's parameters use most: `type` one of its seven type names (or a list of them),
+// `properties` / `$defs` / `definitions` objects of schemas, `items` a schema (or draft-07's list
+// of them), `additionalProperties` a schema, `anyOf` / `oneOf` / `allOf` non-empty lists of schemas, `required` a list
+// of strings, `enum` a list. Other keywords pass unchecked (what the grammar engine cannot enforce
+// is refused later, only where a call is enforced). A boolean is a schema too.
+std::optional<ApiError> CheckSchemaShape(const std::string& param, const ojson& schema, int depth = 0) {
+  if (schema.is_boolean() && depth > 0) return std::nullopt;
   if (!schema.is_object())
     return Invalid(param, fmt::format("'{}' must be a JSON Schema object, got {}.", param, schema.type_name()));
+  if (depth > grammar::kMaxJsonNesting)
+    return Invalid(param, fmt::format("'{}' is nested deeper than {} levels.", param, grammar::kMaxJsonNesting));
+  static const std::set<std::string> kTypes = {"object", "array", "string", "number", "integer", "boolean", "null"};
+  auto known = [](const ojson& t) { return t.is_string() && kTypes.count(t.get_ref<const std::string&>()) > 0; };
   if (const ojson* type = Present(schema, "type")) {
-    bool ok = type->is_string();
+    bool ok = known(*type);
     if (type->is_array()) {
       ok = !type->empty();
-      for (const ojson& t : *type) ok = ok && t.is_string();
+      for (const ojson& t : *type) ok = ok && known(t);
     }
-    if (!ok) return Invalid(param + ".type", fmt::format("'{}.type' must be a string or a list of strings.", param));
+    if (!ok)
+      return Invalid(param + ".type", fmt::format("'{}.type' must be one of JSON Schema's types ({}) or a list of them.",
+                                                  param, "object, array, string, number, integer, boolean, null"));
   }
+  for (const char* key : {"properties", "$defs", "definitions"}) {
+    const ojson* p = Present(schema, key);
+    if (!p) continue;
+    if (!p->is_object()) return Invalid(param + "." + key, fmt::format("'{}.{}' must be an object of schemas.", param, key));
+    for (auto it = p->begin(); it != p->end(); ++it)
+      if (auto e = CheckSchemaShape(param + "." + key + "." + it.key(), it.value(), depth + 1)) return e;
+  }
+  if (const ojson* p = Present(schema, "items"); p && p->is_array()) {  // draft-07's tuple form
+    for (size_t i = 0; i < p->size(); ++i)
+      if (auto e = CheckSchemaShape(fmt::format("{}.items[{}]", param, i), (*p)[i], depth + 1)) return e;
+  } else if (p) {
+    if (auto e = CheckSchemaShape(param + ".items", *p, depth + 1)) return e;
+  }
+  if (const ojson* p = Present(schema, "additionalProperties"))
+    if (auto e = CheckSchemaShape(param + ".additionalProperties", *p, depth + 1)) return e;
+  for (const char* key : {"anyOf", "oneOf", "allOf"}) {
+    const ojson* p = Present(schema, key);
+    if (!p) continue;
+    if (!p->is_array() || p->empty())
+      return Invalid(param + "." + key, fmt::format("'{}.{}' must be a non-empty list of schemas.", param, key));
+    for (size_t i = 0; i < p->size(); ++i)
+      if (auto e = CheckSchemaShape(fmt::format("{}.{}[{}]", param, key, i), (*p)[i], depth + 1)) return e;
+  }
+  if (const ojson* r = Present(schema, "required")) {
+    bool ok = r->is_array();
+    if (ok)
+      for (const ojson& n : *r) ok = ok && n.is_string();
+    if (!ok) return Invalid(param + ".required", fmt::format("'{}.required' must be a list of strings.", param));
+  }
+  if (const ojson* e = Present(schema, "enum"); e && !e->is_array())
+    return Invalid(param + ".enum", fmt::format("'{}.enum' must be a list.", param));
   return std::nullopt;
 }
 

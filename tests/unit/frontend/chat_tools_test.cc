@@ -189,6 +189,14 @@ TEST_F(ChatToolsTest, BadToolParametersAre400AndTheServiceKeepsServing) {
       {std::string("\"tools\":") + kTools + R"(,"parallel_tool_calls":"yes")", "parallel_tool_calls"},
       {"\"tools\":" + many, "tools"},
       {R"("tool_choice":"required")", "tool_choice"},
+      // Not a schema, whatever the tool_choice (auto here): JSON Schema 2020-12's own structure.
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"bogus"}}}])", "tools[0].function.parameters.type"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":7}}}])", "tools[0].function.parameters.properties"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"properties":{"a":5}}}}])", "tools[0].function.parameters.properties.a"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"properties":{"a":{"type":["string","nope"]}}}}}])", "tools[0].function.parameters.properties.a.type"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"anyOf":[]}}}])", "tools[0].function.parameters.anyOf"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"required":"a"}}}])", "tools[0].function.parameters.required"},
+      {R"("tools":[{"type":"function","function":{"name":"f","parameters":{"items":5}}}])", "tools[0].function.parameters.items"},
   };
   for (const auto& [extra, param] : cases) {
     auto w = Post("/v1/chat/completions", Body(extra));
@@ -199,6 +207,12 @@ TEST_F(ChatToolsTest, BadToolParametersAre400AndTheServiceKeepsServing) {
   }
   Script("ok");
   EXPECT_EQ(NonStream(Body(std::string("\"tools\":") + kTools))["choices"][0]["message"]["content"], "ok");
+  // Valid schemas with keywords the grammar engine cannot enforce are fine in auto mode (draft-07
+  // tuple items, patternProperties, true / false subschemas).
+  EXPECT_EQ(NonStream(Body(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object",
+      "patternProperties":{"x":{}},"properties":{"t":{"type":"array","items":[{"type":"string"},true]},"u":false}}}}])"))
+                ["choices"][0]["message"]["content"],
+            "ok");
 }
 
 TEST_F(ChatToolsTest, ParsersCanBeTurnedOff) {
