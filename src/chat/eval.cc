@@ -240,6 +240,14 @@ Value Evaluator::CallValue(const Expr& e) {
   CallArgs args;
   args.line = e.line;
   EvalArgs(e, 1, args);
+  // Per thread, not per Evaluator: each macro call renders its body with an Evaluator of its own.
+  static thread_local int call_depth = 0;
+  if (call_depth >= kMaxTemplateCallDepth)
+    FailAt(e.line, "maximum recursion depth exceeded (" + std::to_string(kMaxTemplateCallDepth) + " nested calls)");
+  struct Depth {
+    Depth() { ++call_depth; }
+    ~Depth() { --call_depth; }
+  } depth;
   return (*fn.fn)(args);
 }
 

@@ -33,6 +33,11 @@ void AddGlobals(std::unordered_map<std::string, Value>& globals);
 
 using Frame = std::unordered_map<std::string, Value>;
 
+// Nested calls (macros calling macros, themselves included) one render may make: deeper is a
+// TemplateError, as Python's recursion limit makes it a RecursionError in jinja2, instead of the
+// rendering thread's stack overflowing (a template macro calling itself, found by fuzzing).
+inline constexpr int kMaxTemplateCallDepth = 256;
+
 class Evaluator {
  public:
   // `root` holds the globals and the render context; top-level {% set %} writes into it.

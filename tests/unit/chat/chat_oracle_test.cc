@@ -184,6 +184,15 @@ TEST(ChatOracleTest, FailuresMatch) {
       {"tojson undefined", "{{ missing | tojson }}"},
       {"less undefined", "{{ missing < 1 }}"},
       {"set attr on non-namespace", "{% set d.x = 1 %}"},
+      // Found by tests/fuzz/chat_template_fuzz: a macro calling itself overflowed the rendering
+      // thread's stack; jinja2 stops at Python's recursion limit, we at kMaxTemplateCallDepth.
+      {"macro calling itself", "{% macro f(a, b='d') -%}{{ f(0) }}{%- endmacro %}{{ f(1) }}"},
+  }));
+}
+
+TEST(ChatOracleTest, RecursiveMacrosWithinTheLimit) {
+  chat_test::ExpectMatchesOracle(Cases({
+      {"macro recursing 100 deep", "{% macro f(n) %}{% if n > 0 %}{{ n }},{{ f(n - 1) }}{% endif %}{% endmacro %}{{ f(100) }}"},
   }));
 }
 
