@@ -123,11 +123,18 @@ void ToolCallParser::EmitContent(ToolCallDelta& out, std::string_view text) {
   size_t begin = 0;
   if (skip_leading_ws_) {
     while (begin < all.size() && IsSpace(all[begin])) ++begin;
+    after_ws_.append(all, 0, begin);
     if (begin == all.size()) return;
     skip_leading_ws_ = false;
+    // Text resumes after calls: one separator between it and the text before them (the
+    // whitespace the model wrote before the calls, else after them), not the two glued together.
+    if (emitted_) out.content += separator_.empty() ? after_ws_ : separator_;
+    separator_.clear();
+    after_ws_.clear();
   }
   size_t end = all.size();
   while (end > begin && IsSpace(all[end - 1])) --end;
+  if (end > begin) emitted_ = true;
   out.content.append(all, begin, end - begin);
   pending_ws_ = all.substr(end);
 }
@@ -138,6 +145,7 @@ void ToolCallParser::Resolve(ToolCallDelta& out) {
   if (calls && !calls->empty()) {
     num_calls_ += static_cast<int>(calls->size());
     for (ToolCall& c : *calls) out.calls.push_back(std::move(c));
+    if (!skip_leading_ws_) separator_ = region_ws_;  // the first call of a run
     skip_leading_ws_ = true;
   } else {
     // Not a call after all: the text as the model wrote it, its end marker included.

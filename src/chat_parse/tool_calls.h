@@ -84,6 +84,9 @@ class ToolCallParser {
   bool region_closed_ = false;  // the open call met its end marker
   std::string pending_ws_;    // content whitespace held until more content follows
   bool skip_leading_ws_ = false;  // after a call: whitespace is a separator
+  bool emitted_ = false;          // some content other than whitespace went out
+  std::string separator_;         // the whitespace before the first call of a run of calls
+  std::string after_ws_;          // the whitespace skipped after them
   int num_calls_ = 0;
 };
 

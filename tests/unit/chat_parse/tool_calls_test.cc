@@ -52,6 +52,12 @@ const std::vector<Case>& Cases() {
       // allows it); escaped quotes do not end the string.
       {F::kHermes, "<tool_call>\n{\"name\": \"a\", \"arguments\": {\"s\": \"say \\\"</tool_call>\\\" \\\\\"}}\n</tool_call> after",
        "after", {{"a", R"({"s":"say \"</tool_call>\" \\"})"}}},
+      // Text on both sides of a call keeps one separator: the whitespace before the call, else the
+      // whitespace after it; none when the model wrote none.
+      {F::kHermes, "A\n\n<tool_call>\n{\"name\": \"now\", \"arguments\": {}}\n</tool_call>\n\nB", "A\n\nB", {{"now", "{}"}}},
+      {F::kHermes, "A<tool_call>{\"name\": \"now\"}</tool_call> B<tool_call>{\"name\": \"now\"}</tool_call>\n<tool_call>{\"name\": \"now\"}</tool_call>C",
+       "A B\nC", {{"now", "{}"}, {"now", "{}"}, {"now", "{}"}}},
+      {F::kHermes, "weather<tool_call>{\"name\": \"now\"}</tool_call>and", "weatherand", {{"now", "{}"}}},
       // Cut off by max_tokens inside a call: content.
       {F::kHermes, "Sure <tool_call>\n{\"name\": \"get_wea", "Sure <tool_call>\n{\"name\": \"get_wea", {}},
       {F::kHermes, "No tools needed. 1 < 2 and <tool is not a tag.\n", "No tools needed. 1 < 2 and <tool is not a tag.\n", {}},
