@@ -99,20 +99,27 @@ std::optional<std::vector<ToolCall>> Qwen3Coder(std::string_view region, const o
     if (gt == std::string_view::npos) return std::nullopt;
     std::string name(Trim(region.substr(pos + kFn.size(), gt - pos - kFn.size())));
     if (name.empty()) return std::nullopt;
-    size_t end = region.find(kFnEnd, gt);
-    std::string_view body = region.substr(gt + 1, end == std::string_view::npos ? std::string_view::npos : end - gt - 1);
+    // The parameters in order, each value up to its </parameter> (so a value may hold
+    // "</function>" or "</tool_call>", as the grammar of an enforced call allows), then the
+    // function's end; a value without its end tag runs to the next <parameter= or </function>.
     ojson args = ojson::object();
-    size_t p = SkipSpace(body, 0);
-    while (p < body.size()) {
-      if (body.substr(p, kParam.size()) != kParam) return std::nullopt;
-      size_t pgt = body.find('>', p + kParam.size());
+    size_t p = SkipSpace(region, gt + 1);
+    size_t end = std::string_view::npos;  // where </function> starts
+    while (p < region.size()) {
+      if (region.substr(p, kFnEnd.size()) == kFnEnd) {
+        end = p;
+        break;
+      }
+      if (region.substr(p, kParam.size()) != kParam) return std::nullopt;
+      size_t pgt = region.find('>', p + kParam.size());
       if (pgt == std::string_view::npos) return std::nullopt;
-      std::string param(Trim(body.substr(p + kParam.size(), pgt - p - kParam.size())));
+      std::string param(Trim(region.substr(p + kParam.size(), pgt - p - kParam.size())));
       if (param.empty()) return std::nullopt;
-      size_t vend = body.find(kParamEnd, pgt);
-      size_t next = vend == std::string_view::npos ? body.find(kParam, pgt) : vend + kParamEnd.size();
-      if (vend == std::string_view::npos) vend = next == std::string_view::npos ? body.size() : next;
-      std::string_view value = body.substr(pgt + 1, vend - pgt - 1);
+      size_t vend = region.find(kParamEnd, pgt);
+      size_t next = vend == std::string_view::npos ? std::min(region.find(kParam, pgt), region.find(kFnEnd, pgt))
+                                                   : vend + kParamEnd.size();
+      if (vend == std::string_view::npos) vend = next == std::string_view::npos ? region.size() : next;
+      std::string_view value = region.substr(pgt + 1, vend - pgt - 1);
       if (!value.empty() && value.front() == '\n') value.remove_prefix(1);
       if (!value.empty() && value.back() == '\n') value.remove_suffix(1);
       const std::string type = ParamType(tools, name, param);
@@ -124,7 +131,7 @@ std::optional<std::vector<ToolCall>> Qwen3Coder(std::string_view region, const o
       if (!parsed && type == "boolean" && (value == "True" || value == "False"))
         parsed = ojson(value == "True");
       args[param] = parsed ? std::move(*parsed) : ojson(std::string(value));
-      p = next == std::string_view::npos ? body.size() : SkipSpace(body, next);
+      p = next == std::string_view::npos ? region.size() : SkipSpace(region, next);
     }
     calls.push_back({std::move(name), CompactJson(args)});
     pos = end == std::string_view::npos ? region.size() : SkipSpace(region, end + kFnEnd.size());

@@ -41,6 +41,15 @@ bool InsideJsonString(std::string_view s) {
   return in;
 }
 
+// Whether `s` (a Qwen3-Coder call so far) ends inside a parameter's value: a "<parameter=" after
+// the last "</parameter>".
+bool InsideOpenParameter(std::string_view s) {
+  const size_t open = s.rfind("<parameter=");
+  if (open == std::string_view::npos) return false;
+  const size_t close = s.rfind("</parameter>");
+  return close == std::string_view::npos || close < open;
+}
+
 // The longest suffix of s that is a proper prefix of one of `markers`.
 size_t PartialSuffix(std::string_view s, const std::vector<std::string_view>& markers) {
   size_t best = 0;
@@ -168,10 +177,15 @@ void ToolCallParser::Run(ToolCallDelta& out, bool finish) {
       }
       size_t at = buf_.find(spec_->end);
       // A hermes call is JSON: an end tag inside one of its strings (an argument's text) is part
-      // of the call, as the grammar of an enforced call lets the model write it.
-      while (at != std::string::npos && format_ == ToolCallFormat::kHermes &&
-             InsideJsonString(region_ + buf_.substr(0, at)))
-        at = buf_.find(spec_->end, at + 1);
+      // of the call, as the grammar of an enforced call lets the model write it; so is one inside
+      // a Qwen3-Coder parameter's raw value.
+      auto inside_value = [&](size_t at) {
+        const std::string so_far = region_ + buf_.substr(0, at);
+        if (format_ == ToolCallFormat::kHermes) return InsideJsonString(so_far);
+        if (format_ == ToolCallFormat::kQwen3Coder) return InsideOpenParameter(so_far);
+        return false;
+      };
+      while (at != std::string::npos && inside_value(at)) at = buf_.find(spec_->end, at + 1);
       if (at == std::string::npos) {
         size_t keep = finish ? 0 : PartialSuffix(buf_, {spec_->end});
         region_.append(buf_, 0, buf_.size() - keep);

@@ -70,6 +70,10 @@ const std::vector<Case>& Cases() {
       {F::kQwen3Coder, "<tool_call>\n<function=lookup>\n<parameter=q>\n{\"a\": [1, 2]}\n</parameter>\n</function>\n</tool_call>",
        "", {{"lookup", R"({"q":{"a":[1,2]}})"}}},
       {F::kQwen3Coder, "<tool_call>\nnot a function\n</tool_call>", "<tool_call>\nnot a function\n</tool_call>", {}},
+      // A raw value may hold the end tags (the enforced grammar allows any text but </parameter>).
+      {F::kQwen3Coder,
+       "<tool_call>\n<function=lookup>\n<parameter=q>\nsee </function> and </tool_call> here\n</parameter>\n</function>\n</tool_call> done",
+       "done", {{"lookup", R"({"q":"see </function> and </tool_call> here"})"}}},
       // Llama 3.1 JSON tool calling (its model card's format), with and without <|python_tag|>.
       {F::kLlama3Json, "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"San Francisco\"}}", "",
        {{"get_weather", R"({"city":"San Francisco"})"}}},
