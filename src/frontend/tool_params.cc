@@ -38,13 +38,13 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
-// A JSON Schema's outer shape: an object whose "type", when given, is a string or a list of strings.
 // The structure JSON Schema (draft 2020-12, the validation and applicator vocabularies) gives the
 // keywords a tool's parameters use most: `type` one of its seven type names (or a list of them),
 // `properties` / `$defs` / `definitions` objects of schemas, `items` a schema (or draft-07's list
-// of them), `additionalProperties` a schema, `anyOf` / `oneOf` / `allOf` non-empty lists of schemas, `required` a list
-// of strings, `enum` a list. Other keywords pass unchecked (what the grammar engine cannot enforce
-// is refused later, only where a call is enforced). A boolean is a schema too.
+// of them), `additionalProperties` a schema, `anyOf` / `oneOf` / `allOf` non-empty lists of
+// schemas, `required` a list of strings, `enum` a list. Other keywords pass unchecked (what the
+// grammar engine cannot enforce is refused later, only where a call is enforced). A boolean is a
+// schema too, below the top.
 std::optional<ApiError> CheckSchemaShape(const std::string& param, const ojson& schema, int depth = 0) {
   if (schema.is_boolean() && depth > 0) return std::nullopt;
   if (!schema.is_object())

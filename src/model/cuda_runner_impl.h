@@ -99,9 +99,9 @@ class CudaModelRunner final : public ModelRunner {
   // transfer, ForwardBatch::on_layer_kv_written).
   Status ReportLayerKV(int layer);
   // Padded decode steps (cuda_runner_layers.cc): tunes the step's projection shapes (qkv, o,
-  // gate_up, down at m = p.T, lm_head at m = p.rows) on layer 0's weights and the step's scratch
-  // before the step runs (eagerly or captured into a graph), once per shape; m <= GemvMaxM()
-  // (the GEMV's) are left alone. Nothing without tuner_.
+  // gate_up, down at m = p.T over every layer's matrix; lm_head at m = p.rows) on the step's
+  // scratch before the step runs (eagerly or captured into a graph), once per shape; m <=
+  // GemvMaxM() (the GEMV's) are left alone. Nothing without tuner_.
   Status TuneProjections(const StepPlan& p);
   // StepTimeline::device_groups (cuda_runner_timeline.cc): MarkGroup records an event on the
   // stream closing kernel group `group` (the first mark of a step opens it: "start");

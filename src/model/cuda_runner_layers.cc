@@ -228,34 +228,34 @@ Status CudaModelRunner::TuneProjections(const StepPlan& p) {
   const int hidden = c.hidden_size, inter = c.intermediate_size;
   const int q_dim = c.num_attention_heads * c.head_dim;
   const int qkv_dim = (c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim;
-  const DeviceLayer& w = w_.layers[0];
-  // Every layer's matrix of a projection, so that the timed launches read W from HBM.
-  auto all_layers = [&](const DeviceArray DeviceLayer::*member) {
-    std::vector<const bf16*> v;
-    for (const DeviceLayer& l : w_.layers) v.push_back((l.*member).as<bf16>());
-    return v;
-  };
-  auto tune = [&](const void* in, int k, const DeviceArray& weight, void* out, int n,
-                  cuda::OutDtype dtype, int rows, std::vector<const bf16*> weights = {}) {
+  // `member`: a per-layer projection, timed over every layer's matrix so that W comes from HBM;
+  // null: `weight` alone (lm_head). Called every padded step: once a shape is tuned, a lookup.
+  auto tune = [&](const void* in, int k, const DeviceArray DeviceLayer::*member, const DeviceArray& weight,
+                  void* out, int n, cuda::OutDtype dtype, int rows) {
     if (rows <= cuda::GemvMaxM()) return Status::Ok();
     const cuda::LinearArgs a =
         ProjectionArgs(static_cast<const bf16*>(in), k, weight, nullptr, out, n, dtype, rows);
+    if (tuner_->Tuned(a)) return Status::Ok();
+    std::vector<const bf16*> weights;
+    if (member != nullptr)
+      for (const DeviceLayer& l : w_.layers) weights.push_back((l.*member).as<bf16>());
     return tuner_->Tune(cublas_, a, stream_, weights);
   };
   // The same buffers RunModel gives each projection (their contents do not matter: the step
   // recomputes all of them from the embedding on).
-  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.qkv, qkv_.as<bf16>(), qkv_dim,
-                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::qkv)));
-  TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, w.o, hidden_.as<bf16>(), hidden,
-                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::o)));
-  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, w.gate_up, gate_up_.as<bf16>(), 2 * inter,
-                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::gate_up)));
-  TANDEM_RETURN_IF_ERROR(tune(act_.as<bf16>(), inter, w.down, hidden_.as<bf16>(), hidden,
-                              cuda::OutDtype::kBf16, p.T, all_layers(&DeviceLayer::down)));
+  const DeviceLayer& w = w_.layers[0];
+  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, &DeviceLayer::qkv, w.qkv, qkv_.as<bf16>(), qkv_dim,
+                              cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, &DeviceLayer::o, w.o, hidden_.as<bf16>(), hidden,
+                              cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, &DeviceLayer::gate_up, w.gate_up,
+                              gate_up_.as<bf16>(), 2 * inter, cuda::OutDtype::kBf16, p.T));
+  TANDEM_RETURN_IF_ERROR(tune(act_.as<bf16>(), inter, &DeviceLayer::down, w.down, hidden_.as<bf16>(), hidden,
+                              cuda::OutDtype::kBf16, p.T));
   if (p.rows > 0) {
     const bf16* head_in = p.gather ? sel_.as<bf16>() : hidden_.as<bf16>();
-    TANDEM_RETURN_IF_ERROR(tune(head_in, hidden, w_.lm_head_or_embed(), logits_.as<float>(), c.vocab_size,
-                                cuda::OutDtype::kFloat32, p.rows));
+    TANDEM_RETURN_IF_ERROR(tune(head_in, hidden, nullptr, w_.lm_head_or_embed(), logits_.as<float>(),
+                                c.vocab_size, cuda::OutDtype::kFloat32, p.rows));
   }
   return Status::Ok();
 }

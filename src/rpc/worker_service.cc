@@ -25,6 +25,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
     Status st = engine_->Submit(FromProto(request), [shared = shared_](RequestOutput out) {
       shared->Push(std::move(out));
     });
+    tsan::Release(this);  // the reactor's own fields are set; shared_ is under its mutex
     if (!st.ok()) {
       log::info("[{}] refused: {}", request_id_, st.ToString());
       {
@@ -32,11 +33,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateOutput
         shared_->finish_called = true;
         shared_->submitted = false;
       }
-      tsan::Release(this);
       Finish(ToGrpcStatus(st));
-      return;
     }
-    tsan::Release(this);
   }
 
   void OnWriteDone(bool ok) override {

@@ -21,9 +21,9 @@
 // --timeline N: for each decode batch, the timed steps' host phases, then N more steps with
 // per-kernel-group device time launched eagerly and N from graphs with event nodes between the
 // groups (model/step_timeline.h), printed as "timeline" lines: ms/step of each phase and group
-// (eager, graph), and for the weight-reading groups and
-// attention the floor at 4.27 TB/s / 796 TFLOP/s (DESIGN.md section 5: the H200's measured copy
-// and bf16 GEMM ceilings) with the group's % of it.
+// (eager, graph), and for the weight-reading groups and attention the floor at 4.27 TB/s /
+// 796 TFLOP/s (DESIGN.md section 5: the H200's measured copy and bf16 GEMM ceilings) with the
+// group's % of it.
 // Env TANDEM_CUDA_GRAPHS (when the runner reads it) switches CUDA graphs; it is echoed in the JSON.
 // Exit 0, 2 on an error, 77 with no CUDA device.
 #include <algorithm>
@@ -52,9 +52,11 @@ namespace {
 constexpr int kBlockSize = 16;
 
 // max_tokens of the decode requests: room for the prefill phase (the first requests decode while
-// later ones prefill, about batch * context / budget steps), the warm-up and the timed steps.
-int DecodeMaxTokens(int batch, int context, int budget, int warmup, int steps) {
-  return 2 * ((batch * context + budget - 1) / budget + 2) + warmup + steps + 8;
+// later ones prefill, about batch * context / budget steps), the warm-up and the timed steps, and
+// with --timeline N the N eager timeline steps, one capture step and the N graph timeline steps.
+int DecodeMaxTokens(int batch, int context, int budget, int warmup, int steps, int timeline) {
+  return 2 * ((batch * context + budget - 1) / budget + 2) + warmup + steps +
+         (timeline > 0 ? 2 * timeline + 1 : 0) + 8;
 }
 
 double Now() {
@@ -181,7 +183,7 @@ class Bench {
     SamplingParams p;
     p.temperature = 0.0f;
     p.ignore_eos = true;
-    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps + 2 * timeline_steps_ + 1);
+    p.max_tokens = DecodeMaxTokens(batch, context, budget, warmup, steps, timeline_steps_);
     std::vector<std::string> ids;
     for (int i = 0; i < batch; ++i) {
       ids.push_back("d" + std::to_string(batch) + "-" + std::to_string(i) + "-" + std::to_string(serial_++));
@@ -337,7 +339,7 @@ int Run(const Args& a) {
   const int budget = a.budget > 0 ? a.budget : std::max(16384, max_prefill);
   // The longest decode request: context + max_tokens of Decode() for the largest batch.
   const int decode_len =
-      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps + 2 * a.timeline + 1);
+      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps, a.timeline);
   const long long decode_blocks =
       static_cast<long long>(max_batch) * ((decode_len + kBlockSize - 1) / kBlockSize + 1);
   const long long prefill_blocks = (max_prefill + kBlockSize - 1) / kBlockSize + 2;

@@ -7,9 +7,9 @@
 // workspace given at creation as its limit), two untimed and kReps timed launches each on the
 // caller's buffers, and keeps the fastest. Given several weight matrices of the shape (the same
 // projection of every layer), consecutive launches cycle through them, so that W comes from HBM
-// as in a decode step rather than from L2 (the H200's ~60 MB L2 holds a whole qkv or o_proj). Run then launches a tuned shape through the kept
-// cuBLASLt algorithm, or answers false when the shape was not tuned or cublasGemmEx won (the
-// caller runs LinearCublas). Why: on the H200 cuBLAS's own choice reads the Qwen3-8B qkv weights
+// as in a decode step rather than from L2 (the H200's ~60 MB L2 holds a whole qkv or o_proj).
+// Run then launches a tuned shape through the kept cuBLASLt algorithm, or answers false when the
+// shape was not tuned or cublasGemmEx won (the caller runs LinearCublas). Why: on the H200 cuBLAS's own choice reads the Qwen3-8B qkv weights
 // at 65% of the bandwidth at m = 64 and o_proj at 45% at m = 8 (dev/kernels/results/2026-12-01b);
 // split-K algorithms among the heuristic's others do better on such skinny shapes (the practice
 // of TensorRT-LLM's and vLLM's GEMM autotuning; the API: NVIDIA's cuBLASLt documentation,
@@ -54,6 +54,8 @@ class GemmTuner {
   // `weights`: optional matrices of a.w's shape and alignment to cycle through (a.w when empty).
   Status Tune(const CublasHandle& handle, const LinearArgs& a, cudaStream_t stream,
               std::span<const __nv_bfloat16* const> weights = {});
+  // Whether a's shape was tuned already (Tune would do nothing): a map lookup, no CUDA call.
+  bool Tuned(const LinearArgs& a) const { return entries_.count(KeyOf(a)) > 0; }
   // Launches `a` through its shape's tuned cuBLASLt algorithm: true; false (nothing launched) when
   // the shape is not tuned or cublasGemmEx was the fastest. The bias is not added here.
   Result<bool> Run(const LinearArgs& a, cudaStream_t stream) const;
