@@ -233,6 +233,14 @@ cudaError_t FuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 inline cudaError_t EventCreate(cudaEvent_t* e) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t EventCreateWithFlags(cudaEvent_t* e, unsigned) { *e = nullptr; return cudaSuccess; }
 inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cudaSuccess; }
+inline cudaError_t EventRecordWithFlags(cudaEvent_t, cudaStream_t = nullptr, unsigned = 0) {
+  return cudaSuccess;
+}
+// No graphs here (BeginCapture fails): a stream is never capturing.
+inline cudaError_t StreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
+  *status = cudaStreamCaptureStatusNone;
+  return cudaSuccess;
+}
 inline cudaError_t EventOne(cudaEvent_t) { return cudaSuccess; }
 inline cudaError_t EventElapsed(float* ms, cudaEvent_t, cudaEvent_t) { *ms = 0; return cudaSuccess; }
 inline cudaError_t GetDevice(int* d) { *d = 0; return cudaSuccess; }
@@ -345,6 +353,8 @@ inline int __any_sync(unsigned, int pred) {
 #define cudaEventCreateWithFlags ::emu::EventCreateWithFlags
 #define cudaEventQuery ::emu::EventOne  // work runs synchronously here: every event has completed
 #define cudaEventRecord ::emu::EventRecord
+#define cudaEventRecordWithFlags ::emu::EventRecordWithFlags
+#define cudaStreamIsCapturing ::emu::StreamIsCapturing
 #define cudaEventSynchronize ::emu::EventOne
 #define cudaEventDestroy ::emu::EventOne
 #define cudaEventElapsedTime ::emu::EventElapsed
