@@ -2,11 +2,9 @@
 // embedding, then per layer fused-add RMSNorm, one cuBLAS GEMM per projection for all of the
 // step's tokens (qkv, o, gate_up, down), q/k norm + RoPE with the K/V write into the paged pool,
 // attention over the pool (PagedDecode when every slice has one token, else PagedPrefill), SiLU*mul;
-// at m <= GemvFuseMaxM() the norms, the residual adds and SiLU*mul run inside the GEMVs instead
-// (GemvFusion, gemv.h: bitwise the same outputs, three launches fewer a layer); then the final
-// norm, the logit rows and, for picks, argmax / log-sum-exp on the GPU. Layer-wise KV readiness
-// for the prefill worker's transfer (ReportLayerKV) is reported after each layer's K/V write.
-// The step around it (inputs, graphs, sampling): cuda_runner_step.cc.
+// then the final norm, the logit rows and, for picks, argmax / log-sum-exp on the GPU. Layer-wise
+// KV readiness for the prefill worker's transfer (ReportLayerKV) is reported after each layer's
+// K/V write. The step around it (inputs, graphs, sampling): cuda_runner_step.cc.
 #ifdef TANDEM_HAVE_CUDA
 
 #include <cuda_bf16.h>
@@ -17,7 +15,6 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
-#include "kernels/cuda/gemv.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
@@ -76,46 +73,14 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   bf16* gate_up = gate_up_.as<bf16>();  // [T, 2 * inter]
   bf16* act = act_.as<bf16>();          // [T, inter]
 
-  const DeviceArray kNone;
-  auto args = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out, int n,
-                  cuda::OutDtype dtype, int rows) {
+  auto linear = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out,
+                    int n, cuda::OutDtype dtype, int rows) {
     cuda::LinearArgs a =
         ProjectionArgs(in, k, w, bias.bytes() > 0 ? bias.as<bf16>() : nullptr, out, n, dtype, rows);
     // Small m (the GEMV) on sm_90+: its weights stream in while the kernel before it (a norm,
-    // attention, silu_mul, a GEMV: each calls TriggerDependents first) finishes.
+    // attention, silu_mul: each calls TriggerDependents first) finishes.
     a.programmatic_launch = true;
-    return a;
-  };
-  auto linear = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& bias, void* out,
-                    int n, cuda::OutDtype dtype, int rows) {
-    return cuda::Linear(cublas_, args(in, k, w, bias, out, n, dtype, rows), stream_);
-  };
-  // The fused layer (small m): qkv and gate_up normalize the residual stream x as they read it,
-  // o_proj and down add their output to it, down computes SiLU*mul from gate_up as it reads it.
-  const DeviceLayer& w0 = w_.layers[0];
-  cuda::GemvFusion norm_in, acc_out, silu_acc;
-  norm_in.norm_weight = w0.input_norm.as<bf16>();
-  norm_in.norm_eps = eps;
-  acc_out.accumulate = true;
-  silu_acc.up = gate_up + inter;
-  silu_acc.accumulate = true;
-  // down reads the gate half of gate_up's rows (2 * inter apart) and the up half beside it.
-  auto down_args = [&](const DeviceLayer& w) {
-    cuda::LinearArgs a = args(gate_up, inter, w.down, kNone, x, hidden, cuda::OutDtype::kBf16, T);
-    a.ldx = 2 * inter;
-    return a;
-  };
-  const bool fuse =
-      cuda::GemvFusable(
-          args(x, hidden, w0.qkv, w0.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T), norm_in) &&
-      cuda::GemvFusable(args(attn, q_dim, w0.o, w0.o_bias, x, hidden, cuda::OutDtype::kBf16, T),
-                        acc_out) &&
-      cuda::GemvFusable(
-          args(x, hidden, w0.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T),
-          norm_in) &&
-      cuda::GemvFusable(down_args(w0), silu_acc);
-  auto gemv_fused = [&](const cuda::LinearArgs& a, const cuda::GemvFusion& f) {
-    return cuda::LinearGemvFused(a, f, 0, stream_);
+    return cuda::Linear(cublas_, a, stream_);
   };
   auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
     cuda::RmsNormArgs a;
@@ -148,6 +113,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.head_dim = hd;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
   };
+  const DeviceArray kNone;
 
   // mark(g): closes kernel group g for StepTimeline::device_groups (nothing otherwise).
   auto mark = [this](const char* group) { return MarkGroup(group); };
@@ -156,19 +122,11 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   TANDEM_RETURN_IF_ERROR(mark("embedding"));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& w = w_.layers[l];
-    if (fuse) {
-      // x holds the residual stream with the previous layer's MLP output added.
-      norm_in.norm_weight = w.input_norm.as<bf16>();
-      TANDEM_RETURN_IF_ERROR(gemv_fused(
-          args(x, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T), norm_in));
-    } else {
-      // h holds the previous layer's MLP output: residual += h; h = norm(residual).
-      TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
-                                    : norm(h, w.input_norm, h, true));
-      TANDEM_RETURN_IF_ERROR(mark("norm"));
-      TANDEM_RETURN_IF_ERROR(
-          linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
-    }
+    // h holds the previous layer's MLP output: residual += h; h = norm(residual).
+    TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
+                                  : norm(h, w.input_norm, h, true));
+    TANDEM_RETURN_IF_ERROR(mark("norm"));
+    TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
     TANDEM_RETURN_IF_ERROR(mark("qkv"));
     // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
     cuda::QkNormRopeCacheArgs r;
@@ -221,20 +179,6 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
     }
     TANDEM_RETURN_IF_ERROR(mark("attention"));
-    if (fuse) {
-      // x += o_proj(attn); gate_up(norm(x)); x += down(silu(gate) * up).
-      TANDEM_RETURN_IF_ERROR(gemv_fused(
-          args(attn, q_dim, w.o, w.o_bias, x, hidden, cuda::OutDtype::kBf16, T), acc_out));
-      TANDEM_RETURN_IF_ERROR(mark("o_proj"));
-      norm_in.norm_weight = w.post_norm.as<bf16>();
-      TANDEM_RETURN_IF_ERROR(gemv_fused(
-          args(x, hidden, w.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T),
-          norm_in));
-      TANDEM_RETURN_IF_ERROR(mark("gate_up"));
-      TANDEM_RETURN_IF_ERROR(gemv_fused(down_args(w), silu_acc));
-      TANDEM_RETURN_IF_ERROR(mark("down"));
-      continue;
-    }
     TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
     TANDEM_RETURN_IF_ERROR(mark("o_proj"));
     TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
@@ -257,9 +201,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     TANDEM_RETURN_IF_ERROR(mark("down"));
   }
   if (p.rows == 0) return Status::Ok();
-  // residual += last MLP out (done by down when fused); final norm; the logit rows gathered
-  // (Embedding as a row gather).
-  TANDEM_RETURN_IF_ERROR(fuse ? norm(x, w_.final_norm, h, false) : norm(h, w_.final_norm, h, true));
+  // residual += last MLP out; final norm; the logit rows gathered (Embedding as a row gather).
+  TANDEM_RETURN_IF_ERROR(norm(h, w_.final_norm, h, true));
   const bf16* head_in = h;
   if (p.gather) {
     TANDEM_RETURN_IF_ERROR(cuda::Embedding(d_rows, p.rows, h, T, hidden, sel_.as<bf16>(), stream_));
