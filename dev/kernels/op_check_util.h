@@ -155,7 +155,6 @@ void CheckReshapeAndCache();
 void CheckPagedPrefill();
 void CheckPagedDecode();
 void CheckLinear();
-void CheckGemvFused();  // op_check_gemv_fused.cc, in the linear group
 void CheckSampling();
 void CheckTokenBitmask();  // op_check_bitmask.cc, in the sampling group
 }  // namespace tandem::opcheck

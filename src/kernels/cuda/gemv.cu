@@ -16,18 +16,12 @@
 // mma (2U + NT U 16-byte loads in flight per lane). The KS partial sums of a tile meet in shared
 // memory and warp 0 of the tile adds them in slice order (deterministic), adds the bias in fp32 and
 // rounds once.
-//
-// Fusions (GemvFusion, gemv.h; m <= 8, bf16 out): the x operand is transformed as it is loaded
-// (RMSNorm with the row's inverse rms, or SiLU*mul with the up half), and the epilogue may add the
-// rounded product to y (the residual add). The norm's inverse rms is reduced by every CTA from the
-// m rows (8 KB a row at hidden 4096, from L2) in RmsNorm's order, after the grid-dependency wait.
 #include <algorithm>
 #include <cstdlib>
 
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/gemv.h"
 #include "kernels/cuda/mma_utils.cuh"
-#include "kernels/cuda/rms_norm.h"
 
 namespace tandem::cuda::detail {
 namespace {
@@ -71,107 +65,13 @@ struct GemvParams {
   int k_split;  // KS: 1, 2, 4 or 8
   bool pdl;     // launched programmatically (LinearArgs::programmatic_launch)
   int l2_steps; // with pdl: k steps past the first U asked into L2 before the wait
-  // Fusions (GemvFusion): the norm's weight, eps and RmsNorm's block size; the up half.
-  const __nv_bfloat16* norm_w;
-  float norm_eps;
-  int norm_threads;
-  const __nv_bfloat16* up;
 };
-
-// The x operand's transform (Pro) and the epilogue's residual add (Acc) of a fused launch.
-constexpr int kProNone = 0;
-constexpr int kProNorm = 1;
-constexpr int kProSilu = 2;
-
-// Per-row inverse rms of the m rows of x into inv_rms[], in RmsNormKernel's order: virtual thread
-// c of its block (RmsNormThreads(k) threads, k / 8 <= that) sums the squares of the 8 elements of
-// 16-byte load c, each virtual warp's sums meet in WarpSum, then one WarpSum over the warp sums
-// (zeros past the last warp). The (row, virtual warp) pairs are spread over this CTA's warps, two
-// loads in flight per lane (the slice's first W steps are held in registers meanwhile).
-__device__ void GemvRowInvRms(const GemvParams& p, float (*sq)[32], float* inv_rms) {
-  const int warp = threadIdx.x >> 5;
-  const int lane = threadIdx.x & 31;
-  const int vwarps = p.norm_threads / 32;
-  const int vec = p.k / 8;
-  const int pairs = p.m * vwarps;
-  const uint4 zero = make_uint4(0, 0, 0, 0);
-  for (int q0 = warp; q0 < pairs; q0 += 2 * kWarps) {
-    uint4 v[2];
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int q = q0 + i * kWarps;
-      const int c = (q % vwarps) * 32 + lane;
-      v[i] = q < pairs && c < vec ? LoadCached(p.x + static_cast<int64_t>(q / vwarps) * p.ldx + 8 * c)
-                                  : zero;
-    }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int q = q0 + i * kWarps;
-      if (q >= pairs) break;  // warp-uniform
-      float f[8];
-      Bf16x8ToFloat(v[i], f);
-      float sum_sq = 0.0f;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) sum_sq += f[e] * f[e];
-      sum_sq = WarpSum(sum_sq);
-      if (lane == 0) sq[q / vwarps][q % vwarps] = sum_sq;
-    }
-  }
-  __syncthreads();
-  if (warp == 0) {
-    for (int j = 0; j < p.m; ++j) {
-      float total = lane < vwarps ? sq[j][lane] : 0.0f;
-      total = WarpSum(total);
-      if (lane == 0) inv_rms[j] = 1.0f / sqrtf(total / static_cast<float>(p.k) + p.norm_eps);
-    }
-  }
-  __syncthreads();
-}
-
-// 16 bytes of x row (xr) at `col`, transformed for Pro: normalized with inv_rms and the norm's
-// weight (nw, offset as xr), or SiLU(gate) * up (ur, offset as xr).
-template <int Pro>
-__device__ inline uint4 LoadX(const __nv_bfloat16* xr, const __nv_bfloat16* nw,
-                              const __nv_bfloat16* ur, float inv_rms, int col) {
-  uint4 v = LoadCached(xr + col);
-  if constexpr (Pro == kProNorm) {
-    float f[8], w[8];
-    Bf16x8ToFloat(v, f);
-    Bf16x8ToFloat(LoadCached(nw + col), w);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) f[e] = w[e] * RoundBf16(f[e] * inv_rms);
-    v = FloatToBf16x8(f);
-  } else if constexpr (Pro == kProSilu) {
-    float g[8], u[8];
-    Bf16x8ToFloat(v, g);
-    Bf16x8ToFloat(LoadCached(ur + col), u);
-#pragma unroll
-    for (int e = 0; e < 8; ++e) g[e] = SiluTimes(g[e], u[e]);
-    v = FloatToBf16x8(g);
-  }
-  return v;
-}
 
 // NT: 8-row tiles of x (m <= 8 * NT); U: k steps loaded at once; OutT: __nv_bfloat16 or float.
 // grid.x = ceil(ceil(n / 16) / (8 / KS)).
-// CTAs per SM the registers are sized for: 3 (<= 85 registers) for one x tile, 2 with two, and 2
-// with the SiLU transform (its expf per element of U steps of x does not fit in 85; down at
-// Qwen3-8B's shape is 256 CTAs, one wave at 2 per SM).
-template <int NT, int Pro>
-constexpr int GemvMinBlocks() {
-  return NT == 1 && Pro != kProSilu ? 3 : 2;
-}
-
-template <int NT, int U, typename OutT, int Pro, bool Acc>
-__global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel(GemvParams p) {
-  static_assert(Pro == kProNone || NT == 1, "fused x transforms: m <= 8");
-  static_assert(!Acc || sizeof(OutT) == 2, "the residual add: bf16 out");
-  // A GEMV launched programmatically after this one may start fetching its weights now (all of
-  // this grid's CTAs are resident or done by then); it reads this one's output after its wait.
-  TriggerDependents();
+template <int NT, int U, typename OutT>
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) GemvKernel(GemvParams p) {
   __shared__ float partial[kWarps][4 * NT][32];
-  __shared__ float norm_sq[Pro == kProNorm ? kGemvFusedMaxRows : 1][32];
-  __shared__ float inv_rms[Pro == kProNorm ? kGemvFusedMaxRows : 1];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
   const int g = lane >> 2;
@@ -186,16 +86,12 @@ __global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel
   const __nv_bfloat16* wa = p.w + (ok_a ? static_cast<int64_t>(row_a) * p.k : 0) + 8 * t;
   const __nv_bfloat16* wb = p.w + (ok_b ? static_cast<int64_t>(row_b) * p.k : 0) + 8 * t;
   const __nv_bfloat16* xr[NT];
-  const __nv_bfloat16* ur[NT];
   bool ok_x[NT];
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     ok_x[j] = g + 8 * j < p.m;
-    const int64_t off = (ok_x[j] ? static_cast<int64_t>(g + 8 * j) * p.ldx : 0) + 8 * t;
-    xr[j] = p.x + off;
-    ur[j] = Pro == kProSilu ? p.up + off : nullptr;
+    xr[j] = p.x + (ok_x[j] ? static_cast<int64_t>(g + 8 * j) * p.ldx : 0) + 8 * t;
   }
-  const __nv_bfloat16* nw = Pro == kProNorm ? p.norm_w + 8 * t : nullptr;
   // This warp's slice of the k steps (warp-uniform bounds: every lane runs every mma).
   const int steps = (p.k + kStepCols - 1) / kStepCols;
   const int s_begin = static_cast<int>(static_cast<int64_t>(steps) * ks / p.k_split);
@@ -229,11 +125,6 @@ __global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel
     }
     GridDependencyWait();
   }
-  float row_inv_rms = 0.0f;  // x row g's (the norm fusion)
-  if constexpr (Pro == kProNorm) {
-    GemvRowInvRms(p, norm_sq, inv_rms);
-    row_inv_rms = ok_x[0] ? inv_rms[g] : 0.0f;
-  }
   for (int s = s_begin; s < s_end; s += U) {
     uint4 vx[NT][U];
 #pragma unroll
@@ -245,9 +136,7 @@ __global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel
         vb[u] = in && ok_b ? LoadStream(wb + col) : zero;
       }
 #pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        vx[j][u] = in && ok_x[j] ? LoadX<Pro>(xr[j], nw, ur[j], row_inv_rms, col) : zero;
-      }
+      for (int j = 0; j < NT; ++j) vx[j][u] = in && ok_x[j] ? LoadCached(xr[j] + col) : zero;
     }
 #pragma unroll
     for (int u = 0; u < U; ++u) {
@@ -294,7 +183,6 @@ __global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel
       if (p.bias != nullptr) v += __bfloat162float(p.bias[row]);
       OutT* dst = y + static_cast<int64_t>(xrow) * p.ldy + row;
       if constexpr (sizeof(OutT) == 2) {
-        if constexpr (Acc) v = RoundBf16(v) + __bfloat162float(*dst);
         *dst = __float2bfloat16_rn(v);
       } else {
         *dst = v;
@@ -303,12 +191,12 @@ __global__ void __launch_bounds__(kThreads, GemvMinBlocks<NT, Pro>()) GemvKernel
   }
 }
 
-template <int NT, int U, typename OutT, int Pro = kProNone, bool Acc = false>
+template <int NT, int U, typename OutT>
 cudaError_t Launch(const GemvParams& p, cudaStream_t stream) {
   const int tiles = (p.n + kTileRows - 1) / kTileRows;
   const int tiles_per_cta = kWarps / p.k_split;
   const unsigned grid = static_cast<unsigned>((tiles + tiles_per_cta - 1) / tiles_per_cta);
-  auto kernel = GemvKernel<NT, U, OutT, Pro, Acc>;
+  auto kernel = GemvKernel<NT, U, OutT>;
   TANDEM_LAUNCH_PDL(kernel, dim3(grid), dim3(kThreads), 0, stream, p.pdl, p);
   return cudaGetLastError();
 }
@@ -329,63 +217,23 @@ bool GemvSupported(const LinearArgs& a) {
          a.y != nullptr && Aligned16(a.x) && Aligned16(a.w);
 }
 
-namespace {
-
-// The L2 look-ahead: 0 unless TANDEM_GEMV_PDL_L2 says (a whole slice of every resident CTA can
-// exceed L2 and be read twice).
-int PdlL2Steps() {
+cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
+  if (!GemvSupported(a) || (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8)) {
+    return cudaErrorInvalidValue;
+  }
+  // The L2 look-ahead: 0 unless TANDEM_GEMV_PDL_L2 says (a whole slice of every resident CTA can
+  // exceed L2 and be read twice).
   static const int l2_steps = [] {
     const char* v = std::getenv("TANDEM_GEMV_PDL_L2");
     return v != nullptr ? std::max(0, std::atoi(v)) : 0;
   }();
-  return l2_steps;
-}
-
-GemvParams Params(const LinearArgs& a, int k_split) {
-  return GemvParams{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch,
-                    PdlL2Steps(), nullptr, 0.0f, 0, nullptr};
-}
-
-bool ValidSplit(int k_split) { return k_split == 1 || k_split == 2 || k_split == 4 || k_split == 8; }
-
-}  // namespace
-
-cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
-  if (!GemvSupported(a) || !ValidSplit(k_split)) return cudaErrorInvalidValue;
-  const GemvParams p = Params(a, k_split);
+  const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch,
+                     l2_steps};
   const bool f32 = a.out_dtype == OutDtype::kFloat32;
   if (a.m <= 8) {
     return f32 ? Launch<1, 4, float>(p, stream) : Launch<1, 4, __nv_bfloat16>(p, stream);
   }
   return f32 ? Launch<2, 4, float>(p, stream) : Launch<2, 4, __nv_bfloat16>(p, stream);
-}
-
-bool GemvFusionSupported(const LinearArgs& a, const GemvFusion& f) {
-  if (!GemvSupported(a) || a.m > kGemvFusedMaxRows || a.out_dtype != OutDtype::kBf16) return false;
-  if (f.norm_weight != nullptr && f.up != nullptr) return false;
-  if (f.norm_weight != nullptr && (a.k > kGemvFusedNormMaxK || !Aligned16(f.norm_weight))) return false;
-  if (f.up != nullptr && !Aligned16(f.up)) return false;
-  return true;
-}
-
-cudaError_t LaunchGemvFused(const LinearArgs& a, const GemvFusion& f, int k_split, cudaStream_t stream) {
-  if (!GemvFusionSupported(a, f) || !ValidSplit(k_split)) return cudaErrorInvalidValue;
-  GemvParams p = Params(a, k_split);
-  using bf16 = __nv_bfloat16;
-  if (f.norm_weight != nullptr) {
-    p.norm_w = f.norm_weight;
-    p.norm_eps = f.norm_eps;
-    p.norm_threads = RmsNormThreads(a.k, true);
-    return f.accumulate ? Launch<1, 4, bf16, kProNorm, true>(p, stream)
-                        : Launch<1, 4, bf16, kProNorm, false>(p, stream);
-  }
-  if (f.up != nullptr) {
-    p.up = f.up;
-    return f.accumulate ? Launch<1, 4, bf16, kProSilu, true>(p, stream)
-                        : Launch<1, 4, bf16, kProSilu, false>(p, stream);
-  }
-  return f.accumulate ? Launch<1, 4, bf16, kProNone, true>(p, stream)
-                      : Launch<1, 4, bf16, kProNone, false>(p, stream);
 }
 
 }  // namespace tandem::cuda::detail

@@ -1,6 +1,5 @@
 #include "kernels/cuda/linear.h"
 
-#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -91,40 +90,6 @@ Status LinearGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
   LinearArgs b = a;
   b.programmatic_launch = a.programmatic_launch && GemvProgrammaticLaunch();
   TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchGemv(b, k_split, stream));
-  return Status::Ok();
-}
-
-int GemvFuseMaxM() {
-  static const int max_m = [] {
-    const char* on = std::getenv("TANDEM_GEMV_FUSE");
-    if (on != nullptr && std::strcmp(on, "0") == 0) return 0;
-    int m = std::min(GemvMaxM(), kGemvFusedMaxRows);
-    const char* v = std::getenv("TANDEM_GEMV_FUSE_MAX_M");
-    if (v != nullptr && *v != '\0') m = std::clamp(std::atoi(v), 0, m);
-    return m;
-  }();
-  return max_m;
-}
-
-bool GemvFusable(const LinearArgs& a, const GemvFusion& f) {
-  return a.m >= 1 && a.m <= GemvFuseMaxM() && a.n >= 1 && detail::GemvFusionSupported(a, f);
-}
-
-Status LinearGemvFused(const LinearArgs& a, const GemvFusion& f, int k_split, cudaStream_t stream) {
-  TANDEM_RETURN_IF_ERROR(CheckArgs(a));
-  if (a.m == 0 || a.n == 0) return Status::Ok();
-  if (!detail::GemvFusionSupported(a, f)) {
-    return Err(StatusCode::kInvalidArgument,
-               "LinearGemvFused: unsupported m {} (<= {}), k {}, output dtype, both a norm and an up "
-               "input, or alignment", a.m, kGemvFusedMaxRows, a.k);
-  }
-  if (k_split == 0) k_split = LinearGemvAutoSplit(a);
-  if (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8) {
-    return Err(StatusCode::kInvalidArgument, "LinearGemvFused: k_split {} (0, 1, 2, 4 or 8)", k_split);
-  }
-  LinearArgs b = a;
-  b.programmatic_launch = a.programmatic_launch && GemvProgrammaticLaunch();
-  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchGemvFused(b, f, k_split, stream));
   return Status::Ok();
 }
 
