@@ -93,10 +93,6 @@ __device__ inline uint4 FloatToBf16x8(const float* in) {
 // Rounds through bf16 (what storing and reloading a bf16 tensor does).
 __device__ inline float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// silu(g) * u = g / (1 + e^-g) * u in fp32, as SiluMul (silu_mul.h) and the GEMV's fused SiLU*mul
-// (gemv.h) compute it: one definition, so the two are bitwise equal.
-__device__ inline float SiluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 __device__ inline float WarpSum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(kFullMask, v, o);

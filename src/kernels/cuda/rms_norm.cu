@@ -67,7 +67,9 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
 
 template <bool kFused>
 void Launch(const RmsNormArgs& a, bool vec, cudaStream_t stream) {
-  const int threads = RmsNormThreads(a.dim, vec);
+  const int work = vec ? a.dim / 8 : a.dim;
+  int threads = ((work + 31) / 32) * 32;
+  threads = threads < 64 ? 64 : (threads > 1024 ? 1024 : threads);
   void (*kernel)(RmsNormArgs) = vec ? RmsNormKernel<true, kFused> : RmsNormKernel<false, kFused>;
   TANDEM_LAUNCH(kernel, a.num_rows, threads, 0, stream, a);
 }

@@ -31,15 +31,6 @@ struct RmsNormArgs {
 };
 
 namespace detail {
-// Threads of the RmsNorm block for a row of `dim`: one 16-byte load (8 bf16) per thread where the
-// row is vectorized (dim % 8 == 0, aligned), else one element, in whole warps, 64..1024. The row's
-// sum of squares is reduced in that block shape (warp sums, then one warp over them); the GEMV's
-// fused norm (gemv.h) repeats the same order to be bitwise equal.
-inline int RmsNormThreads(int dim, bool vec) {
-  const int work = vec ? dim / 8 : dim;
-  const int threads = ((work + 31) / 32) * 32;
-  return threads < 64 ? 64 : (threads > 1024 ? 1024 : threads);
-}
 cudaError_t LaunchRmsNorm(const RmsNormArgs& args, bool fused, cudaStream_t stream);
 }  // namespace detail
 }  // namespace tandem::cuda
