@@ -33,6 +33,9 @@
 #             leave one): decode tok/s at batch 1/8/64/256 with 1k context, prefill 512/2k/8k;
 #             GPU_CHECK_BENCH_ARGS adds arguments; GPU_CHECK_GRAPHS_COMPARE=1 runs it again with
 #             TANDEM_CUDA_GRAPHS=0 (a second column)
+#   ncu-step  Nsight Compute over a few decode steps of cuda_engine_bench (batch
+#             GPU_CHECK_NCU_STEP_BATCH, default 1): each kernel's time alone, per step
+#             (scripts/gpu/ncu_step_table.py; compare the sum with the bench's graph step)
 #   hf        scripts/gpu/hf_bench.py: HF transformers on the same shapes (GPU_CHECK_HF_ARGS adds
 #             arguments, e.g. "--batches 1,8")
 # The benchmark table (bench_table.py) prints when bench or hf ran.
@@ -298,12 +301,16 @@ device() {
       --dump "$BIN/cuda_peer_dump" --workdir "$peer_dir" --json "$RES/peer-$m.json" "${keep[@]}"
   done
 
-  if want bench; then
+  if want bench || want ncu-step; then
     if unpack cuda_engine_bench; then
       if [ ! -e "$ckpt8/config.json" ]; then
         run_stage make-8b 200 60 python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
           --workdir "$peer_dir"
       fi
+    fi
+  fi
+  if want bench; then
+    if unpack cuda_engine_bench; then
       # shellcheck disable=SC2086
       run_stage bench 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem.json" \
         ${GPU_CHECK_BENCH_ARGS:-}
@@ -337,6 +344,18 @@ device() {
           --json "$RES/bench-tandem-nographs.json" ${GPU_CHECK_BENCH_ARGS:-}
       fi
     else note bench "no cuda_engine_bench"; fi
+  fi
+  if want ncu-step && [ -x "$BIN/cuda_engine_bench" ] && command -v ncu > /dev/null; then
+    # Every kernel of a few decode steps at batch GPU_CHECK_NCU_STEP_BATCH (default 1), each run
+    # alone by Nsight Compute (clock control and cache flushing off), summed per kernel.
+    run_stage ncu-step 240 60 bash -c "ncu --clock-control none --cache-control none \
+      --graph-profiling node --metrics gpu__time_duration.sum --csv --page raw --print-units base \
+      --launch-count 4000 \
+      '$BIN/cuda_engine_bench' '$ckpt8' --batches ${GPU_CHECK_NCU_STEP_BATCH:-1} --prefill 16 \
+      --steps 3 --warmup 1 --repeats 1 > '$RES/ncu-step.csv' 2> '$RES/ncu-step.err'"
+    python3 scripts/gpu/ncu_step_table.py "$RES/ncu-step.csv" | tee "$RES/ncu-step.txt"
+  fi
+  if want bench || want ncu-step; then
     [ "${GPU_CHECK_KEEP:-0}" = 1 ] || rm -rf "$ckpt8"
   fi
   if want hf; then
@@ -363,6 +382,7 @@ device() {
       [ -e "$RES/bench-tandem-nographs.json" ] && t2=(--tandem2 "$RES/bench-tandem-nographs.json" --tandem2-label "TANDEM_CUDA_GRAPHS=0")
       python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --hf "$RES/bench-hf.json" "${t2[@]}"
     fi
+    [ -e "$RES/ncu-step.txt" ] && cat "$RES/ncu-step.txt"
     if [ -e "$RES/bench-base.json" ]; then
       echo "== this build (tandem) beside ${GPU_CHECK_BENCH_BASE:-this build} ${GPU_CHECK_BENCH_BASE_ENV:-} (base), same call: runs 1 and 2"
       python3 scripts/gpu/bench_table.py --tandem "$RES/bench-tandem.json" --tandem2 "$RES/bench-base.json" \
