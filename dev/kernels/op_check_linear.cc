@@ -41,7 +41,7 @@ cuda::CublasHandle& Handle() {
   return *h;
 }
 
-enum class Path { kLinear, kGemv, kCublas };
+enum class Path { kLinear, kGemv, kCublas, kGemvU8 };
 
 struct Shape {
   const char* label;
@@ -90,12 +90,18 @@ struct Fixture {
     return a;
   }
 
-  Status Run(Path p, int k_split, int m, int copy) const {
+  Status Run(Path p, int k_split, int m, int copy, cudaStream_t stream = nullptr) const {
     const cuda::LinearArgs a = Args(m, copy);
     switch (p) {
-      case Path::kGemv: return cuda::LinearGemv(a, k_split, nullptr);
-      case Path::kCublas: return cuda::LinearCublas(Handle(), a, nullptr);
-      default: return cuda::Linear(Handle(), a, nullptr);
+      case Path::kGemv: return cuda::LinearGemv(a, k_split, stream);
+      case Path::kCublas: return cuda::LinearCublas(Handle(), a, stream);
+      case Path::kGemvU8: {
+        const int ks = k_split > 0 ? k_split : cuda::LinearGemvAutoSplit(a);
+        const cudaError_t e = cuda::detail::LaunchGemv(a, ks, stream, 8);
+        return e == cudaSuccess ? Status::Ok()
+                                : Err(StatusCode::kInternal, "gemv U8: {}", cudaGetErrorString(e));
+      }
+      default: return cuda::Linear(Handle(), a, stream);
     }
   }
 
@@ -203,6 +209,14 @@ double Time(const Fixture& f, Path p, int k_split, int m) {
   return TimeUs([&] { OC_OK(f.Run(p, k_split, m, call++ % copies)); });
 }
 
+// The same in a CUDA graph of back-to-back launches; one_copy: W copy 0 every time (L2-resident
+// where it fits), else rotated as Time.
+double TimeGraph(const Fixture& f, Path p, int k_split, int m, bool one_copy) {
+  int call = 0;
+  const int copies = one_copy ? 1 : static_cast<int>(f.w.size());
+  return TimeUsGraph([&](cudaStream_t st) { OC_OK(f.Run(p, k_split, m, call++ % copies, st)); });
+}
+
 double Bytes(const Fixture& f, int m) {
   return (static_cast<double>(f.s.n) * f.s.k + static_cast<double>(m) * f.s.k) * sizeof(bf16) +
          static_cast<double>(m) * f.s.n * (f.s.out == cuda::OutDtype::kFloat32 ? 4 : 2);
@@ -262,7 +276,7 @@ void TimedCase(const Shape& s, const std::vector<int>& ms) {
     Row gemv = CheckPath(f, ref, Path::kGemv, 0, m, ShapeText(s, m, tag.c_str()), &bits);
     gemv.time_us = Time(f, Path::kGemv, 0, m);
     gemv.bytes = Bytes(f, m);
-    char note[200];
+    char note[256];
     int len = std::snprintf(note, sizeof(note), "x%.2f vs cublas%s; ks 1/2/4/8:",
                             cublas.time_us / gemv.time_us,
                             m <= cuda::GemvMaxM() ? " (Linear uses gemv)" : "");
@@ -270,7 +284,18 @@ void TimedCase(const Shape& s, const std::vector<int>& ms) {
       len += std::snprintf(note + len, sizeof(note) - len, "%s%.1f", ks > 1 ? "/" : " ",
                            Time(f, Path::kGemv, ks, m));
     }
-    std::snprintf(note + len, sizeof(note) - len, " us; W x%d", copies);
+    len += std::snprintf(note + len, sizeof(note) - len, " us; W x%d", copies);
+    if (m <= 8) {
+      // Where the time goes (graph, auto split): W rotated vs one W (from L2 where it fits), and
+      // U = 8 steps loaded at once (2 CTAs per SM) instead of 4, rotated.
+      Row u8 = CheckPath(f, ref, Path::kGemvU8, 0, m, ShapeText(s, m, (tag + " U8").c_str()), &bits);
+      u8.time_us = Time(f, Path::kGemvU8, 0, m);
+      u8.bytes = gemv.bytes;
+      std::snprintf(note + len, sizeof(note) - len, "; graph: %.1f us, one W %.1f us, U8 %.1f us",
+                    TimeGraph(f, Path::kGemv, 0, m, false), TimeGraph(f, Path::kGemv, 0, m, true),
+                    TimeGraph(f, Path::kGemvU8, 0, m, false));
+      Record(u8);
+    }
     if (!gemv.note.empty()) gemv.note += "; ";
     gemv.note += note;
     Record(gemv);
@@ -306,6 +331,16 @@ void SmallCase(const Shape& s, const std::vector<int>& ms, bool gemv_expected) {
           linear.note = "dispatch output differs from gemv ks" + std::to_string(ks);
         }
         Record(row);
+      }
+      if (m <= 8) {  // U = 8: the same sums in the same order, loaded in bigger batches
+        std::vector<uint32_t> u4_bits;
+        Record(CheckPath(f, ref, Path::kGemv, 0, m, ShapeText(s, m, "gemv"), &u4_bits));
+        Row u8 = CheckPath(f, ref, Path::kGemvU8, 0, m, ShapeText(s, m, "gemv U8"), &bits);
+        if (bits != u4_bits) {
+          u8.pass = false;
+          u8.note = "U8 output differs from U4";
+        }
+        Record(u8);
       }
     } else {
       const Status st = cuda::LinearGemv(a, 0, nullptr);
