@@ -8,8 +8,8 @@ alone (serialized), so the sum of a step's kernel times is the step without over
 kernels and without the gaps between them; set beside the graph step time of the bench stage it
 says how much the step loses (or gains, with programmatic launch) between kernels.
 
-The decode region is everything after the last cuBLAS/CUTLASS kernel (the context's prefill; at
-m <= 8 decode runs no cuBLAS kernel); its steps are counted by the embedding kernel, one per step.
+The decode region starts after the last cuBLAS/CUTLASS kernel (the context's prefill; at m <= 8
+decode runs no cuBLAS kernel); a step starts at its embedding kernel, and only whole steps count.
 Output: one row per kernel (name and grid size, which tells the GEMV projections apart): launches
 per step, microseconds per step, share; then the sum per step.
 """
@@ -59,17 +59,20 @@ def main():
             continue  # the units row
         rows.append((r.get("Kernel Name", "?"), r.get("Grid Size", "?"), ns))
     last_cublas = max((i for i, (n, _, _) in enumerate(rows) if CUBLAS.search(n)), default=-1)
-    decode = rows[last_cublas + 1:]
-    steps = sum(1 for n, _, _ in decode if "Embedding" in n and "Gather" not in n)
-    if steps == 0:
-        sys.exit(f"ncu_step_table: no decode step found after kernel {last_cublas} of {len(rows)}")
+    # Whole steps only: from the first embedding kernel after the prefill to the last one (the
+    # launch count may cut the run inside a step).
+    starts = [i for i in range(last_cublas + 1, len(rows)) if "EmbeddingKernel" in rows[i][0]]
+    steps = len(starts) - 1
+    if steps < 1:
+        sys.exit(f"ncu_step_table: fewer than two decode steps after kernel {last_cublas} of {len(rows)}")
+    decode = rows[starts[0]:starts[-1]]
     table = {}
     for n, grid, ns in decode:
         key = (short_name(n), grid)
         c, t = table.get(key, (0, 0.0))
         table[key] = (c + 1, t + ns)
     total = sum(t for _, t in table.values()) / steps
-    print(f"ncu-step: {len(decode)} kernels in {steps} decode steps (after {last_cublas + 1} set-up kernels);"
+    print(f"ncu-step: {len(decode)} kernels in {steps} whole decode steps (after {starts[0]} other kernels);"
           " each kernel run alone, times per step")
     print(f"{'kernel':58} {'grid':>16} {'per step':>8} {'us/step':>9} {'share':>6}")
     for (name, grid), (c, t) in sorted(table.items(), key=lambda kv: -kv[1][1]):
