@@ -67,7 +67,7 @@ class CudaModelRunner final : public ModelRunner {
     size_t own = w_.bytes();
     for (const DeviceArray& a : kv_) own += a.bytes();
     for (const DeviceArray* a : {&meta_, &graph_meta_, &residual_, &hidden_, &qkv_, &attn_,
-                                 &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &topk_, &sample_,
+                                 &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &lse_ws_, &topk_, &sample_,
                                  &cublas_workspace_}) {
       own += a->bytes();
     }
@@ -126,7 +126,7 @@ class CudaModelRunner final : public ModelRunner {
   int block_size_ = 0;
   // Step scratch, grown on demand (ReserveTracked: graphs hold their addresses).
   DeviceArray meta_, graph_meta_, residual_, hidden_, qkv_, attn_, gate_up_, act_, sel_, logits_,
-      workspace_, picks_, topk_, sample_, cublas_workspace_;
+      workspace_, picks_, lse_ws_, topk_, sample_, cublas_workspace_;
   PinnedBuffer host_meta_, host_picks_, host_sample_;
   DecodeGraphCache graphs_{DecodeGraphModeFromEnv()};
   const std::function<void(const LayerKVReady&)>* layer_hook_ = nullptr;  // during a Step only

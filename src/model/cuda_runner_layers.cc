@@ -12,6 +12,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
@@ -212,12 +214,18 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
                                 vocab, cuda::OutDtype::kFloat32, p.rows));
   TANDEM_RETURN_IF_ERROR(mark("lm_head"));
   if (p.sample_rows > 0) {
+    // TANDEM_ARGMAX_SPLIT=0: one block per row (the kernel before the split, for comparisons).
+    static const bool split_lse = [] {
+      const char* v = std::getenv("TANDEM_ARGMAX_SPLIT");
+      return v == nullptr || std::strcmp(v, "0") != 0;
+    }();
     char* base = picks_.as<char>();
     const size_t col = Align16(sizeof(float) * p.picks_cap);
     TANDEM_RETURN_IF_ERROR(cuda::ArgmaxLogSumExp(
         logits_.as<float>() + static_cast<size_t>(p.sample_begin) * vocab, vocab, p.sample_rows,
         vocab, reinterpret_cast<int32_t*>(base), reinterpret_cast<float*>(base + col),
-        reinterpret_cast<float*>(base + 2 * col), stream_));
+        reinterpret_cast<float*>(base + 2 * col), stream_, split_lse ? lse_ws_.as<void>() : nullptr,
+        lse_ws_.bytes()));
     TANDEM_RETURN_IF_ERROR(mark("sampling"));
   }
   return Status::Ok();

@@ -237,6 +237,8 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   TANDEM_RETURN_IF_ERROR(ReserveTracked(sel_, r_cap * hidden * sizeof(bf16)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(logits_, r_cap * vocab * sizeof(float)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(picks_, PicksBytes(p.picks_cap)));
+  // ArgmaxLogSumExp's split rows (a 152k vocabulary is one SM's work per row otherwise).
+  TANDEM_RETURN_IF_ERROR(ReserveTracked(lse_ws_, cuda::ArgmaxLogSumExpWorkspaceBytes(p.picks_cap)));
   if (p.decode_seqs() > 0) {
     cuda::PagedDecodeArgs probe;
     probe.num_seqs = p.decode_seqs();

@@ -1,6 +1,9 @@
 #include "kernels/cuda/sampling.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_limits.h"
 
 namespace tandem::cuda {
 namespace {
@@ -35,14 +38,24 @@ Status Argmax(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids, cu
 }
 
 Status ArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
-                       float* max_values, float* lse, cudaStream_t stream) {
+                       float* max_values, float* lse, cudaStream_t stream, void* workspace,
+                       size_t workspace_bytes) {
   TANDEM_RETURN_IF_ERROR(CheckRows("ArgmaxLogSumExp", x, ldx, num_rows, n));
   if (num_rows > 0 && (n == 0 || ids == nullptr || max_values == nullptr || lse == nullptr)) {
     return Err(StatusCode::kInvalidArgument, "ArgmaxLogSumExp: empty rows or null outputs");
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(
-      detail::LaunchArgmaxLogSumExp(x, ldx, num_rows, n, ids, max_values, lse, stream));
+  const int chunks = detail::ArgmaxLogSumExpChunks(num_rows, n, CurrentDeviceLimits().sm_count);
+  const bool split = chunks > 1 && workspace != nullptr &&
+                     workspace_bytes >= static_cast<size_t>(num_rows) * chunks * detail::kArgmaxLsePartBytes;
+  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchArgmaxLogSumExp(x, ldx, num_rows, n, ids, max_values, lse,
+                                                            stream, split ? chunks : 1,
+                                                            split ? workspace : nullptr));
   return Status::Ok();
+}
+
+size_t ArgmaxLogSumExpWorkspaceBytes(int num_rows) {
+  return static_cast<size_t>(std::max(num_rows, 0)) * detail::kMaxArgmaxLseChunks *
+         detail::kArgmaxLsePartBytes;
 }
 
 Status TopK(const float* x, int64_t ldx, int num_rows, int n, int k, int32_t* ids, float* values,

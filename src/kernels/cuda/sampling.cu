@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <climits>
 
 #include "kernels/cuda/device_utils.cuh"
@@ -57,15 +58,31 @@ __device__ inline void WarpLse(float& m, float& s) {
 
 constexpr int kLseThreads = 512;
 
+// A row's (argmax, max, sum of exp(x - max)) over a range of its columns.
+struct LsePart {
+  float v;
+  int idx;
+  float m;
+  float s;
+};
+
+static_assert(sizeof(LsePart) == kArgmaxLsePartBytes, "sampling.h sizes the workspace");
+
+// grid (num_rows, chunks): block (r, c) scans columns [c * chunk, min(n, (c + 1) * chunk)) of
+// row r; with one chunk it writes the row's results, else its partial into parts[r * chunks + c].
+template <bool kPartial>
 __global__ void __launch_bounds__(kLseThreads) ArgmaxLogSumExpKernel(const float* x, int64_t ldx,
-                                                                     int n, int32_t* ids,
-                                                                     float* max_values, float* lse) {
+                                                                     int n, int chunk, int32_t* ids,
+                                                                     float* max_values, float* lse,
+                                                                     LsePart* parts) {
   __shared__ float sv[32], sm[32], ss[32];
   __shared__ int si[32];
   const float* row = x + blockIdx.x * ldx;
+  const int begin = blockIdx.y * chunk;
+  const int end = min(n, begin + chunk);
   float v = -INFINITY, m = -INFINITY, s = 0.0f;
   int idx = INT_MAX;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+  for (int i = begin + threadIdx.x; i < end; i += blockDim.x) {
     const float xi = row[i];
     if (Better(xi, i, v, idx)) { v = xi; idx = i; }
     if (xi > m) {
@@ -87,10 +104,36 @@ __global__ void __launch_bounds__(kLseThreads) ArgmaxLogSumExpKernel(const float
   s = lane < num_warps ? ss[lane] : 0.0f;
   WarpBest(v, idx);
   WarpLse(m, s);
-  if (lane == 0) {
+  if (lane != 0) return;
+  if constexpr (kPartial) {
+    parts[static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y] = LsePart{v, idx, m, s};
+  } else {
     ids[blockIdx.x] = idx == INT_MAX ? 0 : idx;
     max_values[blockIdx.x] = v;
     lse[blockIdx.x] = m + logf(s);
+  }
+}
+
+// One warp per row: the row's `chunks` partials merged (argmax by Better, so ties still go to
+// the lowest index; the sums rescaled to the common max).
+__global__ void ArgmaxLogSumExpMergeKernel(const LsePart* parts, int chunks, int num_rows,
+                                           int32_t* ids, float* max_values, float* lse) {
+  const int lane = threadIdx.x & 31;
+  const int r = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5);
+  if (r >= num_rows) return;  // warp-uniform
+  float v = -INFINITY, m = -INFINITY, s = 0.0f;
+  int idx = INT_MAX;
+  for (int c = lane; c < chunks; c += 32) {
+    const LsePart p = parts[static_cast<int64_t>(r) * chunks + c];
+    if (Better(p.v, p.idx, v, idx)) { v = p.v; idx = p.idx; }
+    MergeLse(m, s, p.m, p.s);
+  }
+  WarpBest(v, idx);
+  WarpLse(m, s);
+  if (lane == 0) {
+    ids[r] = idx == INT_MAX ? 0 : idx;
+    max_values[r] = v;
+    lse[r] = m + logf(s);
   }
 }
 
@@ -136,11 +179,31 @@ cudaError_t LaunchArgmax(const float* x, int64_t ldx, int num_rows, int n, int32
   return cudaGetLastError();
 }
 
+int ArgmaxLogSumExpChunks(int num_rows, int n, int num_sms) {
+  if (num_rows <= 0 || n <= 0) return 1;
+  // About 4 blocks per SM in all, each chunk >= 2048 columns, at most kMaxArgmaxLseChunks.
+  const int64_t target = 4 * static_cast<int64_t>(num_sms > 0 ? num_sms : 1);
+  int64_t c = (target + num_rows - 1) / num_rows;
+  c = std::min<int64_t>({c, n / 2048, kMaxArgmaxLseChunks});
+  return static_cast<int>(std::max<int64_t>(c, 1));
+}
+
 cudaError_t LaunchArgmaxLogSumExp(const float* x, int64_t ldx, int num_rows, int n, int32_t* ids,
-                                  float* max_values, float* lse, cudaStream_t stream) {
+                                  float* max_values, float* lse, cudaStream_t stream, int chunks,
+                                  void* workspace) {
   if (num_rows == 0 || n == 0) return cudaSuccess;
-  TANDEM_LAUNCH(ArgmaxLogSumExpKernel, num_rows, kLseThreads, 0, stream, x, ldx, n, ids,
-                max_values, lse);
+  if (chunks <= 1 || workspace == nullptr) {
+    TANDEM_LAUNCH(ArgmaxLogSumExpKernel<false>, dim3(num_rows, 1), kLseThreads, 0, stream, x, ldx,
+                  n, n, ids, max_values, lse, static_cast<LsePart*>(nullptr));
+    return cudaGetLastError();
+  }
+  auto* parts = static_cast<LsePart*>(workspace);
+  const int chunk = (n + chunks - 1) / chunks;
+  TANDEM_LAUNCH(ArgmaxLogSumExpKernel<true>, dim3(num_rows, chunks), kLseThreads, 0, stream, x,
+                ldx, n, chunk, ids, max_values, lse, parts);
+  constexpr int kMergeWarps = 8;
+  TANDEM_LAUNCH(ArgmaxLogSumExpMergeKernel, (num_rows + kMergeWarps - 1) / kMergeWarps,
+                32 * kMergeWarps, 0, stream, parts, chunks, num_rows, ids, max_values, lse);
   return cudaGetLastError();
 }
 
