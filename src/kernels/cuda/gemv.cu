@@ -69,9 +69,8 @@ struct GemvParams {
 
 // NT: 8-row tiles of x (m <= 8 * NT); U: k steps loaded at once; OutT: __nv_bfloat16 or float.
 // grid.x = ceil(ceil(n / 16) / (8 / KS)).
-// 3 CTAs per SM (<= 85 registers) for one x tile at U = 4; 2 with two tiles or U = 8.
 template <int NT, int U, typename OutT>
-__global__ void __launch_bounds__(kThreads, NT == 1 && U <= 4 ? 3 : 2) GemvKernel(GemvParams p) {
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) GemvKernel(GemvParams p) {
   __shared__ float partial[kWarps][4 * NT][32];
   const int warp = threadIdx.x >> 5;
   const int lane = threadIdx.x & 31;
@@ -218,9 +217,8 @@ bool GemvSupported(const LinearArgs& a) {
          a.y != nullptr && Aligned16(a.x) && Aligned16(a.w);
 }
 
-cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream, int unroll) {
-  if (!GemvSupported(a) || (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8) ||
-      (unroll != 4 && unroll != 8)) {
+cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream) {
+  if (!GemvSupported(a) || (k_split != 1 && k_split != 2 && k_split != 4 && k_split != 8)) {
     return cudaErrorInvalidValue;
   }
   // The L2 look-ahead: 0 unless TANDEM_GEMV_PDL_L2 says (a whole slice of every resident CTA can
@@ -232,9 +230,6 @@ cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream, in
   const GemvParams p{a.x, a.ldx, a.w, a.bias, a.y, a.ldy, a.m, a.n, a.k, k_split, a.programmatic_launch,
                      l2_steps};
   const bool f32 = a.out_dtype == OutDtype::kFloat32;
-  if (a.m <= 8 && unroll == 8) {
-    return f32 ? Launch<1, 8, float>(p, stream) : Launch<1, 8, __nv_bfloat16>(p, stream);
-  }
   if (a.m <= 8) {
     return f32 ? Launch<1, 4, float>(p, stream) : Launch<1, 4, __nv_bfloat16>(p, stream);
   }

@@ -35,9 +35,7 @@ int GemvAutoSplit(int n, int k, int num_sms);
 bool GemvSupported(const LinearArgs& a);
 
 // Launches the kernel (k_split in {1, 2, 4, 8}); a must satisfy GemvSupported, m, n >= 1.
-// unroll: k steps loaded per lane before their mmas, 4 (what Linear uses; 3 CTAs per SM) or 8
-// (m <= 8 only, 2 CTAs per SM; for the op check's comparison).
-cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream, int unroll = 4);
+cudaError_t LaunchGemv(const LinearArgs& a, int k_split, cudaStream_t stream);
 
 }  // namespace detail
 }  // namespace tandem::cuda
