@@ -1,5 +1,7 @@
 #include "frontend/chat_output.h"
 
+#include <algorithm>
+
 #include "frontend/openai_response.h"
 
 namespace tandem::openai {
@@ -13,7 +15,11 @@ ChatOutput::ChatOutput(const ChatOutputOptions& options)
 std::vector<ojson> ChatOutput::Feed(std::string_view text, int num_tokens) {
   const bool before = reasoning_.InReasoning();
   ReasoningDelta r = reasoning_.Feed(text);
-  if (before || reasoning_.InReasoning()) reasoning_tokens_ += num_tokens;
+  const bool after = reasoning_.InReasoning();
+  // Reasoning tokens are those between the tags (as vLLM counts them): a piece that opens or
+  // closes the block counts all but one of its tokens (the tag's).
+  if (before && after) reasoning_tokens_ += num_tokens;
+  else if (before != after) reasoning_tokens_ += std::max(num_tokens - 1, 0);
   return Deltas(r, false);
 }
 

@@ -3,6 +3,7 @@
 // message fields, finish_reason, usage, the stream's deltas accumulated as the openai clients do
 // (equal to the non-streamed message), the enforced grammar reaching the engine, and bad tool
 // parameters as 400s that leave the service serving.
+#include <algorithm>
 #include <string>
 
 #include "openai_test_util.h"
@@ -94,6 +95,14 @@ class ChatToolsTest : public OpenAITest {
     return events;
   }
 
+  // Tokens of the scripted output strictly between the <think> and </think> tokens.
+  int TokensBetweenThinkTags() const {
+    const auto& t = engine->script.tokens;
+    const auto open = std::find(t.begin(), t.end(), tokenizer_->Encode("<think>").at(0));
+    const auto close = std::find(t.begin(), t.end(), tokenizer_->Encode("</think>").at(0));
+    return open != t.end() && close != t.end() ? static_cast<int>(close - open - 1) : -1;
+  }
+
   static json WithoutIds(json m) {
     if (m.contains("tool_calls"))
       for (json& c : m["tool_calls"]) c.erase("id");
@@ -108,9 +117,7 @@ TEST_F(ChatToolsTest, ThinkBlockGoesToReasoningContent) {
   EXPECT_EQ(m["reasoning_content"], "The user wants weather.");
   EXPECT_EQ(m["content"], "It is sunny.");
   EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
-  const int reasoning = j["usage"]["completion_tokens_details"]["reasoning_tokens"];
-  EXPECT_GT(reasoning, 2);
-  EXPECT_LT(reasoning, j["usage"]["completion_tokens"].get<int>());
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], TokensBetweenThinkTags());
   std::string finish;
   json s = Stream(Body("\"stream\":true"), &finish);
   EXPECT_EQ(s, m);
@@ -119,9 +126,13 @@ TEST_F(ChatToolsTest, ThinkBlockGoesToReasoningContent) {
 
 TEST_F(ChatToolsTest, EmptyThinkBlockOfTheTinyModel) {
   Script("<think>\n\n</think>\n\nIn recent months");
-  json m = NonStream(Body("\"stream\":false"))["choices"][0]["message"];
+  json j = NonStream(Body("\"stream\":false"));
+  const json& m = j["choices"][0]["message"];
   EXPECT_TRUE(m["reasoning_content"].is_null());
   EXPECT_EQ(m["content"], "In recent months");
+  // The tags are not reasoning tokens; the "\n\n" between them is (one token).
+  EXPECT_EQ(j["usage"]["completion_tokens_details"]["reasoning_tokens"], TokensBetweenThinkTags());
+  EXPECT_EQ(TokensBetweenThinkTags(), 1);
 }
 
 TEST_F(ChatToolsTest, HermesCallsAreToolCalls) {
