@@ -1,0 +1,105 @@
+// HostKvTier: KV blocks evicted from a worker's KV pool, kept in host memory under their chained
+// block hashes (DESIGN.md section 4) so that a later request with the same prefix copies them back
+// instead of recomputing them (issue 26; Dynamo KVBM's G2, vLLM's CPU offloading, SGLang HiCache).
+//
+// A slot holds one block of every layer: `slot_bytes` = num_layers x the pool's per-layer block
+// bytes, laid out layer after layer. Slots are LRU: Store takes the least recently used unpinned
+// slot when the tier is full. A slot being copied into the pool is pinned (Pin / Unpin) and never
+// evicted meanwhile. Each slot keeps its hash, its chain parent and an xxHash64 of its bytes
+// (Commit computes it, Verify checks it): what leaves the tier for a slower one, or comes back
+// from one, is checked.
+//
+// Not thread-safe: owned by one engine thread (KvOffloader).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <optional>
+#include <unordered_map>
+#include <vector>
+
+namespace tandem::kvtier {
+
+// What the KV cache manager asks of the tiers below the pool (engine/kv_cache_manager.h).
+class KvTierIndex {
+ public:
+  virtual ~KvTierIndex() = default;
+  // Whether a block with this chained hash can be copied back into the pool.
+  virtual bool Contains(uint64_t block_hash) const = 0;
+  // Keeps that block until Unpin (a pool block is being filled from it). False when absent.
+  virtual bool Pin(uint64_t block_hash) = 0;
+  virtual void Unpin(uint64_t block_hash) = 0;
+};
+
+struct HostTierStats {
+  int64_t blocks = 0;           // slots holding a block now
+  int64_t capacity_blocks = 0;  // slots in all
+  uint64_t stored = 0;          // blocks stored since start
+  uint64_t evicted = 0;         // blocks dropped for room since start
+  uint64_t hits = 0;            // lookups that found a block (Pin)
+};
+
+class HostKvTier : public KvTierIndex {
+ public:
+  // `capacity_bytes` / `slot_bytes` slots (0 slots: every Store fails), allocated up front by
+  // `alloc` (nullptr: operator new; a GPU worker passes a pinned allocator) and released by `free`.
+  using Alloc = void* (*)(size_t bytes);
+  using Free = void (*)(void* p);
+  HostKvTier(size_t slot_bytes, size_t capacity_bytes, Alloc alloc = nullptr, Free free = nullptr);
+  ~HostKvTier() override;
+  HostKvTier(const HostKvTier&) = delete;
+  HostKvTier& operator=(const HostKvTier&) = delete;
+
+  size_t slot_bytes() const { return slot_bytes_; }
+  int capacity_blocks() const { return static_cast<int>(slots_.size()); }
+
+  bool Contains(uint64_t block_hash) const override { return index_.count(block_hash) > 0; }
+  bool Pin(uint64_t block_hash) override;
+  void Unpin(uint64_t block_hash) override;
+
+  // A slot for `block_hash` to be filled (SlotData) and then committed, taking the least recently
+  // used unpinned slot when full. nullopt when the hash is stored already or every slot is pinned.
+  // Until Commit the slot is not Contained.
+  std::optional<int> Reserve(uint64_t block_hash, uint64_t parent_hash);
+  // Makes a reserved slot findable; computes its checksum.
+  void Commit(int slot);
+  // Gives a reserved slot back unfilled.
+  void Abandon(int slot);
+
+  // The slot holding this hash (committed), or nullopt; marks it most recently used.
+  std::optional<int> Find(uint64_t block_hash);
+  std::byte* SlotData(int slot) { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
+  const std::byte* SlotData(int slot) const { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
+  uint64_t parent_hash(int slot) const { return slots_[slot].parent; }
+  // The slot's bytes against the checksum Commit computed.
+  bool Verify(int slot) const;
+  // Drops a committed block (a failed check).
+  void Drop(uint64_t block_hash);
+
+  HostTierStats stats() const;
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint64_t parent = 0;
+    uint64_t checksum = 0;
+    int pins = 0;
+    enum class State { kFree, kReserved, kReady } state = State::kFree;
+    std::list<int>::iterator lru_pos;  // valid when kReady
+  };
+  void Release(int slot);
+
+  size_t slot_bytes_;
+  Free free_;
+  std::byte* data_ = nullptr;
+  std::vector<Slot> slots_;
+  std::vector<int> free_slots_;
+  std::list<int> lru_;  // ready slots, front = least recently used
+  std::unordered_map<uint64_t, int> index_;  // committed hash -> slot
+  std::unordered_map<uint64_t, int> reserved_;  // reserved, not yet committed
+  uint64_t stored_ = 0, evicted_ = 0, hits_ = 0;
+};
+
+}  // namespace tandem::kvtier
