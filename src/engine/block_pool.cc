@@ -65,6 +65,9 @@ std::optional<std::vector<int>> BlockPool::Allocate(int n, int hint_after) {
   while (static_cast<int>(out.size()) < n) {
     assert(!lru_.empty());
     const int id = lru_.front();
+    if (evicted_ != nullptr) {
+      evicted_->push_back({id, blocks_[id].hash, blocks_[id].parent_hash});
+    }
     Evict(id);
     blocks_[id].ref_count = 1;
     ++num_used_;

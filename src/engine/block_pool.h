@@ -12,6 +12,10 @@
 // findable under a hash records stored{parent_hash, [hash]}, an evicted hash records removed, and
 // EvictAllCached that leaves nothing cached records cleared. Without one, nothing is recorded.
 //
+// Reuse log (set_reuse_log): Allocate appends each cached block it evicts to reuse, with its
+// hash, before dropping it, so the KV offloader (kvtier/offloader.h) can copy its bytes out before
+// the block is written again. EvictAllCached (a reset) does not log.
+//
 // Not thread-safe; owned by one KVCacheManager. "No room" is std::nullopt, never an error.
 #pragma once
 
@@ -24,6 +28,7 @@
 #include <vector>
 
 #include "engine/kv_events.h"
+#include "kvtier/offloader.h"
 
 namespace tandem {
 
@@ -62,6 +67,8 @@ class BlockPool {
   // Records KV events into `recorder` from now on (null: stop). Not owned; must outlive the pool
   // or be detached.
   void set_event_recorder(KvEventRecorder* recorder) { events_ = recorder; }
+  // Logs cached blocks evicted for reuse into `log` from now on (null: stop). Not owned.
+  void set_reuse_log(std::vector<kvtier::EvictedBlock>* log) { evicted_ = log; }
   // Every cached block (in use or free) with its parent hash, in block id order.
   std::vector<KvCachedBlock> CachedBlocks() const;
 
@@ -87,6 +94,7 @@ class BlockPool {
   std::list<int> lru_;           // free cached blocks, front = least recently freed
   std::unordered_map<uint64_t, int> hash_to_block_;
   KvEventRecorder* events_ = nullptr;
+  std::vector<kvtier::EvictedBlock>* evicted_ = nullptr;
 };
 
 }  // namespace tandem

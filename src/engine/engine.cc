@@ -12,6 +12,7 @@
 #include "engine/grammar_state.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_cache_sizing.h"
+#include "engine/kv_offload_setup.h"
 #include "engine/request.h"
 #include "engine/sampler.h"
 #include "engine/scheduler.h"
@@ -66,6 +67,12 @@ class EngineImpl final : public Engine {
       }
     }
     grammar_ = std::make_unique<GrammarRuntime>(tokenizer_, eos_ids_);
+    SetUpOffload();
+  }
+
+  void SetUpOffload() {
+    offloader_ = MakeKvOffloader(config_, runner_->kv_cache_layout());
+    if (offloader_) kv_.SetTier(offloader_->index());
   }
 
   Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,
@@ -166,6 +173,8 @@ class EngineImpl final : public Engine {
 
     PhaseClock clock(timeline_);
     SchedulerOutput sched = scheduler_.Schedule();
+    // Blocks this scheduling evicted are saved, and tier hits copied in, before any forward pass.
+    if (offloader_) offloader_->BeforeForward(kv_.TakeEvicted(), kv_.TakeOnboard());
     for (Request* r : sched.remote_prefills) {
       RemotePrefillTask task;
       task.request_id = r->request_id;
@@ -365,6 +374,17 @@ class EngineImpl final : public Engine {
     s.num_kv_blocks_used = kv_.num_used_blocks();
     s.prefix_cache_queries = scheduler_.prefix_cache_queries();
     s.prefix_cache_hits = scheduler_.prefix_cache_hits();
+    if (offloader_) {
+      const kvtier::OffloadStats o = offloader_->stats();
+      s.kv_offload_host_blocks = o.host.blocks;
+      s.kv_offload_host_capacity_blocks = o.host.capacity_blocks;
+      s.kv_offloaded_blocks = o.offloaded_blocks;
+      s.kv_onboarded_blocks = o.onboarded_blocks;
+      s.kv_offloaded_bytes = o.offloaded_bytes;
+      s.kv_onboarded_bytes = o.onboarded_bytes;
+      s.kv_offload_seconds = o.offload_seconds;
+      s.kv_onboard_seconds = o.onboard_seconds;
+    }
     return s;
   }
 
@@ -518,6 +538,7 @@ class EngineImpl final : public Engine {
   ForwardOutput forward_;               // the last step's logits rows and greedy picks
   std::shared_ptr<KvEventSink> kv_event_sink_;  // SetKvEventSink
   StepTimeline* timeline_ = nullptr;             // SetStepTimeline
+  std::unique_ptr<kvtier::KvOffloader> offloader_;  // EngineConfig::kv_offload_host_bytes
 };
 
 }  // namespace

@@ -44,6 +44,10 @@ struct EngineConfig {
   // uncached prompt tokens exceed this is prefilled remotely (see RemotePrefillTask); at or under
   // it, locally.
   int max_local_prefill_tokens = 0;
+  // Host tier for prefix blocks the KV pool evicts (issue 26; kvtier/offloader.h): bytes of host
+  // memory, 0 off. Host-memory pools (the CPU engine) only for now; a device pool logs a warning
+  // and runs without it. Needs enable_prefix_caching.
+  size_t kv_offload_host_bytes = 0;
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;
@@ -132,7 +136,14 @@ struct EngineStats {
   int num_kv_blocks_total = 0;
   int num_kv_blocks_used = 0;  // blocks referenced by live requests
   uint64_t prefix_cache_queries = 0;  // prompt tokens looked up
-  uint64_t prefix_cache_hits = 0;     // of which served from the cache
+  uint64_t prefix_cache_hits = 0;     // of which served from the cache (the pool or a tier)
+  // The host tier (EngineConfig::kv_offload_host_bytes; all 0 without one).
+  int64_t kv_offload_host_blocks = 0;           // blocks held
+  int64_t kv_offload_host_capacity_blocks = 0;
+  uint64_t kv_offloaded_blocks = 0;   // copied out of the pool since start
+  uint64_t kv_onboarded_blocks = 0;   // copied back into it
+  uint64_t kv_offloaded_bytes = 0, kv_onboarded_bytes = 0;
+  double kv_offload_seconds = 0, kv_onboard_seconds = 0;
 };
 
 class Engine {

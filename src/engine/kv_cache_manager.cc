@@ -15,20 +15,32 @@ CachedPrefix KVCacheManager::FindCachedPrefix(std::span<const uint64_t> block_ha
   // At least the last token must be computed.
   const size_t max_blocks =
       std::min(block_hashes.size(), static_cast<size_t>((num_tokens - 1) / block_size_));
-  for (size_t i = 0; i < max_blocks; ++i) {
+  size_t i = 0;
+  for (; i < max_blocks; ++i) {
     auto id = pool_.Lookup(block_hashes[i]);
     if (!id) break;
     prefix.block_ids.push_back(*id);
   }
-  prefix.num_tokens = static_cast<int>(prefix.block_ids.size()) * block_size_;
+  // The chain goes on in the tier below (a block there whose parent was evicted from the pool
+  // too is found the same way: the chain's hashes name the whole prefix).
+  for (; tier_ != nullptr && i < max_blocks && tier_->Contains(block_hashes[i]); ++i) {
+    prefix.tier_hashes.push_back(block_hashes[i]);
+  }
+  prefix.num_tokens = static_cast<int>(prefix.block_ids.size() + prefix.tier_hashes.size()) * block_size_;
   return prefix;
+}
+
+void KVCacheManager::SetTier(kvtier::KvTierIndex* tier) {
+  tier_ = tier;
+  pool_.set_reuse_log(tier != nullptr ? &evicted_ : nullptr);
 }
 
 bool KVCacheManager::AllocateSlots(const std::string& request_id, int num_total_tokens,
                                    const CachedPrefix* prefix) {
   auto it = requests_.find(request_id);
   const int held = it == requests_.end() ? 0 : static_cast<int>(it->second.block_ids.size());
-  const bool use_prefix = prefix != nullptr && !prefix->block_ids.empty() && held == 0;
+  const bool use_prefix = prefix != nullptr && held == 0 &&
+                          (!prefix->block_ids.empty() || !prefix->tier_hashes.empty());
   const int num_prefix = use_prefix ? static_cast<int>(prefix->block_ids.size()) : 0;
   const int need = std::max(0, BlocksFor(num_total_tokens) - held - num_prefix);
 
@@ -51,6 +63,25 @@ bool KVCacheManager::AllocateSlots(const std::string& request_id, int num_total_
     auto fresh = pool_.Allocate(need, hint);
     assert(fresh.has_value());
     rb.block_ids.insert(rb.block_ids.end(), fresh->begin(), fresh->end());
+  }
+  if (use_prefix && tier_ != nullptr) {
+    // The tier's blocks go into the first fresh blocks: registered now (a request admitted later
+    // in this step finds them in the pool; the copy runs before any forward pass reads them).
+    size_t i = 0;
+    for (; i < prefix->tier_hashes.size(); ++i) {
+      const uint64_t h = prefix->tier_hashes[i];
+      // Cannot fail: the tier changes only between steps (KvOffloader::BeforeForward), and the
+      // lookup ran in this step's scheduling.
+      const bool pinned = tier_->Pin(h);
+      assert(pinned);
+      if (!pinned) break;
+      const size_t at = static_cast<size_t>(num_prefix) + i;
+      const uint64_t parent = at == 0 ? 0 : (i == 0 ? *pool_.block_hash(rb.block_ids[at - 1])
+                                                    : prefix->tier_hashes[i - 1]);
+      (void)pool_.CacheBlock(rb.block_ids[at], h, parent);
+      onboard_.push_back({rb.block_ids[at], h});
+    }
+    rb.num_cached_blocks = num_prefix + static_cast<int>(i);
   }
   return true;
 }

@@ -8,6 +8,12 @@
 // KV events (kv_events.h) for the router: after EnableEvents, every hash the pool starts or stops
 // serving is recorded; TakeEvents numbers and returns them (the engine publishes them once per
 // step). Zero cost while disabled.
+//
+// A tier below the pool (SetTier: the KV offloader's host tier, kvtier/offloader.h): cached blocks
+// evicted for reuse are logged (TakeEvicted) so their bytes can be saved before the step's forward
+// pass; a prefix lookup continues into the tier after the pool's last hit, and AllocateSlots gives
+// those blocks fresh pool blocks, registers their hashes at once and logs the copies to make
+// (TakeOnboard, the tier's blocks pinned until then). The engine runs both before the forward.
 #pragma once
 
 #include <cstdint>
@@ -15,16 +21,20 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "engine/block_pool.h"
+#include "kvtier/offloader.h"
 
 namespace tandem {
 
-// Blocks found in the prefix cache for a request that holds no blocks yet.
+// Blocks found in the prefix cache for a request that holds no blocks yet: in the pool, then
+// (with a tier, SetTier) the chain's next hashes found in the tier below it.
 struct CachedPrefix {
   std::vector<int> block_ids;
-  int num_tokens = 0;  // block_ids.size() * block_size
+  std::vector<uint64_t> tier_hashes;  // after block_ids; AllocateSlots plans their onboarding
+  int num_tokens = 0;  // (block_ids.size() + tier_hashes.size()) * block_size
 };
 
 class KVCacheManager {
@@ -65,6 +75,12 @@ class KVCacheManager {
   // Forgets the hashes of all free blocks (cached blocks in use keep theirs).
   void ResetPrefixCache() { pool_.EvictAllCached(); }
 
+  // The tier below the pool (null: none). Not owned; outlives the manager or is detached.
+  void SetTier(kvtier::KvTierIndex* tier);
+  // Cached blocks evicted for reuse, and the tier blocks to copy into the pool, since the last call.
+  std::vector<kvtier::EvictedBlock> TakeEvicted() { return std::exchange(evicted_, {}); }
+  std::vector<kvtier::OnboardBlock> TakeOnboard() { return std::exchange(onboard_, {}); }
+
   const BlockPool& pool() const { return pool_; }
 
   // Starts recording KV events (idempotent). The first event taken has event_id 1.
@@ -87,6 +103,9 @@ class KVCacheManager {
   std::unique_ptr<KvEventRecorder> events_;  // before pool_: the pool points at it
   BlockPool pool_;
   std::unordered_map<std::string, RequestBlocks> requests_;
+  kvtier::KvTierIndex* tier_ = nullptr;
+  std::vector<kvtier::EvictedBlock> evicted_;
+  std::vector<kvtier::OnboardBlock> onboard_;
 };
 
 }  // namespace tandem
