@@ -42,6 +42,7 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.max_num_seqs = max_num_seqs;
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.max_model_len = max_model_len;
+  config.kv_offload_host_bytes = static_cast<size_t>(kv_offload_host_gib * (1ull << 30));
   return config;
 }
 
@@ -60,7 +61,8 @@ std::string EngineOptions::ServedModelName() const {
 const std::vector<std::string>& EngineSizeFlagNames() {
   static const std::vector<std::string> names = {
       "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
-      "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len"};
+      "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len",
+      "kv-offload-host-gib"};
   return names;
 }
 
@@ -97,6 +99,10 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "GPU: the fraction of the device's total memory this worker may use for "
                  "weights, activations and KV cache (vLLM's meaning)")
       ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--kv-offload-host-gib", opt->kv_offload_host_gib,
+                 "Host memory in GiB for the prefix-cache blocks the KV pool evicts, copied back "
+                 "when a later request shares the prefix (0, the default: off; CPU engine for now)")
+      ->check(CLI::Range(0.0, 1e6));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));

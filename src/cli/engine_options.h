@@ -27,6 +27,7 @@ struct EngineOptions {
   int block_size = 16;
   int num_kv_blocks = 0;
   double kv_cache_gib = 0;        // 0: 1 GiB on the CPU; on a GPU from gpu_memory_utilization
+  double kv_offload_host_gib = 0;  // host tier for evicted prefix blocks (kvtier/offloader.h); 0 off
   double gpu_memory_utilization = 0.9;
   int max_model_len = 0;
 

@@ -224,7 +224,7 @@ int RunWorker(const WorkerOptions& opt) {
     if (!metrics_server) return 1;
   }
   std::unique_ptr<worker::StatsLogger> stats_logger;
-  if (decode && opt.stats_interval_s > 0) {
+  if ((decode || opt.engine.kv_offload_host_gib > 0) && opt.stats_interval_s > 0) {
     stats_logger = std::make_unique<worker::StatsLogger>(
         engine, disagg,
         std::chrono::milliseconds(static_cast<int64_t>(opt.stats_interval_s * 1000)));

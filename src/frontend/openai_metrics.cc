@@ -1,5 +1,7 @@
 #include "frontend/openai_metrics.h"
 
+#include "engine/kv_offload_metrics.h"
+
 namespace tandem::openai {
 
 ServiceMetrics::ServiceMetrics(metrics::Registry* r)
@@ -35,7 +37,7 @@ void ServiceMetrics::AddEngineCollector(std::weak_ptr<EngineClient> engine) {
   auto& waiting = r->GetGauge("tandem_num_requests_waiting", "Requests waiting to be scheduled.");
   auto& ratio = r->GetGauge("tandem_prefix_cache_hit_ratio",
                             "Prompt tokens served from the prefix cache / prompt tokens looked up.");
-  r->AddCollector([engine = std::move(engine), &used, &total, &running, &waiting, &ratio] {
+  r->AddCollector([engine = std::move(engine), r, &used, &total, &running, &waiting, &ratio] {
     auto e = engine.lock();
     if (!e) return;
     EngineClientStats s = e->Stats();
@@ -47,6 +49,7 @@ void ServiceMetrics::AddEngineCollector(std::weak_ptr<EngineClient> engine) {
                   ? 0.0
                   : static_cast<double>(s.engine.prefix_cache_hits) /
                         static_cast<double>(s.engine.prefix_cache_queries));
+    if (s.engine.kv_offload_host_capacity_blocks > 0) ExportKvOffloadMetrics(s.engine, *r);
   });
 }
 

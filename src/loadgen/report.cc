@@ -75,6 +75,13 @@ std::string FormatTable(const std::vector<RunSummary>& summaries) {
     if (s.output_len_mismatch)
       notes += fmt::format(" usage tokens != max_tokens: {};", s.output_len_mismatch);
     if (!notes.empty()) out += fmt::format("{}:{}\n", s.label, notes);
+    if (s.ttft_returning_ms.count > 0) {
+      out += fmt::format("{}: TTFT first turns mean {} ms, p50 {} ms ({}); returning turns mean {} ms, "
+                         "p50 {} ms ({})\n",
+                         s.label, Ms(s.ttft_first_turn_ms.mean), Ms(s.ttft_first_turn_ms.p50),
+                         s.ttft_first_turn_ms.count, Ms(s.ttft_returning_ms.mean),
+                         Ms(s.ttft_returning_ms.p50), s.ttft_returning_ms.count);
+    }
   }
   return out;
 }
@@ -104,7 +111,9 @@ json SummaryToJson(const RunSummary& s) {
               {"ttft_ms", DistJson(s.ttft_ms)},
               {"itl_ms", DistJson(s.itl_ms)},
               {"tpot_ms", DistJson(s.tpot_ms)},
-              {"e2e_ms", DistJson(s.e2e_ms)}};
+              {"e2e_ms", DistJson(s.e2e_ms)},
+              {"ttft_first_turn_ms", DistJson(s.ttft_first_turn_ms)},
+              {"ttft_returning_ms", DistJson(s.ttft_returning_ms)}};
 }
 
 json ReportToJson(const json& config, const std::vector<RunResult>& runs,

@@ -112,7 +112,7 @@ RunSummary Summarize(const RunResult& run, const Slo& slo) {
   if (run.config.mode == RunConfig::Mode::kConcurrency) s.concurrency = run.config.concurrency;
   if (run.config.mode == RunConfig::Mode::kRate) s.request_rate = run.config.request_rate;
   s.duration_s = run.duration_s;
-  std::vector<double> ttft, itl, tpot, e2e;
+  std::vector<double> ttft, itl, tpot, e2e, ttft_first, ttft_returning;
   for (const RequestRecord& r : run.records) {
     ++s.num_requests;
     if (!r.ok()) {
@@ -133,7 +133,10 @@ RunSummary Summarize(const RunResult& run, const Slo& slo) {
     if (r.completion_tokens >= 0 && r.completion_tokens != r.expected_output_tokens)
       ++s.output_len_mismatch;
     if (MeetsSlo(r, slo)) ++s.num_slo_met;
-    if (r.ttft_s >= 0) ttft.push_back(r.ttft_s * 1000);
+    if (r.ttft_s >= 0) {
+      ttft.push_back(r.ttft_s * 1000);
+      (r.turn > 0 ? ttft_returning : ttft_first).push_back(r.ttft_s * 1000);
+    }
     for (size_t i = 1; i < r.chunk_times_s.size(); ++i)
       itl.push_back((r.chunk_times_s[i] - r.chunk_times_s[i - 1]) * 1000);
     if (double t = Tpot(r); t >= 0) tpot.push_back(t * 1000);
@@ -154,6 +157,10 @@ RunSummary Summarize(const RunResult& run, const Slo& slo) {
   s.itl_ms = Summarize(std::move(itl));
   s.tpot_ms = Summarize(std::move(tpot));
   s.e2e_ms = Summarize(std::move(e2e));
+  if (!ttft_returning.empty()) {
+    s.ttft_first_turn_ms = Summarize(std::move(ttft_first));
+    s.ttft_returning_ms = Summarize(std::move(ttft_returning));
+  }
   return s;
 }
 

@@ -61,6 +61,10 @@ struct RunSummary {
   int chunk_usage_mismatch = 0; // content chunks != usage completion_tokens
   int output_len_mismatch = 0;  // usage completion_tokens != requested max_tokens
   Distribution ttft_ms, itl_ms, tpot_ms, e2e_ms;
+  // Multi-turn sessions (--num-turns): TTFT of first turns (turn 0) and of returning turns (1 and
+  // later, which resend the history: what a prefix cache or its host tier serves). Count 0 when
+  // no request was a returning turn.
+  Distribution ttft_first_turn_ms, ttft_returning_ms;
 };
 
 RunSummary Summarize(const RunResult& run, const Slo& slo);

@@ -204,6 +204,14 @@ void ToProto(const EngineClientStats& stats, const ServedModelInfo& info, bool r
   out->set_prefix_cache_queries(stats.engine.prefix_cache_queries);
   out->set_prefix_cache_hits(stats.engine.prefix_cache_hits);
   out->set_num_pending(stats.num_pending);
+  out->set_kv_offload_host_blocks(stats.engine.kv_offload_host_blocks);
+  out->set_kv_offload_host_capacity_blocks(stats.engine.kv_offload_host_capacity_blocks);
+  out->set_kv_offloaded_blocks(stats.engine.kv_offloaded_blocks);
+  out->set_kv_onboarded_blocks(stats.engine.kv_onboarded_blocks);
+  out->set_kv_offloaded_bytes(stats.engine.kv_offloaded_bytes);
+  out->set_kv_onboarded_bytes(stats.engine.kv_onboarded_bytes);
+  out->set_kv_offload_seconds(stats.engine.kv_offload_seconds);
+  out->set_kv_onboard_seconds(stats.engine.kv_onboard_seconds);
 }
 
 EngineClientStats StatsFromProto(const v1::HealthResponse& in) {
@@ -215,6 +223,14 @@ EngineClientStats StatsFromProto(const v1::HealthResponse& in) {
   s.engine.prefix_cache_queries = in.prefix_cache_queries();
   s.engine.prefix_cache_hits = in.prefix_cache_hits();
   s.num_pending = in.num_pending();
+  s.engine.kv_offload_host_blocks = in.kv_offload_host_blocks();
+  s.engine.kv_offload_host_capacity_blocks = in.kv_offload_host_capacity_blocks();
+  s.engine.kv_offloaded_blocks = in.kv_offloaded_blocks();
+  s.engine.kv_onboarded_blocks = in.kv_onboarded_blocks();
+  s.engine.kv_offloaded_bytes = in.kv_offloaded_bytes();
+  s.engine.kv_onboarded_bytes = in.kv_onboarded_bytes();
+  s.engine.kv_offload_seconds = in.kv_offload_seconds();
+  s.engine.kv_onboard_seconds = in.kv_onboard_seconds();
   return s;
 }
 

@@ -431,6 +431,15 @@ EngineClientStats RemoteEngineClient::Stats() const {
     s.engine.num_kv_blocks_used += w->stats.engine.num_kv_blocks_used;
     s.engine.prefix_cache_queries += w->stats.engine.prefix_cache_queries;
     s.engine.prefix_cache_hits += w->stats.engine.prefix_cache_hits;
+    const EngineStats& e = w->stats.engine;
+    s.engine.kv_offload_host_blocks += e.kv_offload_host_blocks;
+    s.engine.kv_offload_host_capacity_blocks += e.kv_offload_host_capacity_blocks;
+    s.engine.kv_offloaded_blocks += e.kv_offloaded_blocks;
+    s.engine.kv_onboarded_blocks += e.kv_onboarded_blocks;
+    s.engine.kv_offloaded_bytes += e.kv_offloaded_bytes;
+    s.engine.kv_onboarded_bytes += e.kv_onboarded_bytes;
+    s.engine.kv_offload_seconds += e.kv_offload_seconds;
+    s.engine.kv_onboard_seconds += e.kv_onboard_seconds;
   }
   s.num_pending = static_cast<int>(impl_->calls.size() + impl_->parked.size());
   return s;

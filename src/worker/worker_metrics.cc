@@ -1,6 +1,7 @@
 #include "worker/worker_metrics.h"
 
 #include "common/logging.h"
+#include "engine/kv_offload_metrics.h"
 #include "transfer/transfer_stats.h"
 
 namespace tandem::worker {
@@ -25,6 +26,7 @@ void AddWorkerCollector(metrics::Registry& registry, std::weak_ptr<AsyncEngine> 
                 static_cast<double>(s.prefix_cache_queries));
     set_counter("tandem_prefix_cache_hits_total", "Prompt tokens served from the prefix cache",
                 static_cast<double>(s.prefix_cache_hits));
+    if (s.kv_offload_host_capacity_blocks > 0) ExportKvOffloadMetrics(s, registry);
     auto disagg = weak_disagg.lock();
     if (!disagg) return;
     transfer::UpdateTransferMetrics(disagg->transfer_stats(), registry);
@@ -56,12 +58,19 @@ StatsLogger::~StatsLogger() {
 }
 
 void StatsLogger::Loop() {
-  uint64_t last_transfers = 0, last_errors = 0, last_queries = 0;
+  uint64_t last_transfers = 0, last_errors = 0, last_queries = 0, last_offload = 0;
   std::unique_lock<std::mutex> lock(mu_);
   while (!cv_.wait_for(lock, interval_, [&] { return stopping_; })) {
     auto engine = engine_.lock();
+    if (!engine) continue;
+    const EngineStats es = engine->Stats().engine;
+    if (es.kv_offload_host_capacity_blocks > 0 &&
+        es.kv_offloaded_blocks + es.kv_onboarded_blocks != last_offload) {
+      last_offload = es.kv_offloaded_blocks + es.kv_onboarded_blocks;
+      log::info("{}", FormatKvOffloadLine(es));
+    }
     auto disagg = disagg_.lock();
-    if (!engine || !disagg) continue;
+    if (!disagg) continue;
     const transfer::TransferStats t = disagg->transfer_stats();
     const uint64_t queries = engine->Stats().engine.prefix_cache_queries;
     if (t.num_transfers == last_transfers && t.num_errors == last_errors && queries == last_queries) {
@@ -73,6 +82,17 @@ void StatsLogger::Loop() {
     log::info("{}", transfer::FormatTransferMetricsLine(t));
     log::info("{}", FormatExternalHitRateLine(disagg->external_hit_tokens(), queries));
   }
+}
+
+std::string FormatKvOffloadLine(const EngineStats& s) {
+  auto rate = [](uint64_t bytes, double seconds) { return seconds > 0 ? bytes / seconds / 1e9 : 0.0; };
+  return fmt::format(
+      "kv offload: host tier {}/{} blocks; offloaded {} blocks ({:.1f} MB, {:.3f} s, {:.2f} GB/s), "
+      "onboarded {} blocks ({:.1f} MB, {:.3f} s, {:.2f} GB/s); prefix cache hits {} of {} prompt tokens",
+      s.kv_offload_host_blocks, s.kv_offload_host_capacity_blocks, s.kv_offloaded_blocks,
+      s.kv_offloaded_bytes / 1e6, s.kv_offload_seconds, rate(s.kv_offloaded_bytes, s.kv_offload_seconds),
+      s.kv_onboarded_blocks, s.kv_onboarded_bytes / 1e6, s.kv_onboard_seconds,
+      rate(s.kv_onboarded_bytes, s.kv_onboard_seconds), s.prefix_cache_hits, s.prefix_cache_queries);
 }
 
 }  // namespace tandem::worker

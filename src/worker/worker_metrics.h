@@ -14,9 +14,11 @@
 //   tandem_external_prefix_cache_hit_ratio           gauge: the above / prefix cache queries
 //   tandem_remote_prefill_fallbacks_total            counter: remote prefills that failed and were
 //                                                    prefilled locally
+//   with a host tier (--kv-offload-host-gib): the kv_offload_metrics.h series
 // Log lines (decode workers), at most every `interval` and only when something changed:
 //   "KV Transfer metrics: Num successful transfers=N, Avg xfer time (ms)=T, Avg MB per transfer=M,
-//    Throughput (MB/s)=R" (cumulative) and "External prefix cache hit rate: P%".
+//    Throughput (MB/s)=R" (cumulative) and "External prefix cache hit rate: P%";
+//   any worker with a host tier: FormatKvOffloadLine (cumulative).
 #pragma once
 
 #include <chrono>
@@ -31,6 +33,10 @@
 #include "worker/decode_disagg.h"
 
 namespace tandem::worker {
+
+// "kv offload: host tier H/C blocks; offloaded N blocks (MB, s, GB/s), onboarded M blocks (...);
+// prefix cache hits X of Y prompt tokens".
+std::string FormatKvOffloadLine(const EngineStats& s);
 
 // `engine` and `disagg` (null unless decode) must outlive the registry's use of the collector.
 void AddWorkerCollector(metrics::Registry& registry, std::weak_ptr<AsyncEngine> engine,

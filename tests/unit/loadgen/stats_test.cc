@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "loadgen/report.h"
 #include "loadgen/stats.h"
 
 namespace tandem::bench {
@@ -123,6 +124,26 @@ TEST(Stats, SummarizeRun) {
   // TPOT = (e2e - ttft) / (tokens - 1): (0.04 + 0.001) / 4 for the first.
   EXPECT_NEAR(Tpot(run.records[0]), 0.041 / 4, 1e-12);
   EXPECT_NEAR(MeanItl(run.records[2]), 0.05, 1e-12);
+  EXPECT_EQ(s.ttft_returning_ms.count, 0u) << "no multi-turn sessions";
+}
+
+TEST(Stats, FirstAndReturningTurnsHaveTheirOwnTtft) {
+  RunResult run;
+  run.duration_s = 1.0;
+  for (int turn = 0; turn < 3; ++turn) {
+    for (int session = 0; session < 2; ++session) {
+      RequestRecord r = Ok(turn == 0 ? 0.4 : 0.1 * turn, 0.01, 3);
+      r.item_id = session;
+      r.turn = turn;
+      run.records.push_back(r);
+    }
+  }
+  const RunSummary s = Summarize(run, Slo{});
+  EXPECT_EQ(s.ttft_first_turn_ms.count, 2u);
+  EXPECT_NEAR(s.ttft_first_turn_ms.mean, 400, 1e-9);
+  EXPECT_EQ(s.ttft_returning_ms.count, 4u);
+  EXPECT_NEAR(s.ttft_returning_ms.mean, 150, 1e-9);  // (100 + 100 + 200 + 200) / 4
+  EXPECT_NE(FormatTable({s}).find("returning turns mean 150 ms"), std::string::npos) << FormatTable({s});
 }
 
 }  // namespace

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# The KV host tier off vs on, side by side in one run (issue 26): `tandem run` twice with the same
+# small KV pool, --kv-offload-host-gib 0 and then OFFLOAD_GIB, and the same multi-turn chat
+# workload (`tandem bench`, same seed) against each. Each turn resends the conversation so far;
+# the sessions in flight together hold more history than the pool, so without the tier a returning
+# turn finds its history evicted and prefills it again, and with it the evicted blocks come back
+# from host memory. Prints each run's table (prefix hit % = usage cached_tokens / prompt tokens;
+# TTFT of first and returning turns), `tandem bench compare` (B = on over A = off) and the server's
+# kv offload metrics. Reports in $OUT. CPU and the bundled tiny model unless MODEL / DEVICE are set.
+# Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, NUM_KV_BLOCKS, OFFLOAD_GIB,
+# BENCH_ARGS)
+set -euo pipefail
+BUILD=${1:-build}
+T=$(realpath "$BUILD/tandem")
+OUT=${OUT:-$BUILD/bench-offload}
+# 64 blocks of 16 tokens = 1024 tokens: one session's history (6 turns of 120 + 24 tokens, ~870)
+# fits, the 4 sessions in flight do not.
+NUM_KV_BLOCKS=${NUM_KV_BLOCKS:-64}
+OFFLOAD_GIB=${OFFLOAD_GIB:-1}
+BENCH_ARGS=${BENCH_ARGS:-"--dataset synthetic --num-turns 6 --input-len 120 --output-len 24 \
+  --concurrency 4 --num-requests 96 --warmup 0 --seed 7"}
+SERVER_ARGS=(--num-kv-blocks "$NUM_KV_BLOCKS")
+[ -n "${MODEL:-}" ] && SERVER_ARGS+=(--model "$MODEL")
+[ -n "${DEVICE:-}" ] && SERVER_ARGS+=(--device "$DEVICE")
+mkdir -p "$OUT"
+OUT=$(realpath "$OUT")
+PID=""
+cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true; }
+trap cleanup EXIT
+
+for mode in off on; do
+  gib=0
+  [ "$mode" = on ] && gib=$OFFLOAD_GIB
+  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  "$T" run --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" --kv-offload-host-gib "$gib" \
+    > "$OUT/server-$mode.log" 2>&1 &
+  PID=$!
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break
+    kill -0 "$PID" 2>/dev/null || { echo "tandem run exited:"; tail -20 "$OUT/server-$mode.log"; exit 1; }
+    sleep 0.2
+  done
+  # shellcheck disable=SC2086
+  "$T" bench --url "http://127.0.0.1:$port" $BENCH_ARGS --no-progress \
+    --output-json "$OUT/bench-$mode.json" > "$OUT/bench-$mode.txt" 2>&1
+  curl -s "http://127.0.0.1:$port/metrics" | grep -E "^tandem_(kv_offload|kv_offloaded|kv_onboard|prefix_cache)" \
+    > "$OUT/metrics-$mode.txt" || true
+  kill "$PID"
+  wait "$PID" 2>/dev/null || true
+  PID=""
+done
+
+for mode in off on; do
+  echo "== host tier $mode (--num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode = on ] && echo "$OFFLOAD_GIB" || echo 0))"
+  grep -E "^\||TTFT first" "$OUT/bench-$mode.txt"
+  cat "$OUT/metrics-$mode.txt"
+done
+echo "== compare: B (host tier on) over A (off)"
+"$T" bench compare "$OUT/bench-off.json" "$OUT/bench-on.json"
