@@ -6,9 +6,12 @@
 # turn finds its history evicted and prefills it again, and with it the evicted blocks come back
 # from host memory. Prints each run's table (prefix hit % = usage cached_tokens / prompt tokens;
 # TTFT of first and returning turns), `tandem bench compare` (B = on over A = off) and the server's
-# kv offload metrics. Reports in $OUT. CPU and the bundled tiny model unless MODEL / DEVICE are set.
-# Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, NUM_KV_BLOCKS, OFFLOAD_GIB,
-# BENCH_ARGS)
+# kv offload metrics. Reports in $OUT. CPU and the bundled tiny model unless MODEL / DEVICE are set;
+# MODE agg (default: one process) or disagg (tandem run's prefill + decode workers: the decode
+# worker's tier serves the returning turns); TOKENIZER: the model directory whose tokenizer.json
+# the bench builds prompts with (default: tandem bench's, the bundled model).
+# Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
+# NUM_KV_BLOCKS, OFFLOAD_GIB, BENCH_ARGS)
 set -euo pipefail
 BUILD=${1:-build}
 T=$(realpath "$BUILD/tandem")
@@ -19,7 +22,9 @@ NUM_KV_BLOCKS=${NUM_KV_BLOCKS:-64}
 OFFLOAD_GIB=${OFFLOAD_GIB:-1}
 BENCH_ARGS=${BENCH_ARGS:-"--dataset synthetic --num-turns 6 --input-len 120 --output-len 24 \
   --concurrency 4 --num-requests 96 --warmup 0 --seed 7"}
-SERVER_ARGS=(--num-kv-blocks "$NUM_KV_BLOCKS")
+SERVER_ARGS=(--mode "${MODE:-agg}" --num-kv-blocks "$NUM_KV_BLOCKS")
+CLIENT_ARGS=()
+[ -n "${TOKENIZER:-}" ] && CLIENT_ARGS+=(--tokenizer "$TOKENIZER")
 [ -n "${MODEL:-}" ] && SERVER_ARGS+=(--model "$MODEL")
 [ -n "${DEVICE:-}" ] && SERVER_ARGS+=(--device "$DEVICE")
 mkdir -p "$OUT"
@@ -41,7 +46,7 @@ for mode in off on; do
     sleep 0.2
   done
   # shellcheck disable=SC2086
-  "$T" bench --url "http://127.0.0.1:$port" $BENCH_ARGS --no-progress \
+  "$T" bench --url "http://127.0.0.1:$port" $BENCH_ARGS "${CLIENT_ARGS[@]}" --no-progress \
     --output-json "$OUT/bench-$mode.json" > "$OUT/bench-$mode.txt" 2>&1
   curl -s "http://127.0.0.1:$port/metrics" | grep -E "^tandem_(kv_offload|kv_offloaded|kv_onboard|prefix_cache)" \
     > "$OUT/metrics-$mode.txt" || true
@@ -51,7 +56,7 @@ for mode in off on; do
 done
 
 for mode in off on; do
-  echo "== host tier $mode (--num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode = on ] && echo "$OFFLOAD_GIB" || echo 0))"
+  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode = on ] && echo "$OFFLOAD_GIB" || echo 0))"
   grep -E "^\||TTFT first" "$OUT/bench-$mode.txt"
   cat "$OUT/metrics-$mode.txt"
 done

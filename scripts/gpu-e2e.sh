@@ -21,6 +21,9 @@
 #                                         suite through tandem run on the tiny model and the random
 #                                         Qwen3-8B (outputs come back for both validators), and
 #                                         batch-64 decode throughput with and without a schema.
+#   scripts/gpu-e2e.sh offload            on the device: the KV host tier off vs on through tandem
+#                                         run on the random Qwen3-8B (scripts/bench-offload.sh),
+#                                         onboard bandwidth beside torch's pinned H2D (issue 26).
 #   scripts/gpu-e2e.sh l40s               on the device: the random Qwen3-8B in an L40S's budget
 #                                         (L40S_BUDGET_GIB, default 44) through `tandem run`, agg and
 #                                         disagg, every golden prompt answered (issue 19).
@@ -249,8 +252,43 @@ structured() {
   return $rc
 }
 
+# The KV host tier (issue 26) on the random Qwen3-8B: the pinned host-to-device bandwidth (torch,
+# one 1 GiB copy, best of 5), then scripts/bench-offload.sh with this tandem on cuda:0 (the tier
+# off vs on, same multi-turn workload; onboard copies timed by TANDEM_KV_OFFLOAD_TIME_ONBOARD=1),
+# and a last line with the onboard bandwidth against the pinned one.
+offload() {
+  local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-offload
+  setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
+  local h2d
+  h2d=$(python3 -c '
+import torch, time
+n = 1 << 30
+h = torch.empty(n, dtype=torch.uint8).pin_memory(); d = torch.empty(n, dtype=torch.uint8, device="cuda")
+best = 0
+for _ in range(5):
+    torch.cuda.synchronize(); t = time.perf_counter(); d.copy_(h, non_blocking=True); torch.cuda.synchronize()
+    best = max(best, n / (time.perf_counter() - t) / 1e9)
+print(f"{best:.2f}")')
+  echo "pinned host-to-device (torch, 1 GiB, best of 5): $h2d GB/s"
+  mkdir -p "$work/bench-build" && ln -sf "$work/tandem" "$work/bench-build/tandem"
+  OUT="$out/offload" MODEL=$CKPT DEVICE=cuda:0 TOKENIZER=$TINY NUM_KV_BLOCKS=${OFFLOAD_KV_BLOCKS:-1024} \
+    OFFLOAD_GIB=${OFFLOAD_GIB:-32} TANDEM_KV_OFFLOAD_TIME_ONBOARD=1 \
+    BENCH_ARGS=${OFFLOAD_BENCH_ARGS:-"--dataset synthetic --num-turns 6 --input-len 1000 --output-len 32 \
+      --concurrency 8 --num-requests 192 --warmup 0 --seed 7"} \
+    bash scripts/bench-offload.sh "$work/bench-build" || { [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"; return 1; }
+  python3 - "$out/offload/metrics-on.txt" "$h2d" <<'PY'
+import sys
+m = dict(l.split()[:2] for l in open(sys.argv[1]) if l.strip())
+b, s = float(m.get("tandem_kv_onboarded_bytes_total", 0)), float(m.get("tandem_kv_onboard_seconds_total", 0))
+bw = b / s / 1e9 if s > 0 else 0
+print(f"onboard: {b / 1e9:.2f} GB in {s:.3f} s = {bw:.2f} GB/s, {100 * bw / float(sys.argv[2]):.0f}% of pinned H2D {sys.argv[2]} GB/s")
+PY
+  [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
+}
+
 case "${1:-device}" in
   pack) shift; pack "$@" ;;
+  offload) offload ;;
   structured) structured ;;
   device) device ;;
   ttft2gpu) ttft deploy/disagg-1p1d-2gpu.yaml 2gpu ;;

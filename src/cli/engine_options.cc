@@ -101,7 +101,7 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
       ->check(CLI::Range(0.01, 1.0));
   app.add_option("--kv-offload-host-gib", opt->kv_offload_host_gib,
                  "Host memory in GiB for the prefix-cache blocks the KV pool evicts, copied back "
-                 "when a later request shares the prefix (0, the default: off; CPU engine for now)")
+                 "when a later request shares the prefix (0, the default: off)")
       ->check(CLI::Range(0.0, 1e6));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")

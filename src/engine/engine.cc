@@ -71,7 +71,7 @@ class EngineImpl final : public Engine {
   }
 
   void SetUpOffload() {
-    offloader_ = MakeKvOffloader(config_, runner_->kv_cache_layout());
+    offloader_ = MakeKvOffloader(config_, *runner_);
     if (offloader_) kv_.SetTier(offloader_->index());
   }
 
@@ -174,7 +174,20 @@ class EngineImpl final : public Engine {
     PhaseClock clock(timeline_);
     SchedulerOutput sched = scheduler_.Schedule();
     // Blocks this scheduling evicted are saved, and tier hits copied in, before any forward pass.
-    if (offloader_) offloader_->BeforeForward(kv_.TakeEvicted(), kv_.TakeOnboard());
+    if (offloader_) {
+      if (Status st = offloader_->BeforeForward(kv_.TakeEvicted(), kv_.TakeOnboard()); !st.ok()) {
+        // Onboarded blocks may hold stale bytes: fail what this step scheduled and drop every
+        // cached hash that is free (those requests' blocks included, once freed).
+        log::error("kv offload failed: {}", st.ToString());
+        for (const ScheduledRequest& s : sched.scheduled) {
+          RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
+          out.error = st.ToString();
+          outputs.push_back(std::move(out));
+        }
+        kv_.ResetPrefixCache();
+        return outputs;
+      }
+    }
     for (Request* r : sched.remote_prefills) {
       RemotePrefillTask task;
       task.request_id = r->request_id;

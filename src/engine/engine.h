@@ -45,8 +45,7 @@ struct EngineConfig {
   // it, locally.
   int max_local_prefill_tokens = 0;
   // Host tier for prefix blocks the KV pool evicts (issue 26; kvtier/offloader.h): bytes of host
-  // memory, 0 off. Host-memory pools (the CPU engine) only for now; a device pool logs a warning
-  // and runs without it. Needs enable_prefix_caching.
+  // memory (page-locked for a device pool), 0 off. Needs enable_prefix_caching.
   size_t kv_offload_host_bytes = 0;
 };
 

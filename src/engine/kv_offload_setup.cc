@@ -1,37 +1,48 @@
 #include "engine/kv_offload_setup.h"
 
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "common/logging.h"
 
 namespace tandem {
 
-std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
-                                                     const KVCacheLayout& layout) {
+std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config, ModelRunner& runner) {
   if (config.kv_offload_host_bytes == 0) return nullptr;
   if (!config.enable_prefix_caching) {
     log::warn("kv offload: off (it keeps prefix-cache blocks; prefix caching is off)");
     return nullptr;
   }
-  if (layout.device_id >= 0) {
-    log::warn("kv offload: off (a KV pool in device memory, CUDA device {}, is not supported yet)",
-              layout.device_id);
-    return nullptr;
-  }
-  kvtier::PoolRegion pool;
-  pool.block_bytes = layout.block_bytes;
-  for (void* base : layout.layer_base) pool.layer_base.push_back(static_cast<std::byte*>(base));
-  const size_t slot = pool.block_bytes * pool.layer_base.size();
+  const KVCacheLayout layout = runner.kv_cache_layout();
+  const size_t slot = layout.block_bytes * layout.layer_base.size();
   if (slot == 0 || config.kv_offload_host_bytes < slot) {
     log::warn("kv offload: off ({} bytes hold no block of {} bytes)", config.kv_offload_host_bytes, slot);
     return nullptr;
   }
-  auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(pool), config.kv_offload_host_bytes);
+  kvtier::PoolCopier copier;
+  ModelRunner* r = &runner;
+  copier.copy = [r, scratch = std::vector<KvBlockCopy>()](std::span<const kvtier::BlockCopy> copies) mutable {
+    scratch.clear();
+    for (const kvtier::BlockCopy& c : copies) scratch.push_back({c.block_id, c.host, c.to_host});
+    return r->CopyKvBlocks(scratch);
+  };
+  copier.sync = [r] { return r->SyncKvCopies(); };
+  copier.async = layout.device_id >= 0;
+  // TANDEM_KV_OFFLOAD_TIME_ONBOARD=1: onboard seconds are the copies' transfer time (the step waits).
+  const char* timed = std::getenv("TANDEM_KV_OFFLOAD_TIME_ONBOARD");
+  copier.time_onboard = timed != nullptr && std::string(timed) == "1";
+  copier.alloc = [r](size_t bytes) { return r->AllocateHostStaging(bytes); };
+  copier.free = [r](void* p) { r->FreeHostStaging(p); };
+  auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(copier), slot, config.kv_offload_host_bytes);
   if (offloader->host().capacity_blocks() == 0) {
     log::warn("kv offload: off (could not allocate {} bytes of host memory)", config.kv_offload_host_bytes);
     return nullptr;
   }
-  log::info("kv offload: host tier of {} blocks ({:.1f} MiB, {} bytes a block)",
+  log::info("kv offload: host tier of {} blocks ({:.1f} MiB{}, {} bytes a block)",
             offloader->host().capacity_blocks(),
-            static_cast<double>(offloader->host().capacity_blocks()) * slot / (1 << 20), slot);
+            static_cast<double>(offloader->host().capacity_blocks()) * slot / (1 << 20),
+            layout.device_id >= 0 ? ", page-locked" : "", slot);
   return offloader;
 }
 

@@ -9,9 +9,9 @@
 
 namespace tandem {
 
-// Null (with a log line saying why) when config.kv_offload_host_bytes is 0, prefix caching is
-// off, the pool is device memory (not supported yet) or the tier would hold no block.
-std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
-                                                     const KVCacheLayout& layout);
+// Copies through runner.CopyKvBlocks (asynchronous for a device pool), the tier's memory from
+// runner.AllocateHostStaging. Null (with a log line saying why) when config.kv_offload_host_bytes
+// is 0, prefix caching is off, or the tier would hold no block. `runner` outlives the offloader.
+std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config, ModelRunner& runner);
 
 }  // namespace tandem

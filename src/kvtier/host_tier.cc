@@ -4,14 +4,15 @@
 
 #include <cassert>
 #include <new>
+#include <utility>
 
 namespace tandem::kvtier {
 
 HostKvTier::HostKvTier(size_t slot_bytes, size_t capacity_bytes, Alloc alloc, Free free)
-    : slot_bytes_(slot_bytes), free_(free) {
+    : slot_bytes_(slot_bytes), free_(std::move(free)) {
   const size_t n = slot_bytes == 0 ? 0 : capacity_bytes / slot_bytes;
   if (n == 0) return;
-  void* p = alloc != nullptr ? alloc(n * slot_bytes) : ::operator new(n * slot_bytes, std::nothrow);
+  void* p = alloc ? alloc(n * slot_bytes) : ::operator new(n * slot_bytes, std::nothrow);
   if (p == nullptr) return;  // no memory: a tier of no slots
   data_ = static_cast<std::byte*>(p);
   slots_.resize(n);
@@ -21,7 +22,7 @@ HostKvTier::HostKvTier(size_t slot_bytes, size_t capacity_bytes, Alloc alloc, Fr
 
 HostKvTier::~HostKvTier() {
   if (data_ == nullptr) return;
-  if (free_ != nullptr) free_(data_);
+  if (free_) free_(data_);
   else ::operator delete(data_);
 }
 
@@ -67,11 +68,12 @@ std::optional<int> HostKvTier::Reserve(uint64_t block_hash, uint64_t parent_hash
   return slot;
 }
 
-void HostKvTier::Commit(int slot) {
+void HostKvTier::Commit(int slot, bool sealed) {
   Slot& s = slots_[slot];
   assert(s.state == Slot::State::kReserved);
   reserved_.erase(s.hash);
-  s.checksum = XXH3_64bits(SlotData(slot), slot_bytes_);
+  s.sealed = false;
+  if (sealed) Seal(slot);
   s.state = Slot::State::kReady;
   s.lru_pos = lru_.insert(lru_.end(), slot);
   index_.emplace(s.hash, slot);
@@ -94,9 +96,16 @@ std::optional<int> HostKvTier::Find(uint64_t block_hash) {
   return it->second;
 }
 
+void HostKvTier::Seal(int slot) {
+  Slot& s = slots_[slot];
+  s.checksum = XXH3_64bits(SlotData(slot), slot_bytes_);
+  s.sealed = true;
+}
+
 bool HostKvTier::Verify(int slot) const {
   const Slot& s = slots_[slot];
-  return s.state == Slot::State::kReady && XXH3_64bits(SlotData(slot), slot_bytes_) == s.checksum;
+  return s.state == Slot::State::kReady && s.sealed &&
+         XXH3_64bits(SlotData(slot), slot_bytes_) == s.checksum;
 }
 
 void HostKvTier::Drop(uint64_t block_hash) {

@@ -3,17 +3,19 @@
 // instead of recomputing them (issue 26; Dynamo KVBM's G2, vLLM's CPU offloading, SGLang HiCache).
 //
 // A slot holds one block of every layer: `slot_bytes` = num_layers x the pool's per-layer block
-// bytes, laid out layer after layer. Slots are LRU: Store takes the least recently used unpinned
+// bytes, laid out layer after layer. Slots are LRU: Reserve takes the least recently used unpinned
 // slot when the tier is full. A slot being copied into the pool is pinned (Pin / Unpin) and never
-// evicted meanwhile. Each slot keeps its hash, its chain parent and an xxHash64 of its bytes
-// (Commit computes it, Verify checks it): what leaves the tier for a slower one, or comes back
-// from one, is checked.
+// evicted meanwhile. Each slot keeps its hash, its chain parent and an xxHash3 of its bytes
+// (Commit computes it, or Seal later for a slot committed before its bytes landed: an
+// asynchronous device copy; Verify checks it): what leaves the tier for a slower one, or comes
+// back from one, is checked.
 //
 // Not thread-safe: owned by one engine thread (KvOffloader).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <memory>
 #include <optional>
@@ -45,8 +47,8 @@ class HostKvTier : public KvTierIndex {
  public:
   // `capacity_bytes` / `slot_bytes` slots (0 slots: every Store fails), allocated up front by
   // `alloc` (nullptr: operator new; a GPU worker passes a pinned allocator) and released by `free`.
-  using Alloc = void* (*)(size_t bytes);
-  using Free = void (*)(void* p);
+  using Alloc = std::function<void*(size_t bytes)>;
+  using Free = std::function<void(void* p)>;
   HostKvTier(size_t slot_bytes, size_t capacity_bytes, Alloc alloc = nullptr, Free free = nullptr);
   ~HostKvTier() override;
   HostKvTier(const HostKvTier&) = delete;
@@ -63,8 +65,10 @@ class HostKvTier : public KvTierIndex {
   // used unpinned slot when full. nullopt when the hash is stored already or every slot is pinned.
   // Until Commit the slot is not Contained.
   std::optional<int> Reserve(uint64_t block_hash, uint64_t parent_hash);
-  // Makes a reserved slot findable; computes its checksum.
-  void Commit(int slot);
+  // Makes a reserved slot findable; computes its checksum (sealed = false: later, by Seal, once
+  // the slot's bytes are there).
+  void Commit(int slot, bool sealed = true);
+  void Seal(int slot);
   // Gives a reserved slot back unfilled.
   void Abandon(int slot);
 
@@ -73,7 +77,7 @@ class HostKvTier : public KvTierIndex {
   std::byte* SlotData(int slot) { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
   const std::byte* SlotData(int slot) const { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
   uint64_t parent_hash(int slot) const { return slots_[slot].parent; }
-  // The slot's bytes against the checksum Commit computed.
+  // The slot's bytes against the checksum Commit / Seal computed (false before it is sealed).
   bool Verify(int slot) const;
   // Drops a committed block (a failed check).
   void Drop(uint64_t block_hash);
@@ -86,6 +90,7 @@ class HostKvTier : public KvTierIndex {
     uint64_t parent = 0;
     uint64_t checksum = 0;
     int pins = 0;
+    bool sealed = false;
     enum class State { kFree, kReserved, kReady } state = State::kFree;
     std::list<int>::iterator lru_pos;  // valid when kReady
   };

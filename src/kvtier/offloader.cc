@@ -1,7 +1,7 @@
 #include "kvtier/offloader.h"
 
 #include <chrono>
-#include <cstring>
+#include <utility>
 
 #include "common/logging.h"
 
@@ -13,50 +13,78 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-KvOffloader::KvOffloader(PoolRegion pool, size_t host_bytes)
-    : pool_(std::move(pool)), host_(pool_.layer_base.size() * pool_.block_bytes, host_bytes) {}
+KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes)
+    : copier_(std::move(copier)), host_(slot_bytes, host_bytes, copier_.alloc, copier_.free) {}
 
-void KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
-                                std::span<const OnboardBlock> onboard) {
-  const size_t bb = pool_.block_bytes;
+Status KvOffloader::FinishPrevious() {
+  if (unsealed_.empty() && pinned_.empty()) return Status::Ok();
+  if (copier_.sync) TANDEM_RETURN_IF_ERROR(copier_.sync());
+  for (int slot : unsealed_) host_.Seal(slot);
+  for (uint64_t h : pinned_) host_.Unpin(h);
+  unsealed_.clear();
+  pinned_.clear();
+  return Status::Ok();
+}
+
+Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
+                                  std::span<const OnboardBlock> onboard) {
+  TANDEM_RETURN_IF_ERROR(FinishPrevious());
   if (!evicted.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
+    copies_.clear();
+    std::vector<int> slots;
     for (const EvictedBlock& e : evicted) {
       const std::optional<int> slot = host_.Reserve(e.hash, e.parent_hash);
       if (!slot) {
         if (!host_.Contains(e.hash)) ++counters_.dropped;  // every slot pinned
         continue;
       }
-      std::byte* dst = host_.SlotData(*slot);
-      for (size_t l = 0; l < pool_.layer_base.size(); ++l) {
-        std::memcpy(dst + l * bb, pool_.layer_base[l] + static_cast<size_t>(e.block_id) * bb, bb);
+      copies_.push_back({e.block_id, host_.SlotData(*slot), true});
+      slots.push_back(*slot);
+    }
+    const Status st = copier_.copy(copies_);
+    for (int slot : slots) {
+      if (!st.ok()) {
+        host_.Abandon(slot);
+        continue;
       }
-      host_.Commit(*slot);
+      host_.Commit(slot, /*sealed=*/!copier_.async);
+      if (copier_.async) unsealed_.push_back(slot);
       ++counters_.offloaded_blocks;
       counters_.offloaded_bytes += host_.slot_bytes();
     }
     counters_.offload_seconds += Since(t0);
+    if (!st.ok()) log::warn("kv offload: copying {} evicted blocks out failed: {}", slots.size(), st.ToString());
   }
-  if (!onboard.empty()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (const OnboardBlock& o : onboard) {
-      const std::optional<int> slot = host_.Find(o.hash);
-      if (!slot) {
-        ++missing_;
-        log::error("kv offload: block {:016x} to onboard into pool block {} is not in the host tier",
-                   o.hash, o.block_id);
-        continue;
-      }
-      const std::byte* src = host_.SlotData(*slot);
-      for (size_t l = 0; l < pool_.layer_base.size(); ++l) {
-        std::memcpy(pool_.layer_base[l] + static_cast<size_t>(o.block_id) * bb, src + l * bb, bb);
-      }
-      host_.Unpin(o.hash);
-      ++counters_.onboarded_blocks;
-      counters_.onboarded_bytes += host_.slot_bytes();
+  if (onboard.empty()) return Status::Ok();
+  const auto t0 = std::chrono::steady_clock::now();
+  copies_.clear();
+  Status missing = Status::Ok();
+  for (const OnboardBlock& o : onboard) {
+    const std::optional<int> slot = host_.Find(o.hash);
+    if (!slot) {
+      ++missing_;
+      missing = Err(StatusCode::kInternal, "kv offload: block {:016x} to onboard into pool block {} is not in the host tier",
+                    o.hash, o.block_id);
+      continue;
     }
-    counters_.onboard_seconds += Since(t0);
+    copies_.push_back({o.block_id, host_.SlotData(*slot), false});
   }
+  Status st = copier_.copy(copies_);
+  if (st.ok() && copier_.async && copier_.time_onboard && copier_.sync) st = copier_.sync();
+  for (const OnboardBlock& o : onboard) {
+    if (copier_.async) pinned_.push_back(o.hash);
+    else host_.Unpin(o.hash);
+  }
+  if (st.ok()) {
+    counters_.onboarded_blocks += copies_.size();
+    counters_.onboarded_bytes += copies_.size() * host_.slot_bytes();
+  }
+  // An asynchronous copy's time is its enqueueing here (the transfer is in the step's time),
+  // unless time_onboard waited for it.
+  counters_.onboard_seconds += Since(t0);
+  TANDEM_RETURN_IF_ERROR(st);
+  return missing;
 }
 
 OffloadStats KvOffloader::stats() const {

@@ -8,19 +8,21 @@
 // - OnboardBlock: a fresh pool block that a request will read as the KV of a prefix block found
 //   in the host tier (pinned there by the manager). Copied in after the evictions (the block may be
 //   one just evicted), then unpinned.
-// Host-memory pools only for now (the CPU engine): the copies are memcpy, done when BeforeForward
-// returns. A device pool needs them ordered on the runner's stream (not built yet).
-//
-// Pool layout (KVCacheLayout, model/model_runner.h): layer l's block b is the block_bytes bytes at
-// layer_base[l] + b * block_bytes; a tier slot holds the block's layers one after another.
+// The copies go through a PoolCopier: the model runner's CopyKvBlocks (model/model_runner.h),
+// memcpy for a host pool, and for a device pool asynchronous copies on the runner's stream,
+// ordered before the step's kernels. With an asynchronous copier, what this step copied into the
+// tier is sealed (checksummed) and the onboarded slots unpinned at the next BeforeForward, after
+// the copier's Sync.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <vector>
 
+#include "common/status.h"
 #include "kvtier/host_tier.h"
 
 namespace tandem::kvtier {
@@ -36,9 +38,23 @@ struct OnboardBlock {
   uint64_t hash = 0;
 };
 
-struct PoolRegion {
-  std::vector<std::byte*> layer_base;  // [num_layers], host memory
-  size_t block_bytes = 0;              // one block of one layer
+// One block between the pool and a tier slot (all of its layers, one after another, in `host`).
+struct BlockCopy {
+  int block_id = 0;
+  std::byte* host = nullptr;
+  bool to_host = true;
+};
+
+// How the offloader reaches the pool (the engine builds it from its model runner).
+struct PoolCopier {
+  std::function<Status(std::span<const BlockCopy>)> copy;  // in order, before the next forward
+  std::function<Status()> sync;                            // the copies have landed
+  bool async = false;  // copy returns before the bytes moved (a device pool)
+  // With async: wait for the onboard copies in BeforeForward, so that onboard_seconds is their
+  // transfer time (for measuring; the step then waits for them before its kernels are enqueued).
+  bool time_onboard = false;
+  std::function<void*(size_t)> alloc;  // the tier's memory (pinned for a device pool)
+  std::function<void(void*)> free;
 };
 
 struct OffloadStats {
@@ -51,25 +67,31 @@ struct OffloadStats {
 
 class KvOffloader {
  public:
-  // A host tier of host_bytes for this pool (slot = num_layers x block_bytes).
-  KvOffloader(PoolRegion pool, size_t host_bytes);
+  // A host tier of host_bytes in slots of slot_bytes (num_layers x the pool's block bytes).
+  KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes);
 
   KvTierIndex* index() { return &host_; }
   HostKvTier& host() { return host_; }
 
   // The step's copies: `evicted` out of the pool into the tier, then `onboard` from the tier into
-  // the pool (each then unpinned). An onboard block missing from the tier is a caller bug: it is
-  // skipped and counted in `missing` (its pool block then holds stale bytes).
-  void BeforeForward(std::span<const EvictedBlock> evicted, std::span<const OnboardBlock> onboard);
+  // the pool (each then unpinned). An error of the copier (or an onboard block missing from the
+  // tier, a caller bug) is returned: the onboarded pool blocks may then hold stale bytes, and the
+  // caller must not serve them (the engine fails the step and drops its prefix cache).
+  Status BeforeForward(std::span<const EvictedBlock> evicted, std::span<const OnboardBlock> onboard);
 
   OffloadStats stats() const;
   uint64_t missing() const { return missing_; }
 
  private:
-  PoolRegion pool_;
+  Status FinishPrevious();
+
+  PoolCopier copier_;
   HostKvTier host_;
   OffloadStats counters_;
   uint64_t missing_ = 0;
+  std::vector<int> unsealed_;           // slots filled by the last step's asynchronous copies
+  std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin
+  std::vector<BlockCopy> copies_;       // scratch
 };
 
 }  // namespace tandem::kvtier

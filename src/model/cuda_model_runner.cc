@@ -64,6 +64,41 @@ KVCacheLayout CudaModelRunner::kv_cache_layout() {
   return layout;
 }
 
+Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
+  if (copies.empty()) return Status::Ok();
+  if (kv_.empty()) return Status(StatusCode::kFailedPrecondition, "CopyKvBlocks: no KV pool");
+  const size_t bb = KVBlockBytes(block_size_) / kv_.size();
+  for (const KvBlockCopy& c : copies) {
+    if (c.block_id < 0 || c.block_id >= num_blocks_ || c.host == nullptr) {
+      return Err(StatusCode::kInvalidArgument, "CopyKvBlocks: block {} of {}, host {}", c.block_id,
+                 num_blocks_, static_cast<const void*>(c.host));
+    }
+    for (size_t l = 0; l < kv_.size(); ++l) {
+      char* pool = kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb;
+      if (c.to_host) {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host + l * bb, pool, bb, cudaMemcpyDeviceToHost, stream_));
+      } else {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool, c.host + l * bb, bb, cudaMemcpyHostToDevice, stream_));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+Status CudaModelRunner::SyncKvCopies() {
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  return Status::Ok();
+}
+
+void* CudaModelRunner::AllocateHostStaging(size_t bytes) {
+  void* p = nullptr;
+  return cudaMallocHost(&p, bytes) == cudaSuccess ? p : nullptr;
+}
+
+void CudaModelRunner::FreeHostStaging(void* p) {
+  if (p != nullptr) cudaFreeHost(p);
+}
+
 size_t CudaModelRunner::PendingDeviceBytes(int max_num_seqs, int max_model_len) const {
   if (max_num_seqs <= 0 || max_model_len <= 0) return 0;
   size_t pending = 0;

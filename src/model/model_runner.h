@@ -7,6 +7,7 @@
 // slot p % block_size.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -89,6 +90,14 @@ struct KVCacheLayout {
   int device_id = -1;             // -1: host memory; else the CUDA device
 };
 
+// One KV block copied between the pool and host memory (the KV host tier, kvtier/offloader.h):
+// `host` holds the block's layers one after another (num_layers x KVCacheLayout::block_bytes).
+struct KvBlockCopy {
+  int block_id = 0;
+  std::byte* host = nullptr;
+  bool to_host = true;  // pool -> host; false: host -> pool
+};
+
 struct ForwardBatch {
   std::vector<SequenceSlice> seqs;
   // Optional: called once per layer, in order, after that layer's KV writes of this batch are
@@ -164,6 +173,19 @@ class ModelRunner {
   // with timeline->device_groups, its kernel groups' device time. The caller keeps it alive while
   // attached. The default, a host runner, records nothing.
   virtual void SetStepTimeline(StepTimeline* timeline) {}
+
+  // KV blocks to and from host memory, in order, and ordered before the next Forward / Execute
+  // (which may overwrite or read those pool blocks). The default (a host pool): memcpy, done on
+  // return. A device runner enqueues them on its stream: the host bytes must stay put until
+  // SyncKvCopies returns, and copies into the host are only there after it.
+  // Errors: InvalidArgument (a block id outside the pool, a null host pointer), Internal (device).
+  virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies);
+  // Waits for the copies CopyKvBlocks enqueued (the default: nothing to wait for).
+  virtual Status SyncKvCopies() { return Status::Ok(); }
+  // Host memory for the KV host tier: page-locked on a device runner (so its copies run
+  // asynchronously at the link's speed), plain on a host runner. Null when it cannot.
+  virtual void* AllocateHostStaging(size_t bytes);
+  virtual void FreeHostStaging(void* p);
 };
 
 // Checks a batch against a KV pool of `num_blocks` blocks of `block_size` tokens (both runners call
