@@ -156,5 +156,6 @@ void CheckPagedPrefill();
 void CheckPagedDecode();
 void CheckLinear();
 void CheckSampling();
+void CheckKvBlockCopy();  // op_check_kv_copy.cc
 void CheckTokenBitmask();  // op_check_bitmask.cc, in the sampling group
 }  // namespace tandem::opcheck

@@ -10,13 +10,16 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <utility>
 #include <vector>
 
 #include "common/logging.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_report.h"
+#include "kernels/cuda/kv_block_copy.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/sampling_filter.h"
 #include "model/cuda_runner_impl.h"
@@ -68,6 +71,26 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
   if (kv_.empty()) return Status(StatusCode::kFailedPrecondition, "CopyKvBlocks: no KV pool");
   const size_t bb = KVBlockBytes(block_size_) / kv_.size();
+  // The copy kernel (kv_block_copy.h) where the host memory allows; TANDEM_KV_COPY_KERNEL=0: one
+  // cudaMemcpyAsync per layer and block (for comparison).
+  static const bool use_kernel = [] {
+    const char* v = std::getenv("TANDEM_KV_COPY_KERNEL");
+    return v == nullptr || std::string(v) != "0";
+  }();
+  if (use_kernel) {
+    std::vector<void*> bases;
+    for (DeviceArray& pool : kv_) bases.push_back(pool.as<void>());
+    std::vector<cuda::KvBlockCopyEntry> entries;
+    entries.reserve(copies.size());
+    bool in_range = true;
+    for (const KvBlockCopy& c : copies) {
+      in_range = in_range && c.block_id >= 0 && c.block_id < num_blocks_;
+      entries.push_back({c.block_id, c.host, c.to_host});
+    }
+    if (in_range && cuda::KvBlockCopySupported(bases, bb, entries)) {
+      return cuda::KvBlockCopy(bases, bb, entries, stream_);
+    }
+  }
   for (const KvBlockCopy& c : copies) {
     if (c.block_id < 0 || c.block_id >= num_blocks_ || c.host == nullptr) {
       return Err(StatusCode::kInvalidArgument, "CopyKvBlocks: block {} of {}, host {}", c.block_id,

@@ -236,6 +236,14 @@ inline cudaError_t EventRecord(cudaEvent_t, cudaStream_t = nullptr) { return cud
 inline cudaError_t EventRecordWithFlags(cudaEvent_t, cudaStream_t = nullptr, unsigned = 0) {
   return cudaSuccess;
 }
+// Every pointer is host memory the "device" reaches.
+inline cudaError_t PointerGetAttributes(cudaPointerAttributes* a, const void* p) {
+  *a = cudaPointerAttributes{};
+  a->type = cudaMemoryTypeHost;
+  a->devicePointer = const_cast<void*>(p);
+  a->hostPointer = const_cast<void*>(p);
+  return cudaSuccess;
+}
 // No graphs here (BeginCapture fails): a stream is never capturing.
 inline cudaError_t StreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* status) {
   *status = cudaStreamCaptureStatusNone;
@@ -355,6 +363,7 @@ inline int __any_sync(unsigned, int pred) {
 #define cudaEventRecord ::emu::EventRecord
 #define cudaEventRecordWithFlags ::emu::EventRecordWithFlags
 #define cudaStreamIsCapturing ::emu::StreamIsCapturing
+#define cudaPointerGetAttributes ::emu::PointerGetAttributes
 #define cudaEventSynchronize ::emu::EventOne
 #define cudaEventDestroy ::emu::EventOne
 #define cudaEventElapsedTime ::emu::EventElapsed

@@ -1,0 +1,69 @@
+#include "kernels/cuda/kv_block_copy.h"
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace tandem::cuda {
+namespace {
+
+bool Aligned(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+// Host memory the device can address (page-locked and mapped, or managed).
+bool DeviceAccessible(const void* p) {
+  cudaPointerAttributes a{};
+  if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  return (a.type == cudaMemoryTypeHost || a.type == cudaMemoryTypeManaged) && a.devicePointer == p;
+}
+
+}  // namespace
+
+bool KvBlockCopySupported(std::span<void* const> layer_base, size_t block_bytes,
+                          std::span<const KvBlockCopyEntry> entries) {
+  if (layer_base.empty() || layer_base.size() > kKvCopyMaxLayers || block_bytes % 16 != 0) return false;
+  for (void* b : layer_base) {
+    if (b == nullptr || !Aligned(b)) return false;
+  }
+  const void* last_checked = nullptr;
+  for (const KvBlockCopyEntry& e : entries) {
+    if (e.host == nullptr || !Aligned(e.host)) return false;
+    // One allocation holds every slot of a tier: checking the first entry's pointer keeps this
+    // cheap.
+    if (last_checked == nullptr && !DeviceAccessible(e.host)) return false;
+    last_checked = e.host;
+  }
+  return true;
+}
+
+Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
+                   std::span<const KvBlockCopyEntry> entries, cudaStream_t stream) {
+  if (!KvBlockCopySupported(layer_base, block_bytes, entries)) {
+    return Err(StatusCode::kInvalidArgument,
+               "KvBlockCopy: {} layers (at most {}), block bytes {} (a multiple of 16), or a host "
+               "address the device cannot reach or not 16-byte aligned",
+               layer_base.size(), kKvCopyMaxLayers, block_bytes);
+  }
+  detail::KvCopyLaunch p;
+  for (size_t l = 0; l < layer_base.size(); ++l) p.layer_base[l] = layer_base[l];
+  p.num_layers = static_cast<int>(layer_base.size());
+  p.block_bytes = block_bytes;
+  auto flush = [&]() -> Status {
+    if (p.num_entries > 0) TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchKvBlockCopy(p, stream));
+    p.num_entries = 0;
+    return Status::Ok();
+  };
+  for (const KvBlockCopyEntry& e : entries) {
+    if (e.block_id < 0) return Err(StatusCode::kInvalidArgument, "KvBlockCopy: block id {}", e.block_id);
+    if (p.num_entries == kKvCopyEntriesPerLaunch || (p.num_entries > 0 && p.to_host != (e.to_host ? 1 : 0))) {
+      TANDEM_RETURN_IF_ERROR(flush());
+    }
+    p.to_host = e.to_host ? 1 : 0;
+    p.host[p.num_entries] = e.host;
+    p.block_id[p.num_entries] = e.block_id;
+    ++p.num_entries;
+  }
+  return flush();
+}
+
+}  // namespace tandem::cuda
