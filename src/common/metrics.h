@@ -24,6 +24,9 @@ class Counter {
  public:
   // Counters only go up: a negative or NaN `v` is ignored.
   void Inc(double v = 1.0);
+  // Raises the counter to `total`, a running total kept elsewhere (engine or transfer stats read
+  // at scrape time); a smaller total (a source that restarted or left) changes nothing.
+  void RaiseTo(double total) { Inc(total - value()); }
   double value() const;
 
  private:

@@ -8,8 +8,7 @@ void ExportKvOffloadMetrics(const EngineStats& s, metrics::Registry& r) {
   r.GetGauge("tandem_kv_offload_host_capacity_blocks", "KV blocks the host tier can hold")
       .Set(static_cast<double>(s.kv_offload_host_capacity_blocks));
   auto raise = [&](const char* name, const char* help, double value) {
-    metrics::Counter& c = r.GetCounter(name, help);
-    if (value > c.value()) c.Inc(value - c.value());
+    r.GetCounter(name, help).RaiseTo(value);
   };
   raise("tandem_kv_offloaded_blocks_total", "KV blocks copied from the pool into the host tier",
         static_cast<double>(s.kv_offloaded_blocks));

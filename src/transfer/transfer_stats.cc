@@ -40,9 +40,7 @@ std::string FormatTransferMetricsLine(const TransferStats& s) {
 
 void UpdateTransferMetrics(const TransferStats& s, metrics::Registry& registry, const metrics::Labels& labels) {
   auto set = [&](const char* name, const char* help, double value) {
-    metrics::Counter& c = registry.GetCounter(name, help, labels);
-    double delta = value - c.value();
-    if (delta > 0) c.Inc(delta);
+    registry.GetCounter(name, help, labels).RaiseTo(value);
   };
   set("tandem_kv_transfers_total", "KV cache transfers completed successfully.",
       static_cast<double>(s.num_transfers));

@@ -19,8 +19,7 @@ void AddWorkerCollector(metrics::Registry& registry, std::weak_ptr<AsyncEngine> 
     registry.GetGauge("tandem_num_requests_waiting", "Requests waiting for a running slot")
         .Set(s.num_waiting);
     auto set_counter = [&](const char* name, const char* help, double value) {
-      metrics::Counter& c = registry.GetCounter(name, help);
-      if (value > c.value()) c.Inc(value - c.value());
+      registry.GetCounter(name, help).RaiseTo(value);
     };
     set_counter("tandem_prefix_cache_queries_total", "Prompt tokens looked up in the prefix cache",
                 static_cast<double>(s.prefix_cache_queries));

@@ -172,6 +172,17 @@ TEST(MetricsTest, CountersAndGaugesRender) {
   EXPECT_EQ(p.samples.size(), 3u);
 }
 
+TEST(MetricsTest, RaiseToFollowsARunningTotalAndNeverGoesDown) {
+  Registry r;
+  Counter& c = r.GetCounter("tandem_test_raised_total", "help");
+  c.RaiseTo(5);
+  EXPECT_EQ(c.value(), 5);
+  c.RaiseTo(3);  // the source restarted: the counter keeps what it counted
+  EXPECT_EQ(c.value(), 5);
+  c.RaiseTo(7.5);
+  EXPECT_EQ(c.value(), 7.5);
+}
+
 TEST(MetricsTest, SameNameAndLabelsReturnSameObject) {
   Registry r;
   Counter& a = r.GetCounter("tandem_x_total", "h", {{"a", "1"}});
