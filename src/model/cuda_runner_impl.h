@@ -83,8 +83,9 @@ class CudaModelRunner final : public ModelRunner {
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override;
   bool SamplesOnDevice() const override { return true; }
   void SetStepTimeline(StepTimeline* timeline) override { timeline_ = timeline; }
-  // The KV host tier's copies: one cudaMemcpyAsync per layer and block on the runner's stream
-  // (so the next step's kernels see them in order); staging from cudaMallocHost.
+  // The KV host tier's copies on the runner's stream (so the next step's kernels see them in
+  // order): one cudaMemcpyAsync per layer and block, or with TANDEM_KV_COPY_KERNEL=1 the copy
+  // kernel (kv_block_copy.h); staging from cudaMallocHost.
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override;
   Status SyncKvCopies() override;
   void* AllocateHostStaging(size_t bytes) override;
