@@ -22,6 +22,7 @@ LAYERS = [
     "chat",          # chat templates (the Jinja subset), chat prompt encoding
     "grammar",       # structured outputs: grammars, the byte-level pushdown automaton, token masks
     "chat_parse",    # reasoning and tool-call parsers of chat output, the forced-tool-call grammar
+    "kvtier",        # KV cache tiers below the pool: the host tier, the offloader
     "engine",        # requests, scheduler, KV cache, sampler, engine loop
     "transfer",      # the transfer agent and its backends
     "transfer/cuda",  # the agent's CUDA copier and CUDA IPC calls

@@ -387,17 +387,7 @@ class EngineImpl final : public Engine {
     s.num_kv_blocks_used = kv_.num_used_blocks();
     s.prefix_cache_queries = scheduler_.prefix_cache_queries();
     s.prefix_cache_hits = scheduler_.prefix_cache_hits();
-    if (offloader_) {
-      const kvtier::OffloadStats o = offloader_->stats();
-      s.kv_offload_host_blocks = o.host.blocks;
-      s.kv_offload_host_capacity_blocks = o.host.capacity_blocks;
-      s.kv_offloaded_blocks = o.offloaded_blocks;
-      s.kv_onboarded_blocks = o.onboarded_blocks;
-      s.kv_offloaded_bytes = o.offloaded_bytes;
-      s.kv_onboarded_bytes = o.onboarded_bytes;
-      s.kv_offload_seconds = o.offload_seconds;
-      s.kv_onboard_seconds = o.onboard_seconds;
-    }
+    if (offloader_) AddOffloadStats(*offloader_, &s);
     return s;
   }
 

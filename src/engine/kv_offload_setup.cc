@@ -46,4 +46,16 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
   return offloader;
 }
 
+void AddOffloadStats(const kvtier::KvOffloader& offloader, EngineStats* s) {
+  const kvtier::OffloadStats o = offloader.stats();
+  s->kv_offload_host_blocks = o.host.blocks;
+  s->kv_offload_host_capacity_blocks = o.host.capacity_blocks;
+  s->kv_offloaded_blocks = o.offloaded_blocks;
+  s->kv_onboarded_blocks = o.onboarded_blocks;
+  s->kv_offloaded_bytes = o.offloaded_bytes;
+  s->kv_onboarded_bytes = o.onboarded_bytes;
+  s->kv_offload_seconds = o.offload_seconds;
+  s->kv_onboard_seconds = o.onboard_seconds;
+}
+
 }  // namespace tandem

@@ -14,4 +14,7 @@ namespace tandem {
 // is 0, prefix caching is off, or the tier would hold no block. `runner` outlives the offloader.
 std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config, ModelRunner& runner);
 
+// The offloader's numbers into the engine's stats (EngineStats::kv_offload_*).
+void AddOffloadStats(const kvtier::KvOffloader& offloader, EngineStats* s);
+
 }  // namespace tandem
