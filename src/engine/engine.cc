@@ -70,6 +70,15 @@ class EngineImpl final : public Engine {
     SetUpOffload();
   }
 
+  // Finishes every request the step scheduled with `st` as its error.
+  void FailScheduled(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs) {
+    for (const ScheduledRequest& s : sched.scheduled) {
+      RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
+      out.error = st.ToString();
+      outputs->push_back(std::move(out));
+    }
+  }
+
   void SetUpOffload() {
     offloader_ = MakeKvOffloader(config_, *runner_);
     if (offloader_) kv_.SetTier(offloader_->index());
@@ -179,11 +188,7 @@ class EngineImpl final : public Engine {
         // Onboarded blocks may hold stale bytes: fail what this step scheduled and drop every
         // cached hash that is free (those requests' blocks included, once freed).
         log::error("kv offload failed: {}", st.ToString());
-        for (const ScheduledRequest& s : sched.scheduled) {
-          RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
-          out.error = st.ToString();
-          outputs.push_back(std::move(out));
-        }
+        FailScheduled(sched, st, &outputs);
         kv_.ResetPrefixCache();
         return outputs;
       }
@@ -303,11 +308,7 @@ class EngineImpl final : public Engine {
     }
     if (!st.ok()) {
       log::error("forward pass failed: {}", st.ToString());
-      for (const ScheduledRequest& s : sched.scheduled) {
-        RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
-        out.error = st.ToString();
-        outputs.push_back(std::move(out));
-      }
+      FailScheduled(sched, st, &outputs);
       return outputs;
     }
     scheduler_.OnStepComputed(sched);

@@ -2,7 +2,6 @@
 
 #include <cstdlib>
 #include <string>
-#include <vector>
 
 #include "common/logging.h"
 
@@ -22,11 +21,7 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
   }
   kvtier::PoolCopier copier;
   ModelRunner* r = &runner;
-  copier.copy = [r, scratch = std::vector<KvBlockCopy>()](std::span<const kvtier::BlockCopy> copies) mutable {
-    scratch.clear();
-    for (const kvtier::BlockCopy& c : copies) scratch.push_back({c.block_id, c.host, c.to_host});
-    return r->CopyKvBlocks(scratch);
-  };
+  copier.copy = [r](std::span<const KvBlockCopy> copies) { return r->CopyKvBlocks(copies); };
   copier.sync = [r] { return r->SyncKvCopies(); };
   copier.async = layout.device_id >= 0;
   // TANDEM_KV_OFFLOAD_TIME_ONBOARD=1: onboard seconds are the copies' transfer time (the step waits).

@@ -63,7 +63,6 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
   for (const OnboardBlock& o : onboard) {
     const std::optional<int> slot = host_.Find(o.hash);
     if (!slot) {
-      ++missing_;
       missing = Err(StatusCode::kInternal, "kv offload: block {:016x} to onboard into pool block {} is not in the host tier",
                     o.hash, o.block_id);
       continue;

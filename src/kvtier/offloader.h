@@ -24,6 +24,7 @@
 
 #include "common/status.h"
 #include "kvtier/host_tier.h"
+#include "model/kv_block_copy.h"
 
 namespace tandem::kvtier {
 
@@ -38,16 +39,9 @@ struct OnboardBlock {
   uint64_t hash = 0;
 };
 
-// One block between the pool and a tier slot (all of its layers, one after another, in `host`).
-struct BlockCopy {
-  int block_id = 0;
-  std::byte* host = nullptr;
-  bool to_host = true;
-};
-
 // How the offloader reaches the pool (the engine builds it from its model runner).
 struct PoolCopier {
-  std::function<Status(std::span<const BlockCopy>)> copy;  // in order, before the next forward
+  std::function<Status(std::span<const KvBlockCopy>)> copy;  // in order, before the next forward
   std::function<Status()> sync;                            // the copies have landed
   bool async = false;  // copy returns before the bytes moved (a device pool)
   // With async: wait for the onboard copies in BeforeForward, so that onboard_seconds is their
@@ -80,7 +74,6 @@ class KvOffloader {
   Status BeforeForward(std::span<const EvictedBlock> evicted, std::span<const OnboardBlock> onboard);
 
   OffloadStats stats() const;
-  uint64_t missing() const { return missing_; }
 
  private:
   Status FinishPrevious();
@@ -88,10 +81,9 @@ class KvOffloader {
   PoolCopier copier_;
   HostKvTier host_;
   OffloadStats counters_;
-  uint64_t missing_ = 0;
   std::vector<int> unsealed_;           // slots filled by the last step's asynchronous copies
   std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin
-  std::vector<BlockCopy> copies_;       // scratch
+  std::vector<KvBlockCopy> copies_;     // scratch
 };
 
 }  // namespace tandem::kvtier

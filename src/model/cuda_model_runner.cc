@@ -70,6 +70,7 @@ KVCacheLayout CudaModelRunner::kv_cache_layout() {
 Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
   if (kv_.empty()) return Status(StatusCode::kFailedPrecondition, "CopyKvBlocks: no KV pool");
+  TANDEM_RETURN_IF_ERROR(CheckKvBlockCopies(copies, num_blocks_));
   const size_t bb = KVBlockBytes(block_size_) / kv_.size();
   // TANDEM_KV_COPY_KERNEL=1: the copy kernel (kv_block_copy.h) where the host memory allows.
   // Off by default until it has run on a GPU (checked on the CPU emulator only, session 15); the
@@ -83,20 +84,12 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
     for (DeviceArray& pool : kv_) bases.push_back(pool.as<void>());
     std::vector<cuda::KvBlockCopyEntry> entries;
     entries.reserve(copies.size());
-    bool in_range = true;
-    for (const KvBlockCopy& c : copies) {
-      in_range = in_range && c.block_id >= 0 && c.block_id < num_blocks_;
-      entries.push_back({c.block_id, c.host, c.to_host});
-    }
-    if (in_range && cuda::KvBlockCopySupported(bases, bb, entries)) {
+    for (const KvBlockCopy& c : copies) entries.push_back({c.block_id, c.host, c.to_host});
+    if (cuda::KvBlockCopySupported(bases, bb, entries)) {
       return cuda::KvBlockCopy(bases, bb, entries, stream_);
     }
   }
   for (const KvBlockCopy& c : copies) {
-    if (c.block_id < 0 || c.block_id >= num_blocks_ || c.host == nullptr) {
-      return Err(StatusCode::kInvalidArgument, "CopyKvBlocks: block {} of {}, host {}", c.block_id,
-                 num_blocks_, static_cast<const void*>(c.host));
-    }
     for (size_t l = 0; l < kv_.size(); ++l) {
       char* pool = kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb;
       if (c.to_host) {

@@ -133,17 +133,24 @@ Result<DeviceMemoryInfo> ModelRunner::GetDeviceMemoryInfo() {
   return Status(StatusCode::kUnimplemented, "this model runner computes in host memory");
 }
 
+Status CheckKvBlockCopies(std::span<const KvBlockCopy> copies, int num_blocks) {
+  for (const KvBlockCopy& c : copies) {
+    if (c.block_id < 0 || c.block_id >= num_blocks || c.host == nullptr) {
+      return Err(StatusCode::kInvalidArgument, "CopyKvBlocks: block {} of {}, host {}", c.block_id,
+                 num_blocks, static_cast<const void*>(c.host));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   const KVCacheLayout layout = kv_cache_layout();
   if (layout.device_id >= 0) {
     return Status(StatusCode::kUnimplemented, "CopyKvBlocks: this runner's KV pool is device memory");
   }
+  TANDEM_RETURN_IF_ERROR(CheckKvBlockCopies(copies, layout.num_blocks));
   const size_t bb = layout.block_bytes;
   for (const KvBlockCopy& c : copies) {
-    if (c.block_id < 0 || c.block_id >= layout.num_blocks || c.host == nullptr) {
-      return Err(StatusCode::kInvalidArgument, "CopyKvBlocks: block {} of {}, host {}", c.block_id,
-                 layout.num_blocks, static_cast<const void*>(c.host));
-    }
     for (size_t l = 0; l < layout.layer_base.size(); ++l) {
       std::byte* pool = static_cast<std::byte*>(layout.layer_base[l]) + static_cast<size_t>(c.block_id) * bb;
       if (c.to_host) std::memcpy(c.host + l * bb, pool, bb);

@@ -19,6 +19,7 @@
 #include "common/status.h"
 #include "kernels/cpu/sample.h"
 #include "model/config.h"
+#include "model/kv_block_copy.h"
 #include "model/step_timeline.h"
 #include "model/layer_kv_ready.h"
 
@@ -88,14 +89,6 @@ struct KVCacheLayout {
   size_t block_bytes = 0;         // one block of one layer
   int num_blocks = 0;
   int device_id = -1;             // -1: host memory; else the CUDA device
-};
-
-// One KV block copied between the pool and host memory (the KV host tier, kvtier/offloader.h):
-// `host` holds the block's layers one after another (num_layers x KVCacheLayout::block_bytes).
-struct KvBlockCopy {
-  int block_id = 0;
-  std::byte* host = nullptr;
-  bool to_host = true;  // pool -> host; false: host -> pool
 };
 
 struct ForwardBatch {
