@@ -33,7 +33,7 @@ if [ "${1:-}" = pack ]; then
   build=${2:-build-cuda90}
   set -e
   bash scripts/gpu-e2e.sh pack "$build"
-  GPU_CHECK_BUILD=$build GPU_CHECK_ARCHS=${GPU_CHECK_ARCHS:-90-real} bash scripts/gpu-check.sh pack
+  GPU_CHECK_BUILD=$build GPU_CHECK_ARCHS=${GPU_CHECK_ARCHS:-90a-real} bash scripts/gpu-check.sh pack
   du -sh .device-carry
   exit 0
 fi

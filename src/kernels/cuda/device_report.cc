@@ -109,11 +109,14 @@ std::vector<std::string> DescribeKernels(const DeviceLimits& d, const KernelShap
       case PrefillKernel::kMma64:
         return PrefillTile(k, "mma.sync m16n8k16, 64-query tiles", s.head_dim, d);
       case PrefillKernel::kWmma: return PrefillTile(k, "WMMA 16x16x16, 64-query tiles", s.head_dim, d);
+      case PrefillKernel::kWgmma:
+        return PrefillTile(k, "FlashAttention-3 style wgmma m64n128k16 (sm_90a), 128-query x 128-key tiles",
+                           s.head_dim, d);
       default: return std::string("?");
     }
   };
   out.push_back(fmt::format(
-      "paged_prefill (head_dim {}): FlashAttention-2 style, online softmax in registers; "
+      "paged_prefill (head_dim {}): online softmax in registers; "
       "large batches: {}; under two waves of CTAs: {}",
       s.head_dim, name(big), name(small)));
   const DecodeSplitPolicy policy = PagedDecodeResolvePolicy(DecodeSplitPolicy::kAuto);
@@ -142,9 +145,13 @@ std::vector<std::string> DescribeKernels(const DeviceLimits& d, const KernelShap
                 "silu_mul: tandem's elementwise kernels (bf16, fp32 math)");
   out.push_back("sampling: tandem's GPU kernels (argmax + log-sum-exp, top-k, penalties, "
                 "temperature / min-p / top-k / top-p sampling)");
+  const bool hopper_prefill = big == PrefillKernel::kWgmma || small == PrefillKernel::kWgmma;
   out.push_back(fmt::format(
-      "Hopper-only paths (wgmma, TMA, clusters): none yet; every op above runs the sm_80 "
-      "instruction set on compute capability {}.{}",
+      "Hopper-only paths (wgmma, sm_90a): {}; every other op runs the sm_80 instruction set on "
+      "compute capability {}.{}",
+      hopper_prefill ? "the prefill attention"
+                     : (detail::PagedPrefillWgmmaBuilt() ? "none on this GPU"
+                                                         : "none (this build has no sm_90a code)"),
       d.cc_major, d.cc_minor));
   return out;
 }

@@ -13,7 +13,10 @@
 // style: 128-query x 64-key tiles on the tensor cores (mma.sync bf16, fp32 accumulate), online
 // softmax in registers with the probabilities rounded to bf16 for the P*V product; a 64-query-tile
 // variant and the first WMMA kernel stay selectable (PagedPrefillArgs::kernel, or the environment
-// variable TANDEM_PREFILL_KERNEL=mma128|mma64|wmma for kAuto). head_dim 64 or 128.
+// variable TANDEM_PREFILL_KERNEL=mma128|mma64|wmma|wgmma for kAuto). head_dim 64 or 128. On Hopper
+// (compute capability 9.0, a build with sm_90a code, head_dim 128) kAuto takes the FlashAttention-3
+// style kernel instead (paged_prefill_sm90.cu: wgmma, 128-query x 128-key tiles, the P V product
+// of one tile under the softmax of the next), with the same numerics.
 //
 // Decode (PagedDecode): one query per sequence attending to positions [0, context_lens[s]) (its own
 // K/V included). Two kernels (PagedDecodeArgs::kernel; kAuto: the environment variable
@@ -49,8 +52,11 @@ namespace tandem::cuda {
 
 // Which prefill kernel: kAuto (TANDEM_PREFILL_KERNEL if set, else by the device and the batch:
 // detail::ChoosePagedPrefillKernel), the mma.sync kernel with 128- or 64-query tiles (8 or 4
-// warps), or the first WMMA kernel (64-query tiles).
-enum class PrefillKernel { kAuto, kMma128, kMma64, kWmma };
+// warps), the first WMMA kernel (64-query tiles), or the Hopper kernel (kWgmma,
+// paged_prefill_sm90.cu: warpgroup MMA, 128-query x 128-key tiles, head_dim 128, sm_90 devices
+// of a build whose TANDEM_CUDA_ARCHS names 90a; kAuto's choice wherever it applies). kWgmma asked
+// for where it does not apply runs kAuto's other choice.
+enum class PrefillKernel { kAuto, kMma128, kMma64, kWmma, kWgmma };
 
 struct PagedPrefillArgs {
   const __nv_bfloat16* q = nullptr;  // [num_tokens, num_heads, head_dim], row stride q_stride
@@ -163,6 +169,11 @@ cudaError_t LaunchPagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream
 // (bytes; 0 for kAuto or another head_dim).
 PrefillKernel ChoosePagedPrefillKernel(const PagedPrefillArgs& args, const DeviceLimits& limits);
 size_t PagedPrefillSmemBytes(PrefillKernel kernel, int head_dim);
+// The Hopper kernel (paged_prefill_sm90.cu): whether this build holds it (sm_90a code), its
+// dynamic shared memory (bytes), and its launch (head_dim 128; cudaErrorInvalidValue otherwise).
+bool PagedPrefillWgmmaBuilt();
+size_t PagedPrefillWgmmaSmemBytes();
+cudaError_t LaunchPagedPrefillWgmma(const PagedPrefillArgs& args, cudaStream_t stream);
 cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
 // The decode kernel a launch with `args` runs on a device with `limits` (kAuto resolved: the
 // environment, then the shape and the device), the mma kernel's stages there (3, 2, or 0 when its

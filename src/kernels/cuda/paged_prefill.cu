@@ -13,7 +13,7 @@
 //
 // PrefillKernel::kMma64: the same with 64-query tiles (4 warps, 2 blocks per SM). kWmma (the
 // fallback): the first kernel, WMMA with S, P and the O rescale through shared memory (64-query
-// tiles, 4 warps).
+// tiles, 4 warps). PrefillKernel::kWgmma (Hopper) lives in paged_prefill_sm90.cu.
 #include <mma.h>
 
 #include <cstdlib>
@@ -496,6 +496,7 @@ cudaError_t Launch(const PagedPrefillArgs& a, cudaStream_t stream) {
 template <int HD>
 size_t SmemBytes(PrefillKernel k) {
   switch (k) {
+    case PrefillKernel::kWgmma: return HD == 128 ? PagedPrefillWgmmaSmemBytes() : 0;
     case PrefillKernel::kWmma: return wmma_kernel::WmmaSmem<HD>::kBytes;
     case PrefillKernel::kMma64: return fa2::Smem<HD, 64>::kBytes;
     case PrefillKernel::kMma128: return fa2::Smem<HD, 128>::kBytes;
@@ -512,22 +513,34 @@ bool Fits(PrefillKernel k, int head_dim, const DeviceLimits& d) {
   return bytes > 0 && bytes <= d.smem_per_block_optin;
 }
 
-// kAuto: TANDEM_PREFILL_KERNEL if set; else, among the kernels whose shared memory fits the
-// device's per-block limit, 128-query tiles unless they would not make two waves of CTAs (one per
-// SM each), where 64-query tiles (two per SM where they fit twice) finish sooner. On GPUs with
-// 99 KiB per block (sm_86, sm_89, sm_120) the 128-query tiles (136 KiB at head_dim 128) do not fit
-// and every prefill takes 64-query tiles (85 KiB).
+// The Hopper kernel applies on compute capability 9.0 in a build with sm_90a code, at head_dim
+// 128, where its shared memory fits a block.
+bool WgmmaApplies(const PagedPrefillArgs& a, const DeviceLimits& d) {
+  return PagedPrefillWgmmaBuilt() && d.cc_major == 9 && d.cc_minor == 0 && a.head_dim == 128 &&
+         Fits(PrefillKernel::kWgmma, a.head_dim, d);
+}
+
+// kAuto: TANDEM_PREFILL_KERNEL if set; else the Hopper kernel where it applies; else, among the
+// kernels whose shared memory fits the device's per-block limit, 128-query tiles unless they would
+// not make two waves of CTAs (one per SM each), where 64-query tiles (two per SM where they fit
+// twice) finish sooner. On GPUs with 99 KiB per block (sm_86, sm_89, sm_120) the 128-query tiles
+// (136 KiB at head_dim 128) do not fit and every prefill takes 64-query tiles (85 KiB).
 PrefillKernel Choose(const PagedPrefillArgs& a, const DeviceLimits& d) {
-  if (a.kernel != PrefillKernel::kAuto) return a.kernel;
   static const PrefillKernel from_env = [] {
     const char* k = std::getenv("TANDEM_PREFILL_KERNEL");
     if (k == nullptr) return PrefillKernel::kAuto;
     if (std::strcmp(k, "wmma") == 0) return PrefillKernel::kWmma;
     if (std::strcmp(k, "mma64") == 0) return PrefillKernel::kMma64;
     if (std::strcmp(k, "mma128") == 0) return PrefillKernel::kMma128;
+    if (std::strcmp(k, "wgmma") == 0) return PrefillKernel::kWgmma;
     return PrefillKernel::kAuto;
   }();
-  if (from_env != PrefillKernel::kAuto) return from_env;
+  const PrefillKernel asked = a.kernel != PrefillKernel::kAuto ? a.kernel : from_env;
+  if (asked == PrefillKernel::kWgmma || asked == PrefillKernel::kAuto) {
+    if (WgmmaApplies(a, d)) return PrefillKernel::kWgmma;
+  } else {
+    return asked;
+  }
   const bool fits128 = Fits(PrefillKernel::kMma128, a.head_dim, d);
   const bool fits64 = Fits(PrefillKernel::kMma64, a.head_dim, d);
   if (!fits128 && !fits64) return PrefillKernel::kWmma;
@@ -540,6 +553,7 @@ PrefillKernel Choose(const PagedPrefillArgs& a, const DeviceLimits& d) {
 template <int HD>
 cudaError_t LaunchHd(const PagedPrefillArgs& a, cudaStream_t stream) {
   switch (Choose(a, CurrentDeviceLimits())) {
+    case PrefillKernel::kWgmma: return LaunchPagedPrefillWgmma(a, stream);
     case PrefillKernel::kWmma: return wmma_kernel::Launch<HD>(a, stream);
     case PrefillKernel::kMma64: return fa2::Launch<HD, 64>(a, stream);
     default: return fa2::Launch<HD, 128>(a, stream);

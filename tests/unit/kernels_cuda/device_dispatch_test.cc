@@ -98,13 +98,32 @@ TEST_F(DeviceDispatch, PrefillTilesFitTheDevicesSharedMemory) {
   ASSERT_GT(smem128, kL40S.smem_per_block_optin);  // 136 KiB > 99 KiB
   ASSERT_LE(smem64, kL40S.smem_per_block_optin);
   ASSERT_LE(smem128, kA100.smem_per_block_optin);
+  // Hopper takes the warpgroup-MMA kernel at head_dim 128 whenever the build holds sm_90a code
+  // (TANDEM_CUDA_ARCHS naming 90a), for long and short prompts alike; it fits 227 KiB, not 163.
+  const size_t smem_wgmma = detail::PagedPrefillSmemBytes(PrefillKernel::kWgmma, 128);
+  ASSERT_LE(smem_wgmma, kH200.smem_per_block_optin);
+  ASSERT_GT(smem_wgmma, kA100.smem_per_block_optin);
+  EXPECT_EQ(detail::PagedPrefillSmemBytes(PrefillKernel::kWgmma, 64), 0u);
+  const PrefillKernel h200_long = detail::PagedPrefillWgmmaBuilt() ? PrefillKernel::kWgmma
+                                                                     : PrefillKernel::kMma128;
+  const PrefillKernel h200_short = detail::PagedPrefillWgmmaBuilt() ? PrefillKernel::kWgmma
+                                                                      : PrefillKernel::kMma64;
   // A 2k-token prompt: 16 x 32 = 512 CTAs of 128 queries, over two waves everywhere.
-  EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(2048), kH200), PrefillKernel::kMma128);
+  EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(2048), kH200), h200_long);
   EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(2048), kA100), PrefillKernel::kMma128);
   EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(2048), kL40S), PrefillKernel::kMma64);
   EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(2048), kA10G), PrefillKernel::kMma64);
-  // A short prompt (under two waves): 64-query tiles everywhere.
-  EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(100), kH200), PrefillKernel::kMma64);
+  // A short prompt (under two waves): 64-query tiles everywhere but on Hopper.
+  EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(100), kH200), h200_short);
+  EXPECT_EQ(detail::ChoosePagedPrefillKernel(Qwen3_8bPrefill(100), kA100), PrefillKernel::kMma64);
+  // head_dim 64 on Hopper: the mma.sync kernels.
+  PagedPrefillArgs hd64 = Qwen3_8bPrefill(2048);
+  hd64.head_dim = 64;
+  EXPECT_EQ(detail::ChoosePagedPrefillKernel(hd64, kH200), PrefillKernel::kMma128);
+  // Asked for where it does not apply, the Hopper kernel gives way to the automatic choice.
+  PagedPrefillArgs wg = Qwen3_8bPrefill(2048);
+  wg.kernel = PrefillKernel::kWgmma;
+  EXPECT_EQ(detail::ChoosePagedPrefillKernel(wg, kA100), PrefillKernel::kMma128);
   // A device with too little for either mma.sync kernel falls back to the WMMA kernel.
   DeviceLimits tiny = kL40S;
   tiny.smem_per_block_optin = smem64 - 16;
@@ -121,7 +140,11 @@ TEST_F(DeviceDispatch, TheReportSaysWhichTilesEachDeviceUses) {
   for (const std::string& line : DescribeKernels(kL40S, s)) l40s += line + "\n";
   for (const std::string& line : DescribeKernels(kH200, s)) h200 += line + "\n";
   EXPECT_NE(l40s.find("large batches: mma.sync m16n8k16, 64-query tiles"), std::string::npos) << l40s;
-  EXPECT_NE(h200.find("large batches: mma.sync m16n8k16, 128-query tiles"), std::string::npos) << h200;
+  EXPECT_NE(h200.find(detail::PagedPrefillWgmmaBuilt()
+                          ? "large batches: FlashAttention-3 style wgmma m64n128k16 (sm_90a)"
+                          : "large batches: mma.sync m16n8k16, 128-query tiles"),
+            std::string::npos)
+      << h200;
   EXPECT_NE(l40s.find("compute capability 8.9"), std::string::npos) << l40s;
 }
 
