@@ -33,6 +33,10 @@
 #             leave one): decode tok/s at batch 1/8/64/256 with 1k context, prefill 512/2k/8k;
 #             GPU_CHECK_BENCH_ARGS adds arguments; GPU_CHECK_GRAPHS_COMPARE=1 runs it again with
 #             TANDEM_CUDA_GRAPHS=0 (a second column)
+#   ncu-prefill  Nsight Compute (clock control off) on the Hopper prefill kernel, one fresh prompt of
+#             GPU_CHECK_NCU_PREFILL_TOKENS (default 4096) tokens, untimed op_check rows
+#   variants  cuda_op_check once per environment in GPU_CHECK_VARIANTS ("A=1 B=2;A=3"), with
+#             GPU_CHECK_VARIANT_ARGS (default --only prefill)
 #   ncu-step  Nsight Compute over a few decode steps of cuda_engine_bench (batch
 #             GPU_CHECK_NCU_STEP_BATCH, default 1): each kernel's time alone, per step
 #             (scripts/gpu/ncu_step_table.py; compare the sum with the bench's graph step)
@@ -247,6 +251,38 @@ device() {
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
         "$BIN/cuda_op_check" --only decode
+    done
+  fi
+
+  if want ncu-prefill; then
+    # The Hopper prefill kernel on one fresh prompt (GPU_CHECK_NCU_PREFILL_TOKENS, default 4096),
+    # untimed: where its warps stall and how busy the tensor pipe and L2 are.
+    [ -x "$BIN/cuda_op_check" ] || unpack cuda_op_check
+    run_stage ncu-prefill 200 40 env OPCHECK_PREFILL_TOKENS="${GPU_CHECK_NCU_PREFILL_TOKENS:-4096}" \
+      OPCHECK_NO_TIMING=1 ncu --clock-control none --kernel-name regex:PagedPrefillWgmma --launch-count 1 \
+      --section SpeedOfLight --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis \
+      --section Occupancy --section WarpStateStats --section SchedulerStats --section SourceCounters \
+      "$BIN/cuda_op_check" --only prefill
+    if [ "${GPU_CHECK_NCU_PREFILL_SOURCE:-0}" = 1 ]; then
+      # Per SASS instruction: executions and warp-stall samples by reason (CSV, for a script).
+      run_stage ncu-prefill-source 200 40 bash -c "OPCHECK_PREFILL_TOKENS=${GPU_CHECK_NCU_PREFILL_TOKENS:-4096} \
+        OPCHECK_NO_TIMING=1 ncu --clock-control none --kernel-name regex:PagedPrefillWgmmaKernel \
+        --launch-count 1 --section SourceCounters --section WarpStateStats --page source \
+        --print-source sass --csv '$BIN/cuda_op_check' --only prefill > '$OUT_DIR/ncu-prefill-source.csv'"
+      python3 scripts/gpu/ncu_source_table.py "$OUT_DIR/ncu-prefill-source.csv" 2>&1 | tee -a "$OUT_DIR/gpu-check.log"
+    fi
+  fi
+
+  if want variants; then
+    # cuda_op_check once per environment of GPU_CHECK_VARIANTS ("A=1 B=2;A=3": ';' between runs),
+    # with GPU_CHECK_VARIANT_ARGS (default --only prefill): variants of a kernel that an
+    # environment variable picks, in one call.
+    [ -x "$BIN/cuda_op_check" ] || unpack cuda_op_check
+    local v variants
+    IFS=';' read -r -a variants <<< "${GPU_CHECK_VARIANTS:-}"
+    for v in "${variants[@]}"; do
+      # shellcheck disable=SC2086
+      run_stage "variant" 150 20 env $v "$BIN/cuda_op_check" ${GPU_CHECK_VARIANT_ARGS:---only prefill}
     done
   fi
 

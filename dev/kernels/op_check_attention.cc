@@ -182,7 +182,7 @@ void PrefillCase(const Heads& h, const std::vector<int>& start, const std::vecto
   const std::vector<float> ref_checked = checked(ref);
 
   for (PK kernel : kernels) {
-    static const char* const kNames[] = {"", " mma128", " mma64", " wmma"};
+    static const char* const kNames[] = {"", " mma128", " mma64", " wmma", " wgmma"};
     a.kernel = kernel;
     out.Poison();
     run();
@@ -357,27 +357,54 @@ void CheckDecodeSplitChoice() {
 }  // namespace
 
 void CheckPagedPrefill() {
+  CheckWgmmaProbe();
   const Heads qwen3_8b{32, 8, 128};
+  // The Hopper kernel takes rows of its own where it applies (an sm_90 device, a build with sm_90a
+  // code); elsewhere kWgmma would run the automatic choice under its name.
+  const cuda::DeviceLimits& dev = cuda::CurrentDeviceLimits();
+  const bool hopper =
+      cuda::detail::PagedPrefillWgmmaBuilt() && dev.cc_major == 9 && dev.cc_minor == 0;
+  auto with_wgmma = [&](std::vector<PK> kernels) {
+    if (hopper) kernels.insert(kernels.begin(), PK::kWgmma);
+    return kernels;
+  };
+  // OPCHECK_PREFILL_TOKENS=N: only a fresh N-token prompt, the Hopper kernel and mma128 (a short
+  // run for ncu, or for comparing variants chosen by the environment).
+  if (const char* only = std::getenv("OPCHECK_PREFILL_TOKENS")) {
+    PrefillCase(qwen3_8b, {0}, {std::atoi(only)}, {0}, true, with_wgmma({PK::kMma128}),
+                std::atoi(only) > 4096 ? 512 : 0);
+    return;
+  }
   // A fresh prompt, a chunked prefill whose first 1536 tokens are cached (sharing 32 blocks with
   // sequence 0), and a short tail after a 4000-token prefix.
   if (!Small()) {
-    PrefillCase(qwen3_8b, {0, 1536, 4000}, {1000, 2560, 95}, {0, 32, 0}, true);
+    PrefillCase(qwen3_8b, {0, 1536, 4000}, {1000, 2560, 95}, {0, 32, 0}, true,
+                with_wgmma({PK::kMma128}));
     // Each kernel (kAuto picks kMma64 when 128-query tiles make fewer than two waves of CTAs).
-    const std::vector<PK> all = {PK::kMma128, PK::kMma64, PK::kWmma};
+    const std::vector<PK> all = with_wgmma({PK::kMma128, PK::kMma64, PK::kWmma});
     PrefillCase(qwen3_8b, {0}, {4096}, {0}, true, all);  // 4k prompt
     PrefillCase(qwen3_8b, {0}, {512}, {0}, true, all);
     PrefillCase(qwen3_8b, {0}, {2048}, {0}, true, all);  // the 2k prompt of the goal
     PrefillCase(qwen3_8b, {0}, {8192}, {0}, true, all, 512);  // 8k prompt
+    // The same lengths after a cached prefix read straight from the pool (a later turn).
+    const std::vector<PK> fast = with_wgmma({PK::kMma128, PK::kMma64});
+    PrefillCase(qwen3_8b, {1536}, {512}, {0}, true, fast);
+    PrefillCase(qwen3_8b, {2048}, {2048}, {0}, true, fast);
+    PrefillCase(qwen3_8b, {4096}, {8192}, {0}, true, fast, 512);
   }
   // kAuto takes kMma64 for all of these (fewer CTAs than two waves): each variant named.
   PrefillCase({4, 2, 64}, {0, 100}, {37, 29}, {0, 2}, false,  // tiny-qwen3 heads
               {PK::kMma128, PK::kMma64, PK::kWmma});
   PrefillCase({8, 8, 128}, {0, 17, 300}, {1, 65, 3}, {0, 1, 1}, false,  // no GQA, odd sizes
-              {PK::kMma128, PK::kMma64});
-  PrefillCase({28, 4, 128}, {7, 0}, {129, 200}, {0, 0}, false, {PK::kMma128});  // group 7
-  PrefillCase({8, 2, 128}, {7, 0}, {129, 200}, {0, 0}, false, {PK::kMma64});   // group 4
+              with_wgmma({PK::kMma128, PK::kMma64}));
+  PrefillCase({28, 4, 128}, {7, 0}, {129, 200}, {0, 0}, false,
+              with_wgmma({PK::kMma128}));  // group 7
+  PrefillCase({8, 2, 128}, {7, 0}, {129, 200}, {0, 0}, false, with_wgmma({PK::kMma64}));  // group 4
   PrefillCase({4, 1, 64}, {0, 45}, {300, 130}, {0, 2}, false, {PK::kMma128});  // 3 query tiles
   PrefillCase({2, 1, 128}, {0, 90}, {200, 70}, {0, 3}, false, {PK::kAuto}, 50);  // checked rows
+  if (hopper) {  // several key tiles, a prefix of 1-3 tiles, partial last tiles, 3+ query tiles
+    PrefillCase({4, 1, 128}, {0, 45, 300}, {300, 130, 700}, {0, 2, 5}, false, {PK::kWgmma});
+  }
 }
 
 // OPCHECK_DECODE_TIMED="1x4096,64x4096": only these timed shapes (each kernel), nothing else of

@@ -153,6 +153,7 @@ void CheckQkNormRope();
 void CheckSiluMul();
 void CheckReshapeAndCache();
 void CheckPagedPrefill();
+void CheckWgmmaProbe();  // op_check_wgmma.cc, in the prefill group (Hopper builds only)
 void CheckPagedDecode();
 void CheckLinear();
 void CheckSampling();

@@ -18,7 +18,8 @@
 // Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
 //        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N]
 //        [--json FILE] [--cpu]
-// --timeline N: for each decode batch, the timed steps' host phases, then N more steps with
+// --timeline N: for each prefill, one more untimed prefill with its kernel groups timed; for each
+// decode batch, the timed steps' host phases, then N more steps with
 // per-kernel-group device time launched eagerly and N from graphs with event nodes between the
 // groups (model/step_timeline.h), printed as "timeline" lines: ms/step of each phase and group
 // (eager, graph), and for the weight-reading groups and attention the floor at 4.27 TB/s /
@@ -107,6 +108,38 @@ double GroupFloorMs(const std::string& group, const ModelConfig& c, int b, int c
   if (params > 0) return 1e3 * std::max(2 * params / kBandwidth, 2 * params * b / kFlops);
   if (group == "attention") return 1e3 * L * b * static_cast<double>(ctx) * 2 * kv * 2 / kBandwidth;
   return 0;
+}
+
+// Prints the "timeline" lines of one prefill of `tokens` tokens (one sequence from position 0): host
+// phases and kernel groups (eager), each GEMM group beside its floor (weights once or 2 m n k FLOPs)
+// and attention beside its causal FLOPs (4 heads head_dim per visible pair) at the ceilings.
+void PrintPrefillTimeline(int tokens, const ModelConfig& c, const StepTimeline& t) {
+  const double st = static_cast<double>(std::max<int64_t>(t.steps, 1));
+  std::printf("timeline prefill %d: host phases, ms over %lld step(s)\n", tokens,
+              static_cast<long long>(t.steps));
+  for (const StepTimeline::Span& sp : t.host) {
+    std::printf("timeline   host   %-22s %8.3f ms\n", sp.name.c_str(), sp.ms / st);
+  }
+  std::printf("timeline prefill %d: device kernel groups (eager), ms; floor at %.2f TB/s, %.0f "
+              "TFLOP/s\n", tokens, kBandwidth / 1e12, kFlops / 1e12);
+  std::printf("timeline   device %-22s %9s %9s %7s %7s\n", "group", "ms", "floor", "%", "count");
+  const double attn_flops = 4.0 * c.num_hidden_layers * c.num_attention_heads * c.head_dim *
+                            (static_cast<double>(tokens) * (tokens + 1) / 2);
+  double sum = 0, floor_sum = 0;
+  for (const StepTimeline::Span& sp : t.device) {
+    const double ms = sp.ms / st;
+    double fl = sp.name == "attention" ? 1e3 * attn_flops / kFlops : GroupFloorMs(sp.name, c, tokens, 0);
+    if (sp.name == "lm_head") fl = GroupFloorMs(sp.name, c, 1, 0);  // the last token's row only
+    sum += ms;
+    floor_sum += fl;
+    char fl_text[16] = "-", pct[16] = "-";
+    if (fl > 0) std::snprintf(fl_text, sizeof(fl_text), "%.3f", fl);
+    if (fl > 0 && ms > 0) std::snprintf(pct, sizeof(pct), "%.1f%%", 100 * fl / ms);
+    std::printf("timeline   device %-22s %9.3f %9s %7s %7lld\n", sp.name.c_str(), ms, fl_text, pct,
+                static_cast<long long>(sp.count / st));
+  }
+  std::printf("timeline   device %-22s %9.3f %9.3f %6.1f%%\n", "(groups summed)", sum, floor_sum,
+              sum > 0 ? 100 * floor_sum / sum : 0.0);
 }
 
 // Prints the "timeline" lines of one decode batch: host phases of the timed (graph) steps, then
@@ -276,7 +309,12 @@ class Bench {
     p.max_tokens = 1;
     std::vector<double> times;
     int max_steps = 0;
-    for (int r = -1; r < repeats; ++r) {  // r = -1: untimed warm-up
+    // With --timeline: one more prefill after the timed ones, its kernel groups timed (eager).
+    StepTimeline timeline;
+    timeline.device_groups = true;
+    const int runs = repeats + (timeline_steps_ > 0 ? 1 : 0);
+    for (int r = -1; r < runs; ++r) {  // r = -1: untimed warm-up
+      if (r == repeats) engine_.SetStepTimeline(&timeline);
       const std::string id = "p" + std::to_string(tokens) + "-" + std::to_string(serial_++);
       if (Status st = engine_.AddRequest(id, RandomPrompt(tokens), p); !st.ok()) {
         std::fprintf(stderr, "prefill %d: AddRequest: %s\n", tokens, st.ToString().c_str());
@@ -297,14 +335,16 @@ class Bench {
         ++n;
       }
       const double dt = Now() - t0;
-      if (r >= 0) {
+      if (r >= 0 && r < repeats) {
         times.push_back(dt);
         max_steps = std::max(max_steps, n);
       }
     }
+    engine_.SetStepTimeline(nullptr);
     const double med = Median(times);
     std::printf("prefill %5d tokens: %8.2f ms median of %d (min %.2f) in %d step(s)\n", tokens,
                 med * 1e3, repeats, *std::min_element(times.begin(), times.end()) * 1e3, max_steps);
+    if (timeline_steps_ > 0) PrintPrefillTimeline(tokens, config_, timeline);
     std::fflush(stdout);
     json << (first_ ? "" : ",\n") << "  {\"kind\": \"prefill\", \"tokens\": " << tokens
          << ", \"repeats\": " << repeats << ", \"median_s\": " << med
