@@ -1,7 +1,10 @@
 #include "cli/engine_options.h"
 
+#include <algorithm>
 #include <charconv>
 #include <filesystem>
+
+#include <fmt/format.h>
 
 #include "common/file_util.h"
 
@@ -43,7 +46,30 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.max_num_batched_tokens = max_num_batched_tokens;
   config.max_model_len = max_model_len;
   config.kv_offload_host_bytes = static_cast<size_t>(kv_offload_host_gib * (1ull << 30));
+  config.kv_offload_disk_dir = kv_offload_disk_dir;
+  config.kv_offload_disk_bytes = static_cast<size_t>(kv_offload_disk_gib * (1ull << 30));
+  config.kv_offload_disk_wait_ms = kv_offload_disk_wait_ms;
+  if (config.kv_offload_disk_bytes > 0) config.kv_offload_model_id = ModelIdentity(ModelDir());
   return config;
+}
+
+std::string ModelIdentity(const std::string& model_dir) {
+  std::error_code ec;
+  const std::filesystem::path dir = std::filesystem::weakly_canonical(model_dir, ec);
+  std::vector<std::string> parts;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const bool weights = name.size() > 12 && name.compare(name.size() - 12, 12, ".safetensors") == 0;
+    if (!weights && name != "config.json") continue;
+    std::error_code e2;
+    const auto size = std::filesystem::file_size(e.path(), e2);
+    const auto mtime = std::filesystem::last_write_time(e.path(), e2).time_since_epoch().count();
+    parts.push_back(fmt::format("{}:{}:{}", name, static_cast<uint64_t>(size), static_cast<int64_t>(mtime)));
+  }
+  std::sort(parts.begin(), parts.end());
+  std::string id = dir.string();
+  for (const std::string& p : parts) id += " " + p;
+  return id;
 }
 
 std::string EngineOptions::ModelDir() const {
@@ -62,7 +88,7 @@ const std::vector<std::string>& EngineSizeFlagNames() {
   static const std::vector<std::string> names = {
       "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
       "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len",
-      "kv-offload-host-gib"};
+      "kv-offload-host-gib", "kv-offload-disk-dir", "kv-offload-disk-gib", "kv-offload-disk-wait-ms"};
   return names;
 }
 
@@ -103,6 +129,18 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "Host memory in GiB for the prefix-cache blocks the KV pool evicts, copied back "
                  "when a later request shares the prefix (0, the default: off)")
       ->check(CLI::Range(0.0, 1e6));
+  app.add_option("--kv-offload-disk-dir", opt->kv_offload_disk_dir,
+                 "Directory for a disk tier below the host tier (with --kv-offload-disk-gib): "
+                 "blocks the host tier holds are also written here, and a request whose prefix "
+                 "only the disk holds waits for them to be read back; a slab file per worker, kept "
+                 "across restarts of the same model");
+  app.add_option("--kv-offload-disk-gib", opt->kv_offload_disk_gib,
+                 "Size of the disk tier in GiB (0, the default: off; needs --kv-offload-host-gib)")
+      ->check(CLI::Range(0.0, 1e9));
+  app.add_option("--kv-offload-disk-wait-ms", opt->kv_offload_disk_wait_ms,
+                 "How long a request waits for its prefix's blocks from the disk tier before "
+                 "computing what has not arrived")
+      ->check(CLI::Range(0, 600000));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));

@@ -28,6 +28,9 @@ struct EngineOptions {
   int num_kv_blocks = 0;
   double kv_cache_gib = 0;        // 0: 1 GiB on the CPU; on a GPU from gpu_memory_utilization
   double kv_offload_host_gib = 0;  // host tier for evicted prefix blocks (kvtier/offloader.h); 0 off
+  std::string kv_offload_disk_dir;  // disk tier below it (kvtier/disk_tier.h)
+  double kv_offload_disk_gib = 0;   // its size; 0 off
+  int kv_offload_disk_wait_ms = 1000;
   double gpu_memory_utilization = 0.9;
   int max_model_len = 0;
 
@@ -38,8 +41,12 @@ struct EngineOptions {
 
 // --model, --served-model-name, --device and the engine's sizes (--max-num-seqs,
 // --max-waiting-requests, --max-num-batched-tokens, --block-size, --num-kv-blocks,
-// --kv-cache-gib, --gpu-memory-utilization, --max-model-len).
+// --kv-cache-gib, --gpu-memory-utilization, --max-model-len, the KV offload tiers).
 void AddEngineOptions(CLI::App& app, EngineOptions* options);
+
+// What a disk tier's blocks depend on besides shapes and dtype: the model directory's canonical
+// path, and the names, sizes and modification times of its config.json and *.safetensors.
+std::string ModelIdentity(const std::string& model_dir);
 
 // The engine flag names (without --) that AddEngineOptions adds besides --model,
 // --served-model-name and --device: what `tandem run` passes on to its workers.

@@ -55,7 +55,7 @@ class EngineImpl final : public Engine {
         config_(config),
         kv_(num_blocks, config.block_size, config.enable_prefix_caching),
         scheduler_(SchedulerConfig{config.max_num_seqs, config.max_num_batched_tokens,
-                                   config.max_local_prefill_tokens},
+                                   config.max_local_prefill_tokens, config.kv_offload_disk_wait_ms},
                    &kv_),
         global_generator_(std::random_device{}()) {
     // The model's EOS ids (config.json, generation_config.json) and the tokenizer's
@@ -181,6 +181,7 @@ class EngineImpl final : public Engine {
     if (!outputs.empty()) return outputs;
 
     PhaseClock clock(timeline_);
+    if (offloader_) offloader_->Poll();  // blocks the disk tier brought up count from this lookup on
     SchedulerOutput sched = scheduler_.Schedule();
     // Blocks this scheduling evicted are saved, and tier hits copied in, before any forward pass.
     if (offloader_) {
@@ -210,7 +211,10 @@ class EngineImpl final : public Engine {
                 r->request_id, r->num_tokens(), kv_.num_blocks());
       outputs.push_back(Finish(r->request_id, FinishReason::kLength));
     }
-    if (sched.scheduled.empty()) return outputs;
+    if (sched.scheduled.empty()) {
+      if (outputs.empty() && offloader_) offloader_->WaitForFetch(2);  // disk reads: no spinning
+      return outputs;
+    }
     clock.Lap("schedule");
 
     // Run the model. Greedy rows without penalties are picked by the runner (kPick: on a GPU the

@@ -47,6 +47,15 @@ struct EngineConfig {
   // Host tier for prefix blocks the KV pool evicts (issue 26; kvtier/offloader.h): bytes of host
   // memory (page-locked for a device pool), 0 off. Needs enable_prefix_caching.
   size_t kv_offload_host_bytes = 0;
+  // Disk tier below the host tier (kvtier/disk_tier.h): a directory and its size in bytes (0 off;
+  // needs the host tier). Its file keeps blocks across restarts of the same model and layout
+  // (kv_offload_model_id names the model; the layout and dtype are added to it).
+  std::string kv_offload_disk_dir;
+  size_t kv_offload_disk_bytes = 0;
+  std::string kv_offload_model_id;
+  // How long a request waits for its prefix's blocks to come up from the disk (then the rest is
+  // recomputed).
+  int kv_offload_disk_wait_ms = 1000;
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;
@@ -143,6 +152,15 @@ struct EngineStats {
   uint64_t kv_onboarded_blocks = 0;   // copied back into it
   uint64_t kv_offloaded_bytes = 0, kv_onboarded_bytes = 0;
   double kv_offload_seconds = 0, kv_onboard_seconds = 0;
+  // The disk tier below it (EngineConfig::kv_offload_disk_*; all 0 without one).
+  int64_t kv_offload_disk_blocks = 0;
+  int64_t kv_offload_disk_capacity_blocks = 0;
+  uint64_t kv_offload_disk_written_blocks = 0, kv_offload_disk_written_bytes = 0;
+  uint64_t kv_offload_disk_read_blocks = 0, kv_offload_disk_read_bytes = 0;
+  double kv_offload_disk_write_seconds = 0, kv_offload_disk_read_seconds = 0;
+  uint64_t kv_offload_disk_write_errors = 0;  // writes that failed (a full disk, I/O errors)
+  uint64_t kv_offload_disk_corrupt = 0;       // blocks that failed their check: dropped, recomputed
+  uint64_t kv_offload_fetched_blocks = 0;     // disk -> host reads a waiting request used
 };
 
 class Engine {

@@ -26,8 +26,18 @@ CachedPrefix KVCacheManager::FindCachedPrefix(std::span<const uint64_t> block_ha
   for (; tier_ != nullptr && i < max_blocks && tier_->Contains(block_hashes[i]); ++i) {
     prefix.tier_hashes.push_back(block_hashes[i]);
   }
+  for (size_t j = i; tier_ != nullptr && j < max_blocks && tier_->InLowerTier(block_hashes[j]); ++j) {
+    ++prefix.lower_tier_blocks;
+  }
   prefix.num_tokens = static_cast<int>(prefix.block_ids.size() + prefix.tier_hashes.size()) * block_size_;
   return prefix;
+}
+
+int KVCacheManager::FetchLowerTier(const CachedPrefix& prefix, std::span<const uint64_t> block_hashes) {
+  if (tier_ == nullptr || prefix.lower_tier_blocks == 0) return 0;
+  const size_t from = prefix.block_ids.size() + prefix.tier_hashes.size();
+  if (from + prefix.lower_tier_blocks > block_hashes.size()) return 0;
+  return tier_->FetchFromLowerTier(block_hashes.subspan(from, prefix.lower_tier_blocks));
 }
 
 void KVCacheManager::SetTier(kvtier::KvTierIndex* tier) {

@@ -35,6 +35,9 @@ struct CachedPrefix {
   std::vector<int> block_ids;
   std::vector<uint64_t> tier_hashes;  // after block_ids; AllocateSlots plans their onboarding
   int num_tokens = 0;  // (block_ids.size() + tier_hashes.size()) * block_size
+  // The chain's next blocks after those, held only by a slower tier (disk): not cached yet;
+  // FetchLowerTier brings them up for a later lookup.
+  int lower_tier_blocks = 0;
 };
 
 class KVCacheManager {
@@ -77,6 +80,9 @@ class KVCacheManager {
 
   // The tier below the pool (null: none). Not owned; outlives the manager or is detached.
   void SetTier(kvtier::KvTierIndex* tier);
+  // Starts fetching `prefix`'s lower-tier blocks (the hashes after its cached ones) up into the
+  // tier; returns how many are on their way (kvtier::KvTierIndex::FetchFromLowerTier).
+  int FetchLowerTier(const CachedPrefix& prefix, std::span<const uint64_t> block_hashes);
   // Cached blocks evicted for reuse, and the tier blocks to copy into the pool, since the last call.
   std::vector<kvtier::EvictedBlock> TakeEvicted() { return std::exchange(evicted_, {}); }
   std::vector<kvtier::OnboardBlock> TakeOnboard() { return std::exchange(onboard_, {}); }

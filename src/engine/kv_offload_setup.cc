@@ -4,11 +4,25 @@
 #include <string>
 
 #include "common/logging.h"
+#include "model/config.h"
 
 namespace tandem {
 
+std::string KvTierFingerprint(const EngineConfig& config, ModelRunner& runner) {
+  const ModelConfig& m = runner.config();
+  const KVCacheLayout layout = runner.kv_cache_layout();
+  return fmt::format("model {} | {} {} layers {} hidden {} heads {}/{} head_dim {} vocab {} dtype {} | "
+                     "kv block {} tokens, {} bytes a layer",
+                     config.kv_offload_model_id, m.architecture, m.model_type, m.num_hidden_layers,
+                     m.hidden_size, m.num_attention_heads, m.num_key_value_heads, m.head_dim,
+                     m.vocab_size, m.torch_dtype, config.block_size, layout.block_bytes);
+}
+
 std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config, ModelRunner& runner) {
-  if (config.kv_offload_host_bytes == 0) return nullptr;
+  if (config.kv_offload_host_bytes == 0) {
+    if (config.kv_offload_disk_bytes > 0) log::warn("kv offload: no disk tier without a host tier");
+    return nullptr;
+  }
   if (!config.enable_prefix_caching) {
     log::warn("kv offload: off (it keeps prefix-cache blocks; prefix caching is off)");
     return nullptr;
@@ -29,7 +43,14 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
   copier.time_onboard = timed != nullptr && std::string(timed) == "1";
   copier.alloc = [r](size_t bytes) { return r->AllocateHostStaging(bytes); };
   copier.free = [r](void* p) { r->FreeHostStaging(p); };
-  auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(copier), slot, config.kv_offload_host_bytes);
+  kvtier::DiskTierConfig disk;
+  if (config.kv_offload_disk_bytes > 0 && !config.kv_offload_disk_dir.empty()) {
+    disk.dir = config.kv_offload_disk_dir;
+    disk.capacity_bytes = config.kv_offload_disk_bytes;
+    disk.fingerprint = KvTierFingerprint(config, runner);
+  }
+  auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(copier), slot, config.kv_offload_host_bytes,
+                                                         disk.capacity_bytes > 0 ? &disk : nullptr);
   if (offloader->host().capacity_blocks() == 0) {
     log::warn("kv offload: off (could not allocate {} bytes of host memory)", config.kv_offload_host_bytes);
     return nullptr;
@@ -51,6 +72,17 @@ void AddOffloadStats(const kvtier::KvOffloader& offloader, EngineStats* s) {
   s->kv_onboarded_bytes = o.onboarded_bytes;
   s->kv_offload_seconds = o.offload_seconds;
   s->kv_onboard_seconds = o.onboard_seconds;
+  s->kv_offload_disk_blocks = o.disk.blocks;
+  s->kv_offload_disk_capacity_blocks = o.disk.capacity_blocks;
+  s->kv_offload_disk_written_blocks = o.disk.written_blocks;
+  s->kv_offload_disk_written_bytes = o.disk.written_bytes;
+  s->kv_offload_disk_read_blocks = o.disk.read_blocks;
+  s->kv_offload_disk_read_bytes = o.disk.read_bytes;
+  s->kv_offload_disk_write_seconds = o.disk.write_seconds;
+  s->kv_offload_disk_read_seconds = o.disk.read_seconds;
+  s->kv_offload_disk_write_errors = o.disk.write_errors;
+  s->kv_offload_disk_corrupt = o.disk.corrupt;
+  s->kv_offload_fetched_blocks = o.fetched_blocks;
 }
 
 }  // namespace tandem

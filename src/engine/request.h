@@ -27,6 +27,9 @@ struct Request {
   int num_computed_tokens = 0;
   int num_cached_tokens = -1;  // prompt tokens served by the prefix cache at first admission
   int num_preemptions = 0;
+  // While its prefix's blocks are fetched from a slower KV tier: when the scheduler stops waiting
+  // for them (steady clock, ns since its epoch); 0 when not waiting.
+  int64_t fetch_deadline_ns = 0;
   std::vector<uint64_t> block_hashes;  // chained hashes of the full blocks of token_ids
   std::mt19937_64 generator;           // per-request sampling generator
   bool allow_remote_prefill = false;   // RequestOptions (engine.h)

@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <chrono>
+#include <cstddef>
 
 #include "engine/block_hash.h"
 
@@ -19,6 +21,17 @@ void Scheduler::Preempt(Request* request) {
   request->status = RequestStatus::kPreempted;
   ++request->num_preemptions;
   waiting_.push_front(request);
+}
+
+bool Scheduler::WaitsForFetch(Request* req, const CachedPrefix& prefix) {
+  const int64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now().time_since_epoch())
+                          .count();
+  if (req->fetch_deadline_ns == 0) {
+    req->fetch_deadline_ns = now + int64_t{config_.kv_fetch_wait_ms} * 1'000'000;
+  }
+  if (now >= req->fetch_deadline_ns) return false;  // waited enough: the rest is recomputed
+  return kv_->FetchLowerTier(prefix, req->block_hashes) > 0;
 }
 
 SchedulerOutput Scheduler::Schedule() {
@@ -61,24 +74,30 @@ SchedulerOutput Scheduler::Schedule() {
     ++i;
   }
 
-  // 2. Waiting requests, unless this step had to preempt.
-  while (out.preempted.empty() && !waiting_.empty() && budget > 0 &&
-         static_cast<int>(running_.size() + remote_.size()) < config_.max_num_seqs) {
-    Request* req = waiting_.front();
+  // 2. Waiting requests, unless this step had to preempt (a request waiting for its prefix's
+  //    blocks from a slower tier keeps its place; w then moves past it).
+  for (size_t w = 0; out.preempted.empty() && w < waiting_.size() && budget > 0 &&
+                     static_cast<int>(running_.size() + remote_.size()) < config_.max_num_seqs;) {
+    Request* req = waiting_[w];
     if (kv_->BlocksFor(req->num_tokens()) > kv_->num_blocks()) {
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
       req->status = RequestStatus::kFinished;
       out.unfittable.push_back(req);
       continue;
     }
     update_hashes(req);
     const CachedPrefix prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
+    if (prefix.lower_tier_blocks > 0 && WaitsForFetch(req, prefix)) {
+      ++w;
+      continue;
+    }
     if (req->allow_remote_prefill && req->num_output_tokens() == 0 &&
         req->num_tokens() - prefix.num_tokens > config_.max_local_prefill_tokens) {
       // Disaggregated: reserve the whole prompt's blocks; a prefill worker fills them.
       if (!kv_->AllocateSlots(req->request_id, req->num_tokens(), &prefix)) break;
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
       CountPrefixLookup(req, prefix);
+      req->fetch_deadline_ns = 0;
       req->num_computed_tokens = prefix.num_tokens;
       req->status = RequestStatus::kRemotePrefill;
       remote_.push_back(req);
@@ -87,8 +106,9 @@ SchedulerOutput Scheduler::Schedule() {
     }
     const int num_new = std::min(req->num_tokens() - prefix.num_tokens, budget);
     if (!kv_->AllocateSlots(req->request_id, prefix.num_tokens + num_new, &prefix)) break;
-    waiting_.pop_front();
+    waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
     CountPrefixLookup(req, prefix);
+    req->fetch_deadline_ns = 0;
     req->num_computed_tokens = prefix.num_tokens;
     req->status = RequestStatus::kRunning;
     running_.push_back(req);

@@ -9,7 +9,10 @@
 //      generated, with the help of the prefix cache), possibly the request itself.
 //   2. if nothing was preempted: waiting requests in order (FIFO), up to max_num_seqs running:
 //      prefix cache lookup, then as much of the rest as the budget allows. The first one that does
-//      not fit stops admission (no overtaking).
+//      not fit stops admission (no overtaking). One exception: a request whose cached prefix
+//      continues in a slower KV tier (disk) keeps its place but is passed over while those blocks
+//      are fetched into the host tier, for at most kv_fetch_wait_ms from its first lookup; the
+//      requests behind it are admitted meanwhile.
 // A request whose tokens need more blocks than the whole pool is returned in `unfittable` (the
 // engine ends it with finish reason "length"); new requests whose prompts cannot fit are refused
 // earlier by the engine.
@@ -32,6 +35,9 @@ struct SchedulerConfig {
   // Waiting requests with allow_remote_prefill whose uncached prompt is longer than this go to
   // remote prefill at admission (blocks for the whole prompt reserved, no compute).
   int max_local_prefill_tokens = 0;
+  // How long a waiting request is held back while its prefix's blocks come up from a slower KV
+  // tier (then whatever has not arrived is recomputed).
+  int kv_fetch_wait_ms = 1000;
 };
 
 struct ScheduledRequest {
@@ -78,6 +84,8 @@ class Scheduler {
 
  private:
   void Preempt(Request* request);
+  // Whether `req` waits (this step) for the lower-tier blocks of `prefix`, starting their fetch.
+  bool WaitsForFetch(Request* req, const CachedPrefix& prefix);
   void CountPrefixLookup(Request* request, const CachedPrefix& prefix);
 
   SchedulerConfig config_;

@@ -19,6 +19,7 @@
 #include <list>
 #include <memory>
 #include <optional>
+#include <span>
 #include <unordered_map>
 #include <vector>
 
@@ -33,6 +34,12 @@ class KvTierIndex {
   // Keeps that block until Unpin (a pool block is being filled from it). False when absent.
   virtual bool Pin(uint64_t block_hash) = 0;
   virtual void Unpin(uint64_t block_hash) = 0;
+  // A block a slower tier (disk) holds and this one does not: it counts as cached only once
+  // FetchFromLowerTier has brought it up (a read of its own, checked against its checksum).
+  virtual bool InLowerTier(uint64_t /*block_hash*/) const { return false; }
+  // Starts bringing these blocks (a chain, in order) up; those already on their way count too.
+  // Returns how many are on their way (stops at the first it cannot fetch).
+  virtual int FetchFromLowerTier(std::span<const uint64_t> /*block_hashes*/) { return 0; }
 };
 
 struct HostTierStats {
@@ -77,6 +84,13 @@ class HostKvTier : public KvTierIndex {
   std::byte* SlotData(int slot) { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
   const std::byte* SlotData(int slot) const { return data_ + static_cast<size_t>(slot) * slot_bytes_; }
   uint64_t parent_hash(int slot) const { return slots_[slot].parent; }
+  uint64_t hash(int slot) const { return slots_[slot].hash; }
+  // Keeps a committed slot from being reused (a write to a slower tier reads it), without counting
+  // a hit; Unhold undoes one Hold.
+  void Hold(int slot) { ++slots_[slot].pins; }
+  void Unhold(int slot) {
+    if (slots_[slot].pins > 0) --slots_[slot].pins;
+  }
   // The slot's bytes against the checksum Commit / Seal computed (false before it is sealed).
   bool Verify(int slot) const;
   // Drops a committed block (a failed check).

@@ -13,13 +13,94 @@ double Since(std::chrono::steady_clock::time_point t0) {
 }
 }  // namespace
 
-KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes)
-    : copier_(std::move(copier)), host_(slot_bytes, host_bytes, copier_.alloc, copier_.free) {}
+KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes,
+                         const DiskTierConfig* disk, DiskIo disk_io)
+    : copier_(std::move(copier)), host_(slot_bytes, host_bytes, copier_.alloc, copier_.free) {
+  if (disk == nullptr || disk->capacity_bytes == 0 || host_.capacity_blocks() == 0) return;
+  DiskTierConfig c = *disk;
+  c.slot_bytes = slot_bytes;
+  std::string why;
+  disk_ = DiskKvTier::Open(c, &why, std::move(disk_io));
+  if (!disk_) {
+    log::warn("kv offload: no disk tier in {}: {}", c.dir, why);
+    return;
+  }
+  const DiskTierStats st = disk_->stats();
+  log::info("kv offload: disk tier {} of {} blocks ({:.1f} GiB, {}), {} kept from an earlier run",
+            disk_->path(), st.capacity_blocks,
+            static_cast<double>(st.capacity_blocks) * static_cast<double>(slot_bytes) / (1ull << 30),
+            st.direct_io ? "direct I/O" : "page cache", st.recovered);
+}
+
+KvOffloader::~KvOffloader() { disk_.reset(); }
+
+void KvOffloader::WriteThrough(int slot) {
+  if (!disk_) return;
+  if (disk_->QueueWrite(host_.hash(slot), host_.parent_hash(slot), host_.SlotData(slot),
+                        static_cast<uint64_t>(slot))) {
+    host_.Hold(slot);
+  } else {
+    ++counters_.disk_write_skipped;
+  }
+}
+
+bool KvOffloader::InLowerTier(uint64_t block_hash) const {
+  return disk_ && !host_.Contains(block_hash) && disk_->Contains(block_hash);
+}
+
+int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> block_hashes) {
+  if (!disk_) return 0;
+  int n = 0;
+  for (uint64_t h : block_hashes) {
+    if (host_.Contains(h)) continue;  // arrived meanwhile
+    if (fetching_.count(h)) {
+      ++n;
+      continue;
+    }
+    const std::optional<uint64_t> parent = disk_->Parent(h);
+    if (!parent) break;
+    const std::optional<int> slot = host_.Reserve(h, *parent);
+    if (!slot) break;  // every host slot pinned
+    if (!disk_->QueueRead(h, host_.SlotData(*slot), static_cast<uint64_t>(*slot))) {
+      host_.Abandon(*slot);
+      break;
+    }
+    fetching_[h] = *slot;
+    ++n;
+  }
+  return n;
+}
+
+void KvOffloader::Poll() {
+  if (!disk_) return;
+  for (const DiskKvTier::Completion& c : disk_->Poll()) {
+    const int slot = static_cast<int>(c.token);
+    if (c.kind == DiskKvTier::OpKind::kWrite) {
+      host_.Unhold(slot);
+      continue;
+    }
+    fetching_.erase(c.hash);
+    if (c.ok) {
+      host_.Commit(slot, /*sealed=*/true);
+      ++counters_.fetched_blocks;
+    } else {
+      host_.Abandon(slot);
+      ++counters_.fetch_failed;
+    }
+  }
+}
+
+void KvOffloader::WaitForFetch(int timeout_ms) {
+  if (disk_ && !fetching_.empty()) disk_->WaitForCompletion(timeout_ms);
+}
 
 Status KvOffloader::FinishPrevious() {
   if (unsealed_.empty() && pinned_.empty()) return Status::Ok();
   if (copier_.sync) TANDEM_RETURN_IF_ERROR(copier_.sync());
-  for (int slot : unsealed_) host_.Seal(slot);
+  for (int slot : unsealed_) {
+    host_.Seal(slot);
+    WriteThrough(slot);
+  }
   for (uint64_t h : pinned_) host_.Unpin(h);
   unsealed_.clear();
   pinned_.clear();
@@ -29,6 +110,7 @@ Status KvOffloader::FinishPrevious() {
 Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
                                   std::span<const OnboardBlock> onboard) {
   TANDEM_RETURN_IF_ERROR(FinishPrevious());
+  Poll();
   if (!evicted.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
     copies_.clear();
@@ -50,6 +132,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
       }
       host_.Commit(slot, /*sealed=*/!copier_.async);
       if (copier_.async) unsealed_.push_back(slot);
+      else WriteThrough(slot);
       ++counters_.offloaded_blocks;
       counters_.offloaded_bytes += host_.slot_bytes();
     }
@@ -89,6 +172,10 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
 OffloadStats KvOffloader::stats() const {
   OffloadStats s = counters_;
   s.host = host_.stats();
+  if (disk_) {
+    s.disk = disk_->stats();
+    s.has_disk = true;
+  }
   return s;
 }
 

@@ -1,5 +1,5 @@
-// KvOffloader: moves KV blocks between a worker's KV pool and the host tier (host_tier.h), once per
-// engine step, before the forward pass (issue 26).
+// KvOffloader: moves KV blocks between a worker's KV pool, the host tier (host_tier.h) and, below
+// it, an optional disk tier (disk_tier.h), once per engine step, before the forward pass (issue 26).
 //
 // The KV cache manager (engine/kv_cache_manager.h) reports what a step's scheduling did:
 // - EvictedBlock: a cached free pool block whose hash was dropped so the block could be reused.
@@ -13,6 +13,15 @@
 // ordered before the step's kernels. With an asynchronous copier, what this step copied into the
 // tier is sealed (checksummed) and the onboarded slots unpinned at the next BeforeForward, after
 // the copier's Sync.
+//
+// With a disk tier: every block sealed into the host tier is also written to disk in the
+// background (write-through: the host slot is held until its write finished, so that evicting it
+// from the host later costs nothing). A prefix lookup that reaches blocks only the disk holds asks
+// FetchFromLowerTier to read them (in the background, into host slots reserved for them, each
+// checked against its checksum); the scheduler holds the request back meanwhile (SchedulerConfig::
+// kv_fetch_wait_ms), and the blocks count as cached once in the host tier. A block that fails its
+// check is dropped and recomputed, never served. Poll (each step, and BeforeForward) collects what
+// the disk finished.
 #pragma once
 
 #include <cstddef>
@@ -20,9 +29,11 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
+#include "kvtier/disk_tier.h"
 #include "kvtier/host_tier.h"
 #include "model/kv_block_copy.h"
 
@@ -53,19 +64,42 @@ struct PoolCopier {
 
 struct OffloadStats {
   HostTierStats host;
+  DiskTierStats disk;       // all zero without a disk tier
+  bool has_disk = false;
+  uint64_t fetched_blocks = 0;        // disk -> host reads that landed and checked out
+  uint64_t fetch_failed = 0;          // reads that failed their check (dropped; recomputed)
+  uint64_t disk_write_skipped = 0;    // host blocks not written through (queue full, or on disk)
   uint64_t offloaded_blocks = 0, offloaded_bytes = 0;
   uint64_t onboarded_blocks = 0, onboarded_bytes = 0;
   double offload_seconds = 0, onboard_seconds = 0;
   uint64_t dropped = 0;  // evicted blocks the tier had no room for (every slot pinned)
 };
 
-class KvOffloader {
+class KvOffloader : public KvTierIndex {
  public:
-  // A host tier of host_bytes in slots of slot_bytes (num_layers x the pool's block bytes).
-  KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes);
+  // A host tier of host_bytes in slots of slot_bytes (num_layers x the pool's block bytes), and a
+  // disk tier when `disk` is set (its capacity_bytes > 0; slot_bytes is set here). A disk tier that
+  // cannot open is left off, with a log line saying why.
+  KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes,
+              const DiskTierConfig* disk = nullptr, DiskIo disk_io = {});
+  ~KvOffloader() override;
 
-  KvTierIndex* index() { return &host_; }
+  KvTierIndex* index() { return this; }
   HostKvTier& host() { return host_; }
+  DiskKvTier* disk() { return disk_.get(); }
+
+  // KvTierIndex: the host tier's blocks are the cached ones; the disk's are fetched first.
+  bool Contains(uint64_t block_hash) const override { return host_.Contains(block_hash); }
+  bool Pin(uint64_t block_hash) override { return host_.Pin(block_hash); }
+  void Unpin(uint64_t block_hash) override { host_.Unpin(block_hash); }
+  bool InLowerTier(uint64_t block_hash) const override;
+  int FetchFromLowerTier(std::span<const uint64_t> block_hashes) override;
+
+  // Collects the disk tier's finished writes and reads (nothing without one).
+  void Poll();
+  // Disk reads in flight, and a wait (at most timeout_ms) for one to finish.
+  bool fetching() const { return !fetching_.empty(); }
+  void WaitForFetch(int timeout_ms);
 
   // The step's copies: `evicted` out of the pool into the tier, then `onboard` from the tier into
   // the pool (each then unpinned). An error of the copier (or an onboard block missing from the
@@ -77,9 +111,12 @@ class KvOffloader {
 
  private:
   Status FinishPrevious();
+  void WriteThrough(int slot);
 
   PoolCopier copier_;
   HostKvTier host_;
+  std::unique_ptr<DiskKvTier> disk_;  // after host_: destroyed first (its thread reads host slots)
+  std::unordered_map<uint64_t, int> fetching_;  // hash -> host slot being read into
   OffloadStats counters_;
   std::vector<int> unsealed_;           // slots filled by the last step's asynchronous copies
   std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin

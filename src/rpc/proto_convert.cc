@@ -212,6 +212,17 @@ void ToProto(const EngineClientStats& stats, const ServedModelInfo& info, bool r
   out->set_kv_onboarded_bytes(stats.engine.kv_onboarded_bytes);
   out->set_kv_offload_seconds(stats.engine.kv_offload_seconds);
   out->set_kv_onboard_seconds(stats.engine.kv_onboard_seconds);
+  out->set_kv_offload_disk_blocks(stats.engine.kv_offload_disk_blocks);
+  out->set_kv_offload_disk_capacity_blocks(stats.engine.kv_offload_disk_capacity_blocks);
+  out->set_kv_offload_disk_written_blocks(stats.engine.kv_offload_disk_written_blocks);
+  out->set_kv_offload_disk_written_bytes(stats.engine.kv_offload_disk_written_bytes);
+  out->set_kv_offload_disk_read_blocks(stats.engine.kv_offload_disk_read_blocks);
+  out->set_kv_offload_disk_read_bytes(stats.engine.kv_offload_disk_read_bytes);
+  out->set_kv_offload_disk_write_seconds(stats.engine.kv_offload_disk_write_seconds);
+  out->set_kv_offload_disk_read_seconds(stats.engine.kv_offload_disk_read_seconds);
+  out->set_kv_offload_disk_write_errors(stats.engine.kv_offload_disk_write_errors);
+  out->set_kv_offload_disk_corrupt(stats.engine.kv_offload_disk_corrupt);
+  out->set_kv_offload_fetched_blocks(stats.engine.kv_offload_fetched_blocks);
 }
 
 EngineClientStats StatsFromProto(const v1::HealthResponse& in) {
@@ -231,6 +242,17 @@ EngineClientStats StatsFromProto(const v1::HealthResponse& in) {
   s.engine.kv_onboarded_bytes = in.kv_onboarded_bytes();
   s.engine.kv_offload_seconds = in.kv_offload_seconds();
   s.engine.kv_onboard_seconds = in.kv_onboard_seconds();
+  s.engine.kv_offload_disk_blocks = in.kv_offload_disk_blocks();
+  s.engine.kv_offload_disk_capacity_blocks = in.kv_offload_disk_capacity_blocks();
+  s.engine.kv_offload_disk_written_blocks = in.kv_offload_disk_written_blocks();
+  s.engine.kv_offload_disk_written_bytes = in.kv_offload_disk_written_bytes();
+  s.engine.kv_offload_disk_read_blocks = in.kv_offload_disk_read_blocks();
+  s.engine.kv_offload_disk_read_bytes = in.kv_offload_disk_read_bytes();
+  s.engine.kv_offload_disk_write_seconds = in.kv_offload_disk_write_seconds();
+  s.engine.kv_offload_disk_read_seconds = in.kv_offload_disk_read_seconds();
+  s.engine.kv_offload_disk_write_errors = in.kv_offload_disk_write_errors();
+  s.engine.kv_offload_disk_corrupt = in.kv_offload_disk_corrupt();
+  s.engine.kv_offload_fetched_blocks = in.kv_offload_fetched_blocks();
   return s;
 }
 

@@ -440,6 +440,17 @@ EngineClientStats RemoteEngineClient::Stats() const {
     s.engine.kv_onboarded_bytes += e.kv_onboarded_bytes;
     s.engine.kv_offload_seconds += e.kv_offload_seconds;
     s.engine.kv_onboard_seconds += e.kv_onboard_seconds;
+    s.engine.kv_offload_disk_blocks += e.kv_offload_disk_blocks;
+    s.engine.kv_offload_disk_capacity_blocks += e.kv_offload_disk_capacity_blocks;
+    s.engine.kv_offload_disk_written_blocks += e.kv_offload_disk_written_blocks;
+    s.engine.kv_offload_disk_written_bytes += e.kv_offload_disk_written_bytes;
+    s.engine.kv_offload_disk_read_blocks += e.kv_offload_disk_read_blocks;
+    s.engine.kv_offload_disk_read_bytes += e.kv_offload_disk_read_bytes;
+    s.engine.kv_offload_disk_write_seconds += e.kv_offload_disk_write_seconds;
+    s.engine.kv_offload_disk_read_seconds += e.kv_offload_disk_read_seconds;
+    s.engine.kv_offload_disk_write_errors += e.kv_offload_disk_write_errors;
+    s.engine.kv_offload_disk_corrupt += e.kv_offload_disk_corrupt;
+    s.engine.kv_offload_fetched_blocks += e.kv_offload_fetched_blocks;
   }
   s.num_pending = static_cast<int>(impl_->calls.size() + impl_->parked.size());
   return s;

@@ -91,7 +91,18 @@ std::string FormatKvOffloadLine(const EngineStats& s) {
       s.kv_offload_host_blocks, s.kv_offload_host_capacity_blocks, s.kv_offloaded_blocks,
       s.kv_offloaded_bytes / 1e6, s.kv_offload_seconds, rate(s.kv_offloaded_bytes, s.kv_offload_seconds),
       s.kv_onboarded_blocks, s.kv_onboarded_bytes / 1e6, s.kv_onboard_seconds,
-      rate(s.kv_onboarded_bytes, s.kv_onboard_seconds), s.prefix_cache_hits, s.prefix_cache_queries);
+      rate(s.kv_onboarded_bytes, s.kv_onboard_seconds), s.prefix_cache_hits, s.prefix_cache_queries) +
+         (s.kv_offload_disk_capacity_blocks == 0
+              ? std::string()
+              : fmt::format("; disk tier {}/{} blocks, wrote {} ({:.1f} MB, {:.2f} GB/s), read {} "
+                            "({:.1f} MB, {:.2f} GB/s), {} fetched, {} corrupt, {} write errors",
+                            s.kv_offload_disk_blocks, s.kv_offload_disk_capacity_blocks,
+                            s.kv_offload_disk_written_blocks, s.kv_offload_disk_written_bytes / 1e6,
+                            rate(s.kv_offload_disk_written_bytes, s.kv_offload_disk_write_seconds),
+                            s.kv_offload_disk_read_blocks, s.kv_offload_disk_read_bytes / 1e6,
+                            rate(s.kv_offload_disk_read_bytes, s.kv_offload_disk_read_seconds),
+                            s.kv_offload_fetched_blocks, s.kv_offload_disk_corrupt,
+                            s.kv_offload_disk_write_errors));
 }
 
 }  // namespace tandem::worker
