@@ -10,8 +10,11 @@
 # MODE agg (default: one process) or disagg (tandem run's prefill + decode workers: the decode
 # worker's tier serves the returning turns); TOKENIZER: the model directory whose tokenizer.json
 # the bench builds prompts with (default: tandem bench's, the bundled model).
+# DISK_GIB (default unset): a third run, the host tier plus a disk tier of that size in $OUT/kv-disk
+# (started empty), compared with the host tier alone; give OFFLOAD_GIB a host tier smaller than the
+# workload's history so that blocks must come back from the disk.
 # Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
-# NUM_KV_BLOCKS, OFFLOAD_GIB, BENCH_ARGS)
+# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS)
 set -euo pipefail
 BUILD=${1:-build}
 T=$(realpath "$BUILD/tandem")
@@ -33,12 +36,19 @@ PID=""
 cleanup() { [ -n "$PID" ] && kill "$PID" 2>/dev/null; wait 2>/dev/null || true; }
 trap cleanup EXIT
 
-for mode in off on; do
+MODES="off on"
+[ -n "${DISK_GIB:-}" ] && MODES="off on disk"
+for mode in $MODES; do
   gib=0
-  [ "$mode" = on ] && gib=$OFFLOAD_GIB
+  [ "$mode" != off ] && gib=$OFFLOAD_GIB
+  extra=()
+  if [ "$mode" = disk ]; then
+    rm -rf "$OUT/kv-disk"
+    extra=(--kv-offload-disk-dir "$OUT/kv-disk" --kv-offload-disk-gib "$DISK_GIB")
+  fi
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   "$T" run --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" --kv-offload-host-gib "$gib" \
-    > "$OUT/server-$mode.log" 2>&1 &
+    "${extra[@]}" > "$OUT/server-$mode.log" 2>&1 &
   PID=$!
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:$port/v1/models" > /dev/null && break
@@ -55,10 +65,14 @@ for mode in off on; do
   PID=""
 done
 
-for mode in off on; do
-  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode = on ] && echo "$OFFLOAD_GIB" || echo 0))"
+for mode in $MODES; do
+  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode != off ] && echo "$OFFLOAD_GIB" || echo 0)$([ $mode = disk ] && echo ", --kv-offload-disk-gib $DISK_GIB"))"
   grep -E "^\||TTFT first" "$OUT/bench-$mode.txt"
   cat "$OUT/metrics-$mode.txt"
 done
 echo "== compare: B (host tier on) over A (off)"
 "$T" bench compare "$OUT/bench-off.json" "$OUT/bench-on.json"
+if [ -n "${DISK_GIB:-}" ]; then
+  echo "== compare: B (host + disk tier) over A (host tier alone)"
+  "$T" bench compare "$OUT/bench-on.json" "$OUT/bench-disk.json"
+fi

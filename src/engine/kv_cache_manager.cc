@@ -35,9 +35,10 @@ CachedPrefix KVCacheManager::FindCachedPrefix(std::span<const uint64_t> block_ha
 
 int KVCacheManager::FetchLowerTier(const CachedPrefix& prefix, std::span<const uint64_t> block_hashes) {
   if (tier_ == nullptr || prefix.lower_tier_blocks == 0) return 0;
-  const size_t from = prefix.block_ids.size() + prefix.tier_hashes.size();
-  if (from + prefix.lower_tier_blocks > block_hashes.size()) return 0;
-  return tier_->FetchFromLowerTier(block_hashes.subspan(from, prefix.lower_tier_blocks));
+  const size_t from = prefix.block_ids.size();
+  const size_t n = prefix.tier_hashes.size() + static_cast<size_t>(prefix.lower_tier_blocks);
+  if (from + n > block_hashes.size()) return 0;
+  return tier_->FetchFromLowerTier(block_hashes.subspan(from, n), prefix.tier_hashes.size());
 }
 
 void KVCacheManager::SetTier(kvtier::KvTierIndex* tier) {

@@ -37,9 +37,11 @@ class KvTierIndex {
   // A block a slower tier (disk) holds and this one does not: it counts as cached only once
   // FetchFromLowerTier has brought it up (a read of its own, checked against its checksum).
   virtual bool InLowerTier(uint64_t /*block_hash*/) const { return false; }
-  // Starts bringing these blocks (a chain, in order) up; those already on their way count too.
-  // Returns how many are on their way (stops at the first it cannot fetch).
-  virtual int FetchFromLowerTier(std::span<const uint64_t> /*block_hashes*/) { return 0; }
+  // `chain`: a prefix's blocks this tier holds (the first `num_here`), then those a slower tier
+  // holds. Starts bringing the latter up, in order, as far as this tier can hold them beside the
+  // former; those already on their way count too. Returns how many are on their way (0: the caller
+  // should not wait).
+  virtual int FetchFromLowerTier(std::span<const uint64_t> /*chain*/, size_t /*num_here*/) { return 0; }
 };
 
 struct HostTierStats {

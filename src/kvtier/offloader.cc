@@ -1,5 +1,6 @@
 #include "kvtier/offloader.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -48,10 +49,17 @@ bool KvOffloader::InLowerTier(uint64_t block_hash) const {
   return disk_ && !host_.Contains(block_hash) && disk_->Contains(block_hash);
 }
 
-int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> block_hashes) {
-  if (!disk_) return 0;
+int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_here) {
+  if (!disk_ || num_here > chain.size()) return 0;
+  // The chain's host blocks become the most recently used, so that the slots reserved below are
+  // taken from other blocks; and no more is fetched than fits beside them (a prefix longer than
+  // the host tier would otherwise evict its own first blocks while its last ones arrive).
+  for (size_t i = 0; i < num_here; ++i) (void)host_.Find(chain[i]);
+  const size_t room = static_cast<size_t>(host_.capacity_blocks()) > num_here
+                          ? static_cast<size_t>(host_.capacity_blocks()) - num_here
+                          : 0;
   int n = 0;
-  for (uint64_t h : block_hashes) {
+  for (uint64_t h : chain.subspan(num_here, std::min(room, chain.size() - num_here))) {
     if (host_.Contains(h)) continue;  // arrived meanwhile
     if (fetching_.count(h)) {
       ++n;

@@ -93,7 +93,7 @@ class KvOffloader : public KvTierIndex {
   bool Pin(uint64_t block_hash) override { return host_.Pin(block_hash); }
   void Unpin(uint64_t block_hash) override { host_.Unpin(block_hash); }
   bool InLowerTier(uint64_t block_hash) const override;
-  int FetchFromLowerTier(std::span<const uint64_t> block_hashes) override;
+  int FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_here) override;
 
   // Collects the disk tier's finished writes and reads (nothing without one).
   void Poll();

@@ -125,6 +125,24 @@ TEST_F(KvOffloadDiskTest, APrefixPushedOutOfPoolAndHostComesBackFromDisk) {
   EXPECT_EQ(s.num_kv_blocks_used, 0);
 }
 
+TEST_F(KvOffloadDiskTest, APrefixLongerThanTheHostTierBringsBackWhatFits) {
+  // A host tier of 3 blocks and a 5-block prefix on disk: 3 come back (the first ones of the
+  // chain, not evicting each other), the other 2 are recomputed, the tokens are the same.
+  {
+    auto disk = MakeEngine(6, 64u << 20);
+    ASSERT_TRUE(disk);
+    (void)RunWaves(*disk, kFirst);
+  }
+  auto none = MakeEngine(0, 0);
+  auto small = MakeEngine(3, 64u << 20);
+  ASSERT_TRUE(none && small);
+  const auto want = RunWaves(*none, kReturn);
+  const auto got = RunWaves(*small, kReturn);
+  EXPECT_EQ(got.at("a2").token_ids, want.at("a2").token_ids);
+  EXPECT_EQ(got.at("a2").num_cached_tokens, 3 * kBlock);
+  EXPECT_EQ(small->Stats().kv_offload_fetched_blocks, 3u);
+}
+
 TEST_F(KvOffloadDiskTest, ACorruptedSlabIsRecomputedNotServed) {
   auto none = MakeEngine(0, 0);
   ASSERT_TRUE(none);
