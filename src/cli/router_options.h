@@ -18,8 +18,11 @@ struct RouterOptions {
   std::string mode = "kv";
   double temperature = 0.0;
   double overlap_weight = 1.0;
+  double host_hit_weight = 0.8;  // KvRouterConfig's: a host-tier hit against a pool hit
+  double disk_hit_weight = 0.5;
 
-  // Sets mode, temperature and overlap_weight of `config`; InvalidArgument for a bad value.
+  // Sets mode, temperature, overlap_weight and the tier hit weights of `config`; InvalidArgument
+  // for a bad value.
   Status ToConfig(router::KvRouterConfig* config) const;
   // The flags that reproduce these options on a `tandem frontend` command line.
   std::vector<std::string> Args() const;

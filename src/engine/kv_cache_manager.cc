@@ -44,6 +44,7 @@ int KVCacheManager::FetchLowerTier(const CachedPrefix& prefix, std::span<const u
 void KVCacheManager::SetTier(kvtier::KvTierIndex* tier) {
   tier_ = tier;
   pool_.set_reuse_log(tier != nullptr ? &evicted_ : nullptr);
+  if (tier_ != nullptr && events_) tier_->EnableTierEvents();
 }
 
 bool KVCacheManager::AllocateSlots(const std::string& request_id, int num_total_tokens,
@@ -127,10 +128,21 @@ void KVCacheManager::EnableEvents() {
   if (events_) return;
   events_ = std::make_unique<KvEventRecorder>();
   pool_.set_event_recorder(events_.get());
+  if (tier_ != nullptr) tier_->EnableTierEvents();
 }
 
 std::vector<KvEvent> KVCacheManager::TakeEvents() {
-  if (!events_ || events_->empty()) return {};
+  if (!events_) return {};
+  if (tier_ != nullptr) {  // the tiers' changes of this step, after the pool's
+    std::vector<kvtier::TierEvent> tier_events;
+    tier_->TakeTierEvents(&tier_events);
+    for (const kvtier::TierEvent& e : tier_events) {
+      const KvTier tier = static_cast<KvTier>(e.tier);
+      if (e.stored) events_->Stored(e.parent, e.hash, tier);
+      else events_->Removed(e.hash, tier);
+    }
+  }
+  if (events_->empty()) return {};
   return events_->Take();
 }
 
@@ -138,6 +150,13 @@ KvCacheSnapshot KVCacheManager::Snapshot() const {
   KvCacheSnapshot snapshot;
   snapshot.last_event_id = events_ ? events_->last_event_id() : 0;
   snapshot.blocks = pool_.CachedBlocks();
+  if (tier_ != nullptr) {
+    std::vector<kvtier::TierBlock> blocks;
+    tier_->ListTierBlocks(&blocks);
+    for (const kvtier::TierBlock& b : blocks) {
+      snapshot.blocks.push_back({b.hash, b.parent, static_cast<KvTier>(b.tier)});
+    }
+  }
   return snapshot;
 }
 

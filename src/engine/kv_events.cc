@@ -4,25 +4,33 @@
 
 namespace tandem {
 
-void KvEventRecorder::Stored(uint64_t parent_hash, uint64_t block_hash) {
+const char* KvTierName(KvTier tier) {
+  switch (tier) {
+    case KvTier::kHost: return "host";
+    case KvTier::kDisk: return "disk";
+    default: return "device";
+  }
+}
+
+void KvEventRecorder::Stored(uint64_t parent_hash, uint64_t block_hash, KvTier tier) {
   if (!pending_.empty()) {
     if (auto* s = std::get_if<KvStoredEvent>(&pending_.back().data);
-        s && !s->block_hashes.empty() && s->block_hashes.back() == parent_hash) {
+        s && s->tier == tier && !s->block_hashes.empty() && s->block_hashes.back() == parent_hash) {
       s->block_hashes.push_back(block_hash);
       return;
     }
   }
-  pending_.push_back(KvEvent{0, KvStoredEvent{parent_hash, {block_hash}}});
+  pending_.push_back(KvEvent{0, KvStoredEvent{parent_hash, {block_hash}, tier}});
 }
 
-void KvEventRecorder::Removed(uint64_t block_hash) {
+void KvEventRecorder::Removed(uint64_t block_hash, KvTier tier) {
   if (!pending_.empty()) {
-    if (auto* r = std::get_if<KvRemovedEvent>(&pending_.back().data)) {
+    if (auto* r = std::get_if<KvRemovedEvent>(&pending_.back().data); r && r->tier == tier) {
       r->block_hashes.push_back(block_hash);
       return;
     }
   }
-  pending_.push_back(KvEvent{0, KvRemovedEvent{{block_hash}}});
+  pending_.push_back(KvEvent{0, KvRemovedEvent{{block_hash}, tier}});
 }
 
 void KvEventRecorder::Cleared() {
@@ -91,6 +99,19 @@ Result<std::vector<uint64_t>> HashesFromJson(const nlohmann::json& j, const char
   return out;
 }
 
+// An event's "tier" (absent: the device pool).
+Result<KvTier> TierFromJson(const nlohmann::json& event, const char* what) {
+  auto it = event.find("tier");
+  if (it == event.end()) return KvTier::kDevice;
+  if (it->is_string()) {
+    const std::string& t = it->get_ref<const std::string&>();
+    if (t == "device") return KvTier::kDevice;
+    if (t == "host") return KvTier::kHost;
+    if (t == "disk") return KvTier::kDisk;
+  }
+  return Err(StatusCode::kInvalidArgument, "{}: tier is not \"device\", \"host\" or \"disk\"", what);
+}
+
 Result<int> IntField(const nlohmann::json& j, const char* name) {
   auto it = j.find(name);
   if (it == j.end() || !it->is_number_integer()) {
@@ -105,8 +126,10 @@ nlohmann::json ToJson(const KvEvent& event) {
   nlohmann::json data;
   if (const auto* s = std::get_if<KvStoredEvent>(&event.data)) {
     data["stored"] = {{"parent_hash", s->parent_hash}, {"block_hashes", s->block_hashes}};
+    if (s->tier != KvTier::kDevice) data["stored"]["tier"] = KvTierName(s->tier);
   } else if (const auto* r = std::get_if<KvRemovedEvent>(&event.data)) {
     data["removed"] = {{"block_hashes", r->block_hashes}};
+    if (r->tier != KvTier::kDevice) data["removed"]["tier"] = KvTierName(r->tier);
   } else {
     data["cleared"] = nlohmann::json::object();
   }
@@ -131,12 +154,14 @@ Result<KvEvent> KvEventFromJson(const nlohmann::json& j) {
     }
     s.parent_hash = parent->get<uint64_t>();
     TANDEM_ASSIGN_OR_RETURN(s.block_hashes, HashesFromJson(it->value("block_hashes", nlohmann::json()), "stored"));
+    TANDEM_ASSIGN_OR_RETURN(s.tier, TierFromJson(*it, "stored"));
     e.data = std::move(s);
   } else if (auto it = data.find("removed"); it != data.end()) {
     // value() throws on a non-object: a worker's bad payload must not end the router's process.
     if (!it->is_object()) return Status(StatusCode::kInvalidArgument, "removed: not an object");
     KvRemovedEvent r;
     TANDEM_ASSIGN_OR_RETURN(r.block_hashes, HashesFromJson(it->value("block_hashes", nlohmann::json()), "removed"));
+    TANDEM_ASSIGN_OR_RETURN(r.tier, TierFromJson(*it, "removed"));
     e.data = std::move(r);
   } else if (data.contains("cleared")) {
     e.data = KvClearedEvent{};
@@ -165,7 +190,11 @@ Result<KvLoad> KvLoadFromJson(const nlohmann::json& j) {
 
 nlohmann::json ToJson(const KvCacheSnapshot& snapshot) {
   nlohmann::json blocks = nlohmann::json::array();
-  for (const KvCachedBlock& b : snapshot.blocks) blocks.push_back({b.block_hash, b.parent_hash});
+  // [block_hash, parent_hash], a tier's block [block_hash, parent_hash, tier (1 host, 2 disk)].
+  for (const KvCachedBlock& b : snapshot.blocks) {
+    if (b.tier == KvTier::kDevice) blocks.push_back({b.block_hash, b.parent_hash});
+    else blocks.push_back({b.block_hash, b.parent_hash, static_cast<uint64_t>(b.tier)});
+  }
   return {{"last_event_id", snapshot.last_event_id},
           {"blocks", std::move(blocks)},
           {"load", ToJson(snapshot.load)}};
@@ -180,11 +209,15 @@ Result<KvCacheSnapshot> KvCacheSnapshotFromJson(const nlohmann::json& j) {
   KvCacheSnapshot s;
   s.last_event_id = j["last_event_id"].get<uint64_t>();
   for (const auto& b : j["blocks"]) {
-    if (!b.is_array() || b.size() != 2 || !b[0].is_number_unsigned() || !b[1].is_number_unsigned()) {
+    if (!b.is_array() || (b.size() != 2 && b.size() != 3) || !b[0].is_number_unsigned() ||
+        !b[1].is_number_unsigned() ||
+        (b.size() == 3 && (!b[2].is_number_unsigned() || b[2].get<uint64_t>() >= kNumKvTiers))) {
       return Status(StatusCode::kInvalidArgument,
-                    "a snapshot block is not [block_hash, parent_hash] (unsigned integers)");
+                    "a snapshot block is not [block_hash, parent_hash] or [block_hash, parent_hash, "
+                    "tier] (unsigned integers, tier 0-2)");
     }
-    s.blocks.push_back({b[0].get<uint64_t>(), b[1].get<uint64_t>()});
+    s.blocks.push_back({b[0].get<uint64_t>(), b[1].get<uint64_t>(),
+                        b.size() == 3 ? static_cast<KvTier>(b[2].get<uint64_t>()) : KvTier::kDevice});
   }
   TANDEM_ASSIGN_OR_RETURN(s.load, KvLoadFromJson(j["load"]));
   return s;

@@ -7,6 +7,9 @@
 //                                      is block_hashes[i-1].
 //   removed{[block_hash]}              these hashes were evicted (no longer findable).
 //   cleared{}                          nothing is cached any more.
+// stored and removed name a tier (issue 26): the device pool (the default, left out of the JSON),
+// the host tier or the disk tier below it (kvtier/). A block may be in several tiers at once; the
+// router weighs a host or disk hit below a pool hit (router/kv_router.h).
 //
 // Every event carries a per-worker sequence number `event_id`: 1 for the first event an engine
 // publishes, then +1 per event with no holes. A consumer that sees event_id jump has lost events and
@@ -30,13 +33,20 @@
 
 namespace tandem {
 
+// Where a block is: the KV pool (GPU or CPU engine memory), the host tier, the disk tier.
+enum class KvTier : uint8_t { kDevice = 0, kHost = 1, kDisk = 2 };
+inline constexpr int kNumKvTiers = 3;
+const char* KvTierName(KvTier tier);  // "device", "host", "disk"
+
 struct KvStoredEvent {
   uint64_t parent_hash = 0;
   std::vector<uint64_t> block_hashes;
+  KvTier tier = KvTier::kDevice;
   bool operator==(const KvStoredEvent&) const = default;
 };
 struct KvRemovedEvent {
   std::vector<uint64_t> block_hashes;
+  KvTier tier = KvTier::kDevice;
   bool operator==(const KvRemovedEvent&) const = default;
 };
 struct KvClearedEvent {
@@ -68,10 +78,12 @@ struct KvEventBatch {
 struct KvCachedBlock {
   uint64_t block_hash = 0;
   uint64_t parent_hash = 0;  // 0: a prompt's first block
+  KvTier tier = KvTier::kDevice;
   bool operator==(const KvCachedBlock&) const = default;
 };
 
-// Every block an engine has cached (findable by hash: in use or free), consistent with the event
+// Every block an engine has cached (findable by hash: in use or free; and its tiers' blocks, each
+// with its tier), consistent with the event
 // stream up to and including last_event_id (0: before any event).
 struct KvCacheSnapshot {
   uint64_t last_event_id = 0;
@@ -92,8 +104,8 @@ class KvEventSink {
 // extends that event; removes following removes form one event. Not thread-safe (engine thread).
 class KvEventRecorder {
  public:
-  void Stored(uint64_t parent_hash, uint64_t block_hash);
-  void Removed(uint64_t block_hash);
+  void Stored(uint64_t parent_hash, uint64_t block_hash, KvTier tier = KvTier::kDevice);
+  void Removed(uint64_t block_hash, KvTier tier = KvTier::kDevice);
   void Cleared();  // drops what is pending (it is superseded) and records cleared{}
   bool empty() const { return pending_.empty(); }
   // The pending events with their event_ids assigned (consecutive, after the last taken one).

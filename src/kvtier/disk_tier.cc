@@ -324,7 +324,9 @@ void DiskKvTier::Run() {
       op = ops_.front();
       ops_.pop_front();
     }
-    const bool ok = op.kind == OpKind::kWrite ? DoWrite(op) : DoRead(op);
+    uint64_t evicted = 0;
+    bool dropped = false;
+    const bool ok = op.kind == OpKind::kWrite ? DoWrite(op, &evicted) : DoRead(op, &dropped);
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (op.kind == OpKind::kWrite) {
@@ -332,19 +334,28 @@ void DiskKvTier::Run() {
         --queued_write_count_;
       }
       --in_flight_;
-      done_.push_back({op.kind, op.hash, op.token, ok});
+      done_.push_back({op.kind, op.hash, op.token, ok, op.parent, evicted, dropped});
     }
     done_cv_.notify_all();
   }
 }
 
-int DiskKvTier::TakeSlot() {
+std::vector<std::pair<uint64_t, uint64_t>> DiskKvTier::Blocks() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<std::pair<uint64_t, uint64_t>> out;
+  out.reserve(index_.size());
+  for (const auto& [hash, slot] : index_) out.emplace_back(hash, slots_[slot].parent);
+  return out;
+}
+
+int DiskKvTier::TakeSlot(uint64_t* evicted) {
   if (!free_.empty()) {
     const int s = free_.back();
     free_.pop_back();
     return s;
   }
   const int s = lru_.front();
+  *evicted = slots_[s].hash;
   Forget(s);
   ++stats_.evicted;
   return s;
@@ -376,13 +387,13 @@ int Transfer(const Fn& fn, int fd, Ptr buf, size_t n, off_t off) {
 }
 }  // namespace
 
-bool DiskKvTier::DoWrite(const Op& op) {
+bool DiskKvTier::DoWrite(const Op& op, uint64_t* evicted) {
   int slot;
   uint64_t sequence;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (index_.count(op.hash)) return true;
-    slot = TakeSlot();  // out of the index and the LRU list until written
+    slot = TakeSlot(evicted);  // out of the index and the LRU list until written
     sequence = next_sequence_++;
   }
   const auto t0 = std::chrono::steady_clock::now();
@@ -424,7 +435,7 @@ bool DiskKvTier::DoWrite(const Op& op) {
   return true;
 }
 
-bool DiskKvTier::DoRead(const Op& op) {
+bool DiskKvTier::DoRead(const Op& op, bool* dropped) {
   int slot;
   uint64_t checksum;
   {
@@ -458,6 +469,7 @@ bool DiskKvTier::DoRead(const Op& op) {
   if (err != 0 || what != nullptr) {
     Forget(slot);
     free_.push_back(slot);
+    *dropped = true;
     ++stats_.corrupt;
     uint64_t quiet = 0;
     if (ReadErrors().ShouldLog(&quiet)) {

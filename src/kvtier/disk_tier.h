@@ -78,6 +78,9 @@ class DiskKvTier {
     uint64_t hash = 0;
     uint64_t token = 0;  // the caller's
     bool ok = false;
+    uint64_t parent = 0;       // a write's
+    uint64_t evicted = 0;      // a write's: the block it overwrote for room (0: none)
+    bool dropped = false;      // a read's: the block failed its check and left the disk
   };
 
   // Opens (or creates) the slab file. nullptr with `why_not` set when the tier cannot work: the
@@ -103,6 +106,8 @@ class DiskKvTier {
   // Waits until a completion is pending or `timeout_ms` passed.
   void WaitForCompletion(int timeout_ms);
   int in_flight() const;
+  // Every block on disk now: (hash, parent).
+  std::vector<std::pair<uint64_t, uint64_t>> Blocks() const;
   DiskTierStats stats() const;
   const std::string& path() const { return path_; }
 
@@ -123,9 +128,9 @@ class DiskKvTier {
   bool Init(std::string* why_not);
   void Recover();
   void Run();
-  bool DoWrite(const Op& op);
-  bool DoRead(const Op& op);
-  int TakeSlot();                   // under mu_: a free slot or the least recently used
+  bool DoWrite(const Op& op, uint64_t* evicted);
+  bool DoRead(const Op& op, bool* dropped);
+  int TakeSlot(uint64_t* evicted);  // under mu_: a free slot or the least recently used
   void Forget(int slot);            // under mu_
   off_t SlotOffset(int slot) const;
 

@@ -55,6 +55,7 @@ std::optional<int> HostKvTier::Reserve(uint64_t block_hash, uint64_t parent_hash
       }
     }
     if (slot < 0) return std::nullopt;
+    evicted_log_.push_back(slots_[slot].hash);
     Release(slot);
     free_slots_.pop_back();  // Release put it there
     ++evicted_;

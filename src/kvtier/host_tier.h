@@ -21,9 +21,25 @@
 #include <optional>
 #include <span>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 namespace tandem::kvtier {
+
+// A tier below the pool, as KV events name it (engine/kv_events.h's KvTier: 0 is the pool).
+enum class TierKind : uint8_t { kHost = 1, kDisk = 2 };
+// A block that became findable in a tier, or stopped being (for the router's KV events).
+struct TierEvent {
+  bool stored = true;
+  TierKind tier = TierKind::kHost;
+  uint64_t hash = 0;
+  uint64_t parent = 0;  // stored only
+};
+struct TierBlock {
+  TierKind tier = TierKind::kHost;
+  uint64_t hash = 0;
+  uint64_t parent = 0;
+};
 
 // What the KV cache manager asks of the tiers below the pool (engine/kv_cache_manager.h).
 class KvTierIndex {
@@ -42,6 +58,11 @@ class KvTierIndex {
   // former; those already on their way count too. Returns how many are on their way (0: the caller
   // should not wait).
   virtual int FetchFromLowerTier(std::span<const uint64_t> /*chain*/, size_t /*num_here*/) { return 0; }
+  // The tiers' changes since the last call, in order (appended to `out`); and every block the
+  // tiers hold now, consistent with the changes taken so far.
+  virtual void EnableTierEvents() {}  // until called, nothing is recorded
+  virtual void TakeTierEvents(std::vector<TierEvent>* /*out*/) {}
+  virtual void ListTierBlocks(std::vector<TierBlock>* /*out*/) const {}
 };
 
 struct HostTierStats {
@@ -99,6 +120,13 @@ class HostKvTier : public KvTierIndex {
   void Drop(uint64_t block_hash);
 
   HostTierStats stats() const;
+  // Hashes of committed blocks dropped for room since the last call (Reserve's evictions).
+  std::vector<uint64_t> TakeEvicted() { return std::exchange(evicted_log_, {}); }
+  // Every committed block: (hash, parent).
+  template <typename F>
+  void ForEachBlock(F&& f) const {
+    for (const auto& [hash, slot] : index_) f(hash, slots_[slot].parent);
+  }
 
  private:
   struct Slot {
@@ -121,6 +149,7 @@ class HostKvTier : public KvTierIndex {
   std::unordered_map<uint64_t, int> index_;  // committed hash -> slot
   std::unordered_map<uint64_t, int> reserved_;  // reserved, not yet committed
   uint64_t stored_ = 0, evicted_ = 0, hits_ = 0;
+  std::vector<uint64_t> evicted_log_;
 };
 
 }  // namespace tandem::kvtier

@@ -26,6 +26,7 @@ KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes
     log::warn("kv offload: no disk tier in {}: {}", c.dir, why);
     return;
   }
+  for (const auto& [h, parent] : disk_->Blocks()) disk_view_[h] = parent;
   const DiskTierStats st = disk_->stats();
   log::info("kv offload: disk tier {} of {} blocks ({:.1f} GiB, {}), {} kept from an earlier run",
             disk_->path(), st.capacity_blocks,
@@ -34,6 +35,39 @@ KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes
 }
 
 KvOffloader::~KvOffloader() { disk_.reset(); }
+
+void KvOffloader::Record(bool stored, TierKind tier, uint64_t hash, uint64_t parent) {
+  if (tier == TierKind::kDisk) {
+    if (stored) disk_view_[hash] = parent;
+    else if (disk_view_.erase(hash) == 0) return;  // never reported
+  }
+  if (events_) tier_events_.push_back({stored, tier, hash, parent});
+}
+
+std::optional<int> KvOffloader::Reserve(uint64_t hash, uint64_t parent) {
+  const std::optional<int> slot = host_.Reserve(hash, parent);
+  for (uint64_t h : host_.TakeEvicted()) Record(false, TierKind::kHost, h);
+  return slot;
+}
+
+void KvOffloader::HostStored(int slot) {
+  Record(true, TierKind::kHost, host_.hash(slot), host_.parent_hash(slot));
+}
+
+void KvOffloader::EnableTierEvents() {
+  if (events_) return;
+  events_ = true;  // what the tiers hold already is in the snapshot (ListTierBlocks)
+}
+
+void KvOffloader::TakeTierEvents(std::vector<TierEvent>* out) {
+  out->insert(out->end(), tier_events_.begin(), tier_events_.end());
+  tier_events_.clear();
+}
+
+void KvOffloader::ListTierBlocks(std::vector<TierBlock>* out) const {
+  host_.ForEachBlock([&](uint64_t h, uint64_t parent) { out->push_back({TierKind::kHost, h, parent}); });
+  for (const auto& [h, parent] : disk_view_) out->push_back({TierKind::kDisk, h, parent});
+}
 
 void KvOffloader::WriteThrough(int slot) {
   if (!disk_) return;
@@ -67,7 +101,7 @@ int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_
     }
     const std::optional<uint64_t> parent = disk_->Parent(h);
     if (!parent) break;
-    const std::optional<int> slot = host_.Reserve(h, *parent);
+    const std::optional<int> slot = Reserve(h, *parent);
     if (!slot) break;  // every host slot pinned
     if (!disk_->QueueRead(h, host_.SlotData(*slot), static_cast<uint64_t>(*slot))) {
       host_.Abandon(*slot);
@@ -85,11 +119,15 @@ void KvOffloader::Poll() {
     const int slot = static_cast<int>(c.token);
     if (c.kind == DiskKvTier::OpKind::kWrite) {
       host_.Unhold(slot);
+      if (c.evicted != 0) Record(false, TierKind::kDisk, c.evicted);
+      if (c.ok) Record(true, TierKind::kDisk, c.hash, c.parent);
       continue;
     }
     fetching_.erase(c.hash);
+    if (c.dropped) Record(false, TierKind::kDisk, c.hash);
     if (c.ok) {
       host_.Commit(slot, /*sealed=*/true);
+      HostStored(slot);
       ++counters_.fetched_blocks;
     } else {
       host_.Abandon(slot);
@@ -124,7 +162,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     copies_.clear();
     std::vector<int> slots;
     for (const EvictedBlock& e : evicted) {
-      const std::optional<int> slot = host_.Reserve(e.hash, e.parent_hash);
+      const std::optional<int> slot = Reserve(e.hash, e.parent_hash);
       if (!slot) {
         if (!host_.Contains(e.hash)) ++counters_.dropped;  // every slot pinned
         continue;
@@ -139,6 +177,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
         continue;
       }
       host_.Commit(slot, /*sealed=*/!copier_.async);
+      HostStored(slot);
       if (copier_.async) unsealed_.push_back(slot);
       else WriteThrough(slot);
       ++counters_.offloaded_blocks;

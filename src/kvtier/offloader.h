@@ -94,6 +94,9 @@ class KvOffloader : public KvTierIndex {
   void Unpin(uint64_t block_hash) override { host_.Unpin(block_hash); }
   bool InLowerTier(uint64_t block_hash) const override;
   int FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_here) override;
+  void EnableTierEvents() override;
+  void TakeTierEvents(std::vector<TierEvent>* out) override;
+  void ListTierBlocks(std::vector<TierBlock>* out) const override;
 
   // Collects the disk tier's finished writes and reads (nothing without one).
   void Poll();
@@ -112,11 +115,18 @@ class KvOffloader : public KvTierIndex {
  private:
   Status FinishPrevious();
   void WriteThrough(int slot);
+  // host_.Reserve, its evictions recorded as events; and the other tier changes.
+  std::optional<int> Reserve(uint64_t hash, uint64_t parent);
+  void HostStored(int slot);
+  void Record(bool stored, TierKind tier, uint64_t hash, uint64_t parent = 0);
 
   PoolCopier copier_;
   HostKvTier host_;
   std::unique_ptr<DiskKvTier> disk_;  // after host_: destroyed first (its thread reads host slots)
   std::unordered_map<uint64_t, int> fetching_;  // hash -> host slot being read into
+  bool events_ = false;
+  std::vector<TierEvent> tier_events_;
+  std::unordered_map<uint64_t, uint64_t> disk_view_;  // the disk's blocks as polled: hash -> parent
   OffloadStats counters_;
   std::vector<int> unsealed_;           // slots filled by the last step's asynchronous copies
   std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin

@@ -1,6 +1,7 @@
 #include "router/kv_router.h"
 
 #include <algorithm>
+#include <type_traits>
 #include <cmath>
 
 #include "engine/block_hash.h"
@@ -36,12 +37,20 @@ Result<std::unique_ptr<KvRouter>> KvRouter::Create(const KvRouterConfig& config)
   if (config.block_size < 1) {
     return Err(StatusCode::kInvalidArgument, "block_size must be >= 1 but is {}", config.block_size);
   }
+  for (const auto& [name, w] : {std::pair<const char*, double>{"host", config.host_hit_weight},
+                                {"disk", config.disk_hit_weight}}) {
+    if (!(w >= 0.0 && w <= 1.0)) {
+      return Err(StatusCode::kInvalidArgument, "the {} hit weight must be in [0, 1] but is {}", name, w);
+    }
+  }
   return std::make_unique<KvRouter>(config);
 }
 
 KvRouter::KvRouter(const KvRouterConfig& config)
     : config_(config),
       index_(std::clamp(config.expected_workers, 1, KvIndex::kMaxWorkers), config.expected_blocks),
+      host_index_(std::clamp(config.expected_workers, 1, KvIndex::kMaxWorkers), 1 << 10),
+      disk_index_(std::clamp(config.expected_workers, 1, KvIndex::kMaxWorkers), 1 << 10),
       rng_(config.seed != 0 ? config.seed : std::random_device{}()) {}
 
 KvRouter::Worker* KvRouter::Find(std::string_view worker_id) {
@@ -67,7 +76,11 @@ Status KvRouter::AddWorker(std::string_view worker_id) {
     slot = static_cast<int>(workers_.size());
     workers_.emplace_back();
     index_.ReserveWorkers(static_cast<int>(workers_.size()));
+    host_index_.ReserveWorkers(static_cast<int>(workers_.size()));
+    disk_index_.ReserveWorkers(static_cast<int>(workers_.size()));
     overlap_.resize(workers_.size());
+    tier_blocks_.resize(workers_.size());
+    tier_credit_.resize(workers_.size());
     slot_prefill_.resize(workers_.size());
     slot_decode_.resize(workers_.size());
   }
@@ -93,6 +106,8 @@ void KvRouter::RemoveWorker(std::string_view worker_id) {
   const int slot = it->second;
   slot_of_.erase(it);
   index_.RemoveWorker(slot);
+  host_index_.RemoveWorker(slot);
+  disk_index_.RemoveWorker(slot);
   live_.erase(std::find(live_.begin(), live_.end(), slot));
   if (auto c = std::find(choice_.begin(), choice_.end(), slot); c != choice_.end()) choice_.erase(c);
   Worker& w = workers_[slot];
@@ -138,13 +153,21 @@ size_t KvRouter::num_indexed_blocks() const {
 
 // ---- events ----
 
+KvIndex& KvRouter::IndexOf(KvTier tier) {
+  return tier == KvTier::kHost ? host_index_ : tier == KvTier::kDisk ? disk_index_ : index_;
+}
+
 void KvRouter::ApplyOne(int slot, const KvEvent& event) {
   if (const auto* s = std::get_if<KvStoredEvent>(&event.data)) {
-    for (uint64_t h : s->block_hashes) index_.Store(slot, h);
+    KvIndex& index = IndexOf(s->tier);
+    for (uint64_t h : s->block_hashes) index.Store(slot, h);
   } else if (const auto* r = std::get_if<KvRemovedEvent>(&event.data)) {
-    for (uint64_t h : r->block_hashes) index_.Remove(slot, h);
+    KvIndex& index = IndexOf(r->tier);
+    for (uint64_t h : r->block_hashes) index.Remove(slot, h);
   } else {
     index_.RemoveWorker(slot);
+    host_index_.RemoveWorker(slot);
+    disk_index_.RemoveWorker(slot);
   }
 }
 
@@ -197,7 +220,9 @@ Result<ApplyEventsResult> KvRouter::ApplySnapshot(std::string_view worker_id,
     return result;
   }
   index_.RemoveWorker(slot);
-  for (const KvCachedBlock& b : snapshot.blocks) index_.Store(slot, b.block_hash);
+  host_index_.RemoveWorker(slot);
+  disk_index_.RemoveWorker(slot);
+  for (const KvCachedBlock& b : snapshot.blocks) IndexOf(b.tier).Store(slot, b.block_hash);
   w.next_event_id = snapshot.last_event_id + 1;
   w.needs_snapshot = false;
   w.load = snapshot.load;
@@ -278,7 +303,25 @@ int LeastCost(int n, const CostOf& cost_of, Cost* best_cost, int* best_decode, i
 
 }  // namespace
 
-int KvRouter::ChooseLeastCost(int num_blocks) {
+bool KvRouter::TierHits(std::span<const uint64_t> block_hashes) {
+  const int n = static_cast<int>(block_hashes.size());
+  bool any = false;
+  for (int slot : live_) {
+    int pos = overlap_[slot], host = 0, disk = 0;
+    if (host_index_.num_blocks(slot) > 0) {
+      while (pos < n && host_index_.Contains(slot, block_hashes[pos])) ++pos, ++host;
+    }
+    if (disk_index_.num_blocks(slot) > 0) {
+      while (pos < n && disk_index_.Contains(slot, block_hashes[pos])) ++pos, ++disk;
+    }
+    tier_blocks_[slot] = host + disk;
+    tier_credit_[slot] = config_.host_hit_weight * host + config_.disk_hit_weight * disk;
+    any = any || host + disk > 0;
+  }
+  return any;
+}
+
+int KvRouter::ChooseLeastCost(int num_blocks, bool tiered) {
   // One pass computing each cost and keeping the least (cost, decode blocks) and how many tie on
   // both; among the k tied workers the j-th (in choice_ order) for one uniform j in [0, k): one
   // random draw per decision, not one per tie.
@@ -288,12 +331,18 @@ int KvRouter::ChooseLeastCost(int num_blocks) {
   const int* const overlap = overlap_.data();
   const int* const slot_prefill = slot_prefill_.data();
   const int* const slot_decode = slot_decode_.data();
-  // The decision with costs in the weight's type.
+  const double* const credit = tiered ? tier_credit_.data() : nullptr;
+  // The decision with costs in the weight's type (double with tier hits).
   auto decide = [&](auto weight) {
     auto cost_of = [&](int i, int* decode) {
       const int s = live[i];
       *decode = slot_decode[s];
-      return weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
+      if constexpr (std::is_floating_point_v<decltype(weight)>) {
+        const double c = credit != nullptr ? credit[s] : 0.0;
+        return weight * (num_blocks - overlap[s] - c + slot_prefill[s]) + *decode;
+      } else {
+        return weight * (num_blocks - overlap[s] + slot_prefill[s]) + *decode;
+      }
     };
     decltype(cost_of(0, nullptr)) best_cost;
     int best_decode, num_ties;
@@ -305,7 +354,7 @@ int KvRouter::ChooseLeastCost(int num_blocks) {
       if (cost_of(i, &decode) == best_cost && decode == best_decode && j-- == 0) return i;
     }
   };
-  if (overlap_weight >= 0.0 && overlap_weight <= 1 << 20 &&
+  if (!tiered && overlap_weight >= 0.0 && overlap_weight <= 1 << 20 &&
       overlap_weight == std::floor(overlap_weight)) {
     // An integral weight (the default 1): w * prefill + decode of 32-bit ints is below 2^53, so
     // the double cost (Choose's) is exact and int64 arithmetic orders the workers the same.
@@ -326,15 +375,20 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
   }
   const int num_blocks = static_cast<int>(block_hashes.size());
   index_.FindMatches(block_hashes, overlap_);
+  const bool tiered = (host_index_.num_blocks() > 0 || disk_index_.num_blocks() > 0) && TierHits(block_hashes);
+  if (!tiered) {
+    for (int slot : live_) tier_blocks_[slot] = 0, tier_credit_[slot] = 0.0;
+  }
   int pick;
   if (config_.mode == RouterMode::kKv && config_.temperature <= 0.0) {
-    pick = ChooseLeastCost(num_blocks);
+    pick = ChooseLeastCost(num_blocks, tiered);
   } else {
     const int n = static_cast<int>(choice_.size());
     const double overlap_weight = config_.overlap_weight;
     for (int i = 0; i < n; ++i) {
       const int s = choice_[i];
-      costs_[i] = overlap_weight * (num_blocks - overlap_[s] + slot_prefill_[s]) + slot_decode_[s];
+      costs_[i] = overlap_weight * (num_blocks - overlap_[s] - tier_credit_[s] + slot_prefill_[s]) +
+                  slot_decode_[s];
     }
     pick = Choose();  // may overwrite costs_ with sampling weights
   }
@@ -345,13 +399,16 @@ Status KvRouter::Route(std::span<const uint64_t> block_hashes, RoutingDecision* 
   decision->overlap_blocks = overlap_[slot];
   decision->prefill_blocks = num_blocks - overlap_[slot] + slot_prefill_[slot];
   decision->decode_blocks = slot_decode_[slot];
-  decision->cost = config_.overlap_weight * decision->prefill_blocks + decision->decode_blocks;
+  decision->tier_blocks = tier_blocks_[slot];
+  decision->tier_credit = tier_credit_[slot];
+  decision->cost = config_.overlap_weight * (decision->prefill_blocks - decision->tier_credit) +
+                   decision->decode_blocks;
   if (!request_id.empty()) {
     RoutedRequest r;
     r.slot = slot;
     r.generation = w.generation;
     r.load_epoch = w.load_epoch;
-    r.prefill_blocks = num_blocks - overlap_[slot];
+    r.prefill_blocks = num_blocks - overlap_[slot] - tier_blocks_[slot];  // tier hits are copied
     r.decode_blocks = num_blocks;
     w.predicted_prefill += r.prefill_blocks;
     w.predicted_decode += r.decode_blocks;

@@ -6,7 +6,12 @@
 //   cost_w = overlap_weight * prefill_blocks_w + decode_blocks_w
 //   prefill_blocks_w = (P - overlap_w) + blocks w is already prefilling (predicted, below)
 //   decode_blocks_w  = the active KV blocks w last reported + blocks routed to w since that report
-// overlap_w: the leading prompt blocks w has cached (KvIndex). Modes:
+// overlap_w: the leading prompt blocks w has cached in its KV pool (KvIndex). With KV tiers below
+// the pool (issue 26: KV events naming the host or disk tier), the prompt's next blocks that w's
+// host tier holds, then those its disk tier holds (the order of the engine's own lookup,
+// KVCacheManager::FindCachedPrefix), count host_hit_weight and disk_hit_weight of a block each:
+//   prefill_blocks_w = (P - overlap_w - host_hit_weight * host_w - disk_hit_weight * disk_w) + ...
+// (a tier hit costs a copy instead of a recompute; the defaults put it below a pool hit). Modes:
 //   kv           temperature 0: the least cost; ties: the least decode_blocks, then uniformly at
 //                random. Temperature T > 0: w with probability proportional to
 //                exp(-(cost_w - c_min) / ((c_max - c_min) * T)) (uniform when all costs are equal).
@@ -64,6 +69,8 @@ struct KvRouterConfig {
   int expected_workers = 64;    // initial width of the index's bitsets (grows)
   size_t expected_blocks = 1 << 16;  // initial index size (grows)
   size_t max_buffered_events = 1 << 16;  // per worker, while it awaits a snapshot
+  double host_hit_weight = 0.8;  // a block found in a worker's host tier, in [0, 1]
+  double disk_hit_weight = 0.5;  // in its disk tier, in [0, 1]
 };
 
 struct RoutingDecision {
@@ -71,8 +78,10 @@ struct RoutingDecision {
   int num_prompt_blocks = 0;
   int overlap_blocks = 0;    // leading prompt blocks the chosen worker has cached
   double cost = 0.0;         // the chosen worker's cost
-  int prefill_blocks = 0;    // its prefill_blocks term
+  int prefill_blocks = 0;    // its prefill_blocks term (blocks outside its KV pool)
   int decode_blocks = 0;     // its decode_blocks term
+  int tier_blocks = 0;       // of the prefill blocks, those its host or disk tier holds
+  double tier_credit = 0.0;  // their weighted count, taken off prefill_blocks in the cost
 };
 
 struct ApplyEventsResult {
@@ -103,7 +112,8 @@ struct StringHash {
 
 class KvRouter {
  public:
-  // InvalidArgument for a negative overlap_weight / temperature or block_size < 1.
+  // InvalidArgument for a negative overlap_weight / temperature, block_size < 1, or a tier hit
+  // weight outside [0, 1].
   static Result<std::unique_ptr<KvRouter>> Create(const KvRouterConfig& config);
   explicit KvRouter(const KvRouterConfig& config);  // the config must be valid
 
@@ -175,7 +185,11 @@ class KvRouter {
   void ApplyOne(int slot, const KvEvent& event);
   // Index into choice_ of the chosen worker. ChooseLeastCost: kv mode at temperature 0, from
   // overlap_ and the load terms; Choose: the other modes and temperatures (costs_ filled first).
-  int ChooseLeastCost(int num_blocks);
+  int ChooseLeastCost(int num_blocks, bool tiered);
+  // tier_blocks_ / tier_credit_ of the live workers for this prompt (after overlap_); true when
+  // some worker has tier hits.
+  bool TierHits(std::span<const uint64_t> block_hashes);
+  KvIndex& IndexOf(KvTier tier);
   int Choose();
   void Forget(const RoutedRequest& r, bool decode_too);
   void SyncLoad(int slot);  // slot_prefill_ / slot_decode_ from workers_[slot]
@@ -183,6 +197,7 @@ class KvRouter {
   const KvRouterConfig config_;
   mutable std::mutex mu_;
   KvIndex index_;
+  KvIndex host_index_, disk_index_;  // the blocks of the workers' host and disk tiers
   std::vector<Worker> workers_;  // by slot
   std::unordered_map<std::string, int, StringHash, std::equal_to<>> slot_of_;
   std::vector<int> live_;        // slots of live workers, sorted by worker id
@@ -193,6 +208,8 @@ class KvRouter {
   std::mt19937_64 rng_;
   // Scratch of one decision, sized with the workers (no allocation per decision).
   mutable std::vector<int> overlap_;     // by slot
+  std::vector<int> tier_blocks_;         // by slot
+  std::vector<double> tier_credit_;      // by slot
   // The load terms of each worker, by slot, kept next to each other for the cost loop (a Worker
   // is several cache lines): its predicted prefill blocks, and its decode blocks (the last
   // reported active blocks + those predicted since). SyncLoad after every change of either.

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 
 #include "common/file_util.h"
 #include "engine/engine.h"
+#include "engine/kv_events.h"
 #include "engine_test_util.h"
 
 namespace tandem {
@@ -191,6 +193,51 @@ TEST_F(KvOffloadDiskTest, ARestartedEngineFindsTheBlocksOfTheSameModelOnly) {
   EXPECT_EQ(other->Stats().kv_offload_disk_blocks, 0);
   got = RunWaves(*other, kReturn);
   EXPECT_EQ(got.at("a2").num_cached_tokens, 0);
+}
+
+// Collects an engine's KV event batches.
+struct Collect : KvEventSink {
+  std::vector<KvEvent> events;
+  void OnStep(KvEventBatch batch) override {
+    for (KvEvent& e : batch.events) events.push_back(std::move(e));
+  }
+};
+
+TEST_F(KvOffloadDiskTest, KvEventsNameEachTierAndReplayToTheSnapshot) {
+  auto engine = MakeEngine(6, 64u << 20);
+  ASSERT_TRUE(engine);
+  auto sink = std::make_shared<Collect>();
+  engine->SetKvEventSink(sink);
+  auto got = RunWaves(*engine, kFirst);
+  got = RunWaves(*engine, kReturn, std::move(got));
+  const KvCacheSnapshot snap = engine->SnapshotCachedBlocks();
+  // Replay per tier: every stored block stored once per tier before it is removed from it.
+  std::set<std::pair<int, uint64_t>> cached;
+  std::map<int, int> stored_by_tier, removed_by_tier;
+  uint64_t last = 0;
+  for (const KvEvent& e : sink->events) {
+    ASSERT_EQ(e.event_id, last + 1);
+    last = e.event_id;
+    if (const auto* s = std::get_if<KvStoredEvent>(&e.data)) {
+      for (uint64_t h : s->block_hashes) {
+        EXPECT_TRUE(cached.insert({static_cast<int>(s->tier), h}).second) << KvTierName(s->tier);
+        ++stored_by_tier[static_cast<int>(s->tier)];
+      }
+    } else if (const auto* r = std::get_if<KvRemovedEvent>(&e.data)) {
+      for (uint64_t h : r->block_hashes) {
+        EXPECT_EQ(cached.erase({static_cast<int>(r->tier), h}), 1u) << KvTierName(r->tier);
+        ++removed_by_tier[static_cast<int>(r->tier)];
+      }
+    }
+  }
+  std::set<std::pair<int, uint64_t>> in_snapshot;
+  for (const KvCachedBlock& b : snap.blocks) in_snapshot.insert({static_cast<int>(b.tier), b.block_hash});
+  EXPECT_EQ(in_snapshot, cached);
+  EXPECT_EQ(snap.last_event_id, last);
+  EXPECT_GT(stored_by_tier[static_cast<int>(KvTier::kHost)], 6);   // more than the host tier holds
+  EXPECT_GT(removed_by_tier[static_cast<int>(KvTier::kHost)], 0);  // so some left it
+  EXPECT_GT(stored_by_tier[static_cast<int>(KvTier::kDisk)], 0);
+  EXPECT_EQ(got.at("a2").num_cached_tokens, 5 * kBlock);
 }
 
 TEST_F(KvOffloadDiskTest, ADiskTierThatCannotOpenLeavesTheEngineServing) {
