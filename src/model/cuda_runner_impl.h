@@ -84,8 +84,9 @@ class CudaModelRunner final : public ModelRunner {
   bool SamplesOnDevice() const override { return true; }
   void SetStepTimeline(StepTimeline* timeline) override { timeline_ = timeline; }
   // The KV host tier's copies on the runner's stream (so the next step's kernels see them in
-  // order): one cudaMemcpyAsync per layer and block, or with TANDEM_KV_COPY_KERNEL=1 the copy
-  // kernel (kv_block_copy.h); staging from cudaMallocHost.
+  // order): the copy kernel (kv_block_copy.h), or one cudaMemcpyAsync per layer and block where
+  // the host memory is not device-accessible or with TANDEM_KV_COPY_KERNEL=0; staging from
+  // cudaMallocHost.
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override;
   Status SyncKvCopies() override;
   void* AllocateHostStaging(size_t bytes) override;
