@@ -6,7 +6,8 @@
 //                                      parent_hash (0 for a prompt's first block), block_hashes[i]'s
 //                                      is block_hashes[i-1].
 //   removed{[block_hash]}              these hashes were evicted (no longer findable).
-//   cleared{}                          nothing is cached any more.
+//   cleared{}                          nothing is cached in the KV pool any more (the tiers
+//                                      below it keep their blocks).
 // stored and removed name a tier (issue 26): the device pool (the default, left out of the JSON),
 // the host tier or the disk tier below it (kvtier/). A block may be in several tiers at once; the
 // router weighs a host or disk hit below a pool hit (router/kv_router.h).

@@ -86,10 +86,14 @@ SchedulerOutput Scheduler::Schedule() {
       continue;
     }
     update_hashes(req);
-    const CachedPrefix prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
-    if (prefix.lower_tier_blocks > 0 && WaitsForFetch(req, prefix)) {
-      ++w;
-      continue;
+    CachedPrefix prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
+    if (prefix.lower_tier_blocks > 0) {
+      if (WaitsForFetch(req, prefix)) {
+        ++w;
+        continue;
+      }
+      // Not waiting (any more): look again, since a fetch just now may have moved the tiers.
+      prefix = kv_->FindCachedPrefix(req->block_hashes, req->num_tokens());
     }
     if (req->allow_remote_prefill && req->num_output_tokens() == 0 &&
         req->num_tokens() - prefix.num_tokens > config_.max_local_prefill_tokens) {

@@ -129,6 +129,7 @@ bool DiskKvTier::Init(std::string* why_not) {
     fd_ = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
     if (fd_ < 0) {
       *why_not = "cannot open " + path_ + ": " + std::strerror(errno);
+      if (errno == EACCES && std::filesystem::exists(path_)) continue;  // another user's: the next
       return false;
     }
     if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
@@ -137,10 +138,13 @@ bool DiskKvTier::Init(std::string* why_not) {
     }
   }
   if (fd_ < 0) {
-    *why_not = "every one of the " + std::to_string(kMaxSlabs) + " slab files in " + config_.dir +
-               " is in use by another process";
+    if (why_not->empty()) {
+      *why_not = "every one of the " + std::to_string(kMaxSlabs) + " slab files in " + config_.dir +
+                 " is in use by another process";
+    }
     return false;
   }
+  why_not->clear();
   fd_direct_ = ::open(path_.c_str(), O_RDWR | O_DIRECT | O_CLOEXEC);  // -1 where unsupported
   header_buf_ = static_cast<std::byte*>(std::aligned_alloc(kPage, kPage));
   if (header_buf_ == nullptr) {
@@ -348,6 +352,14 @@ std::vector<std::pair<uint64_t, uint64_t>> DiskKvTier::Blocks() const {
   return out;
 }
 
+void DiskKvTier::DropDirectIo() {
+  log::info("kv offload: disk tier {}: O_DIRECT refused (EINVAL), using the page cache", path_);
+  ::close(fd_direct_);
+  fd_direct_ = -1;
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.direct_io = false;
+}
+
 int DiskKvTier::TakeSlot(uint64_t* evicted) {
   if (!free_.empty()) {
     const int s = free_.back();
@@ -401,6 +413,10 @@ bool DiskKvTier::DoWrite(const Op& op, uint64_t* evicted) {
   const bool direct = fd_direct_ >= 0 && PageAligned(op.src) && n % kPage == 0;
   auto pw = [this](int fd, const std::byte* b, size_t len, off_t off) { return io_.pwrite(fd, b, len, off); };
   int err = Transfer(pw, direct ? fd_direct_ : fd_, op.src, n, SlotOffset(slot) + static_cast<off_t>(kPage));
+  if (err == EINVAL && direct) {  // the filesystem took O_DIRECT at open but refuses its I/O
+    DropDirectIo();
+    err = Transfer(pw, fd_, op.src, n, SlotOffset(slot) + static_cast<off_t>(kPage));
+  }
   SlotHeader h{};
   if (err == 0) {
     std::memcpy(h.magic, kSlotMagic, sizeof(h.magic));
@@ -413,6 +429,10 @@ bool DiskKvTier::DoWrite(const Op& op, uint64_t* evicted) {
     std::memset(header_buf_, 0, kPage);
     std::memcpy(header_buf_, &h, sizeof(h));
     err = Transfer(pw, fd_direct_ >= 0 ? fd_direct_ : fd_, header_buf_, kPage, SlotOffset(slot));
+    if (err == EINVAL && fd_direct_ >= 0) {
+      DropDirectIo();
+      err = Transfer(pw, fd_, header_buf_, kPage, SlotOffset(slot));
+    }
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (err != 0) {
@@ -451,6 +471,10 @@ bool DiskKvTier::DoRead(const Op& op, bool* dropped) {
   auto pr = [this](int fd, std::byte* b, size_t len, off_t off) { return io_.pread(fd, b, len, off); };
   const char* what = nullptr;
   int err = Transfer(pr, fd_direct_ >= 0 ? fd_direct_ : fd_, header_buf_, kPage, SlotOffset(slot));
+  if (err == EINVAL && fd_direct_ >= 0) {
+    DropDirectIo();
+    err = Transfer(pr, fd_, header_buf_, kPage, SlotOffset(slot));
+  }
   SlotHeader h{};
   if (err == 0) {
     std::memcpy(&h, header_buf_, sizeof(h));
@@ -463,6 +487,10 @@ bool DiskKvTier::DoRead(const Op& op, bool* dropped) {
   if (err == 0 && what == nullptr) {
     const bool direct = fd_direct_ >= 0 && PageAligned(op.dst) && n % kPage == 0;
     err = Transfer(pr, direct ? fd_direct_ : fd_, op.dst, n, SlotOffset(slot) + static_cast<off_t>(kPage));
+    if (err == EINVAL && direct) {
+      DropDirectIo();
+      err = Transfer(pr, fd_, op.dst, n, SlotOffset(slot) + static_cast<off_t>(kPage));
+    }
     if (err == 0 && XXH3_64bits(op.dst, n) != checksum) what = "its bytes do not match their checksum";
   }
   std::lock_guard<std::mutex> lock(mu_);

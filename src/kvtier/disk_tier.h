@@ -11,7 +11,9 @@
 // does not match (another model, dtype or layout, another size) is discarded and started afresh, with
 // a log line; one that matches keeps its blocks across a restart (the slot headers are scanned at
 // open). Data moves with O_DIRECT where the filesystem and the buffer's alignment allow, else
-// through the page cache.
+// through the page cache. The file gets its whole size at open (fallocate), so that a disk too small
+// refuses then; where the filesystem cannot preallocate, the file is sparse and a full disk shows up
+// as write errors instead.
 //
 // All I/O runs on the tier's own thread: QueueWrite / QueueRead return at once, and Poll hands back
 // what finished. The caller keeps a queued write's source, and a queued read's destination, alive
@@ -133,6 +135,7 @@ class DiskKvTier {
   int TakeSlot(uint64_t* evicted);  // under mu_: a free slot or the least recently used
   void Forget(int slot);            // under mu_
   off_t SlotOffset(int slot) const;
+  void DropDirectIo();  // I/O thread: O_DIRECT refused at I/O time; buffered from now on
 
   DiskTierConfig config_;
   DiskIo io_;

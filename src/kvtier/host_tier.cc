@@ -29,16 +29,24 @@ HostKvTier::~HostKvTier() {
 bool HostKvTier::Pin(uint64_t block_hash) {
   auto it = index_.find(block_hash);
   if (it == index_.end()) return false;
-  ++slots_[it->second].pins;
+  AddPin(it->second);
   ++hits_;
   return true;
+}
+
+void HostKvTier::AddPin(int slot) {
+  if (slots_[slot].pins++ == 0) ++pinned_slots_;
+}
+
+void HostKvTier::DropPin(int slot) {
+  Slot& s = slots_[slot];
+  if (s.pins > 0 && --s.pins == 0) --pinned_slots_;
 }
 
 void HostKvTier::Unpin(uint64_t block_hash) {
   auto it = index_.find(block_hash);
   if (it == index_.end()) return;
-  Slot& s = slots_[it->second];
-  if (s.pins > 0) --s.pins;
+  DropPin(it->second);
 }
 
 std::optional<int> HostKvTier::Reserve(uint64_t block_hash, uint64_t parent_hash) {
@@ -63,6 +71,7 @@ std::optional<int> HostKvTier::Reserve(uint64_t block_hash, uint64_t parent_hash
   Slot& s = slots_[slot];
   s.hash = block_hash;
   s.parent = parent_hash;
+  if (s.pins > 0) --pinned_slots_;
   s.pins = 0;
   s.state = Slot::State::kReserved;
   reserved_.emplace(block_hash, slot);
@@ -120,6 +129,7 @@ void HostKvTier::Release(int slot) {
   index_.erase(s.hash);
   lru_.erase(s.lru_pos);
   s.state = Slot::State::kFree;
+  if (s.pins > 0) --pinned_slots_;
   s.pins = 0;
   free_slots_.push_back(slot);
 }

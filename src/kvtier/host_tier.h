@@ -110,10 +110,10 @@ class HostKvTier : public KvTierIndex {
   uint64_t hash(int slot) const { return slots_[slot].hash; }
   // Keeps a committed slot from being reused (a write to a slower tier reads it), without counting
   // a hit; Unhold undoes one Hold.
-  void Hold(int slot) { ++slots_[slot].pins; }
-  void Unhold(int slot) {
-    if (slots_[slot].pins > 0) --slots_[slot].pins;
-  }
+  void Hold(int slot) { AddPin(slot); }
+  void Unhold(int slot) { DropPin(slot); }
+  // Slots that Reserve cannot take now: pinned or held, or reserved and not yet committed.
+  int num_unavailable() const { return pinned_slots_ + static_cast<int>(reserved_.size()); }
   // The slot's bytes against the checksum Commit / Seal computed (false before it is sealed).
   bool Verify(int slot) const;
   // Drops a committed block (a failed check).
@@ -139,6 +139,8 @@ class HostKvTier : public KvTierIndex {
     std::list<int>::iterator lru_pos;  // valid when kReady
   };
   void Release(int slot);
+  void AddPin(int slot);
+  void DropPin(int slot);
 
   size_t slot_bytes_;
   Free free_;
@@ -150,6 +152,7 @@ class HostKvTier : public KvTierIndex {
   std::unordered_map<uint64_t, int> reserved_;  // reserved, not yet committed
   uint64_t stored_ = 0, evicted_ = 0, hits_ = 0;
   std::vector<uint64_t> evicted_log_;
+  int pinned_slots_ = 0;  // slots with pins > 0
 };
 
 }  // namespace tandem::kvtier

@@ -88,17 +88,26 @@ int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_
   // The chain's host blocks become the most recently used, so that the slots reserved below are
   // taken from other blocks; and no more is fetched than fits beside them (a prefix longer than
   // the host tier would otherwise evict its own first blocks while its last ones arrive).
-  for (size_t i = 0; i < num_here; ++i) (void)host_.Find(chain[i]);
-  const size_t room = static_cast<size_t>(host_.capacity_blocks()) > num_here
-                          ? static_cast<size_t>(host_.capacity_blocks()) - num_here
-                          : 0;
+  // They are also held while slots are reserved here, so that no reservation takes one (the
+  // request may still be admitted this step with them as its cached prefix).
+  std::vector<int> held;
+  for (size_t i = 0; i < num_here; ++i) {
+    if (const std::optional<int> slot = host_.Find(chain[i])) {
+      host_.Hold(*slot);
+      held.push_back(*slot);
+    }
+  }
+  const int free_now = host_.capacity_blocks() - host_.num_unavailable();
+  const size_t room = static_cast<size_t>(std::max(0, free_now));
   int n = 0;
-  for (uint64_t h : chain.subspan(num_here, std::min(room, chain.size() - num_here))) {
-    if (host_.Contains(h)) continue;  // arrived meanwhile
-    if (fetching_.count(h)) {
+  size_t added = 0;
+  for (uint64_t h : chain.subspan(num_here)) {
+    if (fetching_.count(h)) {  // on its way already (its slot is reserved: not in free_now)
       ++n;
       continue;
     }
+    if (added >= room) break;
+    if (host_.Contains(h)) continue;  // arrived meanwhile
     const std::optional<uint64_t> parent = disk_->Parent(h);
     if (!parent) break;
     const std::optional<int> slot = Reserve(h, *parent);
@@ -109,7 +118,9 @@ int KvOffloader::FetchFromLowerTier(std::span<const uint64_t> chain, size_t num_
     }
     fetching_[h] = *slot;
     ++n;
+    ++added;
   }
+  for (int slot : held) host_.Unhold(slot);
   return n;
 }
 
@@ -143,8 +154,9 @@ void KvOffloader::WaitForFetch(int timeout_ms) {
 Status KvOffloader::FinishPrevious() {
   if (unsealed_.empty() && pinned_.empty()) return Status::Ok();
   if (copier_.sync) TANDEM_RETURN_IF_ERROR(copier_.sync());
-  for (int slot : unsealed_) {
+  for (int slot : unsealed_) {  // held since their copy was enqueued: nothing reused them
     host_.Seal(slot);
+    host_.Unhold(slot);
     WriteThrough(slot);
   }
   for (uint64_t h : pinned_) host_.Unpin(h);
@@ -178,8 +190,13 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
       }
       host_.Commit(slot, /*sealed=*/!copier_.async);
       HostStored(slot);
-      if (copier_.async) unsealed_.push_back(slot);
-      else WriteThrough(slot);
+      if (copier_.async) {
+        // Its bytes land with the step's copies: no fetch may take the slot before FinishPrevious.
+        host_.Hold(slot);
+        unsealed_.push_back(slot);
+      } else {
+        WriteThrough(slot);
+      }
       ++counters_.offloaded_blocks;
       counters_.offloaded_bytes += host_.slot_bytes();
     }

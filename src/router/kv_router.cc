@@ -164,10 +164,8 @@ void KvRouter::ApplyOne(int slot, const KvEvent& event) {
   } else if (const auto* r = std::get_if<KvRemovedEvent>(&event.data)) {
     KvIndex& index = IndexOf(r->tier);
     for (uint64_t h : r->block_hashes) index.Remove(slot, h);
-  } else {
+  } else {  // cleared{}: the worker's KV pool (its tiers keep their blocks)
     index_.RemoveWorker(slot);
-    host_index_.RemoveWorker(slot);
-    disk_index_.RemoveWorker(slot);
   }
 }
 

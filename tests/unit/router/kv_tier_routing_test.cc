@@ -116,11 +116,17 @@ TEST(KvTierRouting, TheChainGoesPoolThenHostThenDiskAndStopsAtAGap) {
   d = r->Route(prompt);
   EXPECT_EQ(d->worker_id, "b");
   EXPECT_EQ(d->tier_blocks, 1);
+  // cleared{} empties the pool only (the engine sends it when it drops its prefix cache; its
+  // host and disk tiers keep their blocks): block 1 of b is no pool hit, block 2 no longer
+  // follows a pool hit, and a's pool block 1 wins.
   Apply(*r, "b", {{7, KvClearedEvent{}}});
-  Apply(*r, "a", {{5, KvClearedEvent{}}});
   d = r->Route(prompt);
-  EXPECT_EQ(d->overlap_blocks, 0);
-  EXPECT_EQ(d->tier_blocks, 0);
+  EXPECT_EQ(d->worker_id, "a");
+  EXPECT_EQ(d->overlap_blocks, 1);
+  Apply(*r, "b", {{8, KvStoredEvent{0, Chain(0, 1)}}});  // the pool's block 1 again: the chain resumes
+  d = r->Route(prompt);
+  EXPECT_EQ(d->worker_id, "b");
+  EXPECT_EQ(d->tier_blocks, 1);
 }
 
 TEST(KvTierRouting, WeightsOutsideZeroToOneAreRefused) {
