@@ -306,8 +306,11 @@ __global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKerne
       const bool valid = p < kv_len;
       const __nv_bfloat16* src = a.kv_pool;
       if (valid) {
-        const int64_t block = table[p / bs];
-        src = a.kv_pool + (block * 2 * bs + p % bs) * row_elems + static_cast<int64_t>(kvh) * HD + col;
+        // 16-token blocks (the default) by shift and mask: a division per row cost the Hopper
+        // kernel a third of its time (dev/kernels/NOTES.md, session 16).
+        const int64_t block = table[bs == 16 ? p >> 4 : p / bs];
+        const int in_block = bs == 16 ? p & 15 : p % bs;
+        src = a.kv_pool + (block * 2 * bs + in_block) * row_elems + static_cast<int64_t>(kvh) * HD + col;
       }
       CpAsync16(dk + kr * kLd + col, src, valid);
       CpAsync16(dv + kr * kLd + col, valid ? src + bs * row_elems : src, valid);
@@ -396,12 +399,14 @@ __global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKerne
     }
 
     // Online softmax. Every row sees key 0 (tile 0), so the running max is finite from then on.
-    float mx0 = m_run0, mx1 = m_run1;
+    // Row max and sum over two partial values each (shorter dependency chains).
+    float a0[2] = {m_run0, -INFINITY}, a1[2] = {m_run1, -INFINITY};
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-      mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+      a0[j & 1] = fmaxf(a0[j & 1], fmaxf(s[j][0], s[j][1]));
+      a1[j & 1] = fmaxf(a1[j & 1], fmaxf(s[j][2], s[j][3]));
     }
+    float mx0 = fmaxf(a0[0], a0[1]), mx1 = fmaxf(a1[0], a1[1]);
     mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 1));
     mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
@@ -411,18 +416,18 @@ __global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKerne
     m_run0 = mx0;
     m_run1 = mx1;
     const float base0 = mx0 * sl2, base1 = mx1 * sl2;
-    float sum0 = 0.0f, sum1 = 0.0f;
+    float u0[2] = {0.0f, 0.0f}, u1[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
       s[j][0] = exp2f(s[j][0] * sl2 - base0);
       s[j][1] = exp2f(s[j][1] * sl2 - base0);
       s[j][2] = exp2f(s[j][2] * sl2 - base1);
       s[j][3] = exp2f(s[j][3] * sl2 - base1);
-      sum0 += s[j][0] + s[j][1];
-      sum1 += s[j][2] + s[j][3];
+      u0[j & 1] += s[j][0] + s[j][1];
+      u1[j & 1] += s[j][2] + s[j][3];
     }
-    l_run0 = l_run0 * alpha0 + sum0;
-    l_run1 = l_run1 * alpha1 + sum1;
+    l_run0 = l_run0 * alpha0 + (u0[0] + u0[1]);
+    l_run1 = l_run1 * alpha1 + (u1[0] + u1[1]);
 #pragma unroll
     for (int d = 0; d < kDTiles; ++d) {
       o[d][0] *= alpha0;
