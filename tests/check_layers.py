@@ -22,7 +22,7 @@ LAYERS = [
     "chat",          # chat templates (the Jinja subset), chat prompt encoding
     "grammar",       # structured outputs: grammars, the byte-level pushdown automaton, token masks
     "chat_parse",    # reasoning and tool-call parsers of chat output, the forced-tool-call grammar
-    "kvtier",        # KV cache tiers below the pool: the host tier, the offloader
+    "kvtier",        # KV cache tiers below the pool: the host and disk tiers, the offloader
     "engine",        # requests, scheduler, KV cache, sampler, engine loop
     "transfer",      # the transfer agent and its backends
     "transfer/cuda",  # the agent's CUDA copier and CUDA IPC calls
@@ -32,7 +32,7 @@ LAYERS = [
     "router",        # KV-aware routing: index, cost, decode and prefill worker choice
     "frontend",      # OpenAI HTTP API
     "worker",        # worker roles: prefill handler, decode disagg, KV event publisher
-    "planner",       # SLA planner (not yet)
+    "planner",       # SLA planner: profiles, load prediction, replica decisions
     "deploy",        # graphs, the process supervisor
     "deploy/k8s",    # Kubernetes rendering of a graph
     "loadgen",       # `tandem bench`

@@ -1,0 +1,91 @@
+// ReplicaPlanner: how many prefill and decode workers the next interval needs to meet a TTFT and an
+// ITL target (issue 27; the formulas of Dynamo's SLA planner, with queueing added). One call per
+// adjustment interval with that interval's load; deterministic given its inputs.
+//
+// Each interval's observed request rate r (requests/s), mean prompt length ISL, mean output length
+// OSL and prefix hit rate h feed one LoadPredictor each (PlannerConfig::predictor); with the
+// predicted values and the worker's Profile:
+//   prefill   a request's uncached prompt is u = ISL (1 - h) tokens; one prefill takes s =
+//             Profile::PrefillMs(u). A worker is a single queue serving prefills one at a time with
+//             Poisson arrivals (M/D/1): the mean wait is rho s / (2 (1 - rho)) at utilization rho, so
+//             TTFT = s + wait stays within the target T for rho <= rho_max = 2 (T - s) / (2 (T - s) + s).
+//             Replicas: ceil(r s / rho_max + q s / interval), where q = the prefill tokens waiting now
+//             / u (the backlog, cleared within one interval).
+//   decode    a request decodes OSL tokens at the target ITL, so Little's law puts r OSL ITL requests
+//             in decode at once; a worker keeps its ITL at the target up to Profile::MaxBatch(ISL +
+//             OSL / 2, ITL) of them. Replicas: ceil(r OSL ITL / that batch).
+// Then the bounds (min/max per role) and the budget (workers in all: both pools shrink in
+// proportion, each at least its minimum). Hysteresis: a larger count applies at once; a smaller one
+// only when every plan of the last scale_down_intervals intervals asked for less than the current
+// count and cooldown_s passed since the last change, and then to the largest of those asks (no
+// oscillation on a noisy rate). Stale or missing metrics (a sample older than stale_after_s, or not
+// valid): the planner holds its last decision and says so. Every decision carries its inputs in
+// `reason` (for the log and /metrics).
+#pragma once
+
+#include <deque>
+#include <string>
+
+#include "planner/predictor.h"
+#include "planner/profile.h"
+
+namespace tandem::planner {
+
+struct PlannerConfig {
+  double ttft_ms = 2000;
+  double itl_ms = 100;
+  double interval_s = 30;
+  int min_prefill = 1, max_prefill = 8;
+  int min_decode = 1, max_decode = 8;
+  int budget = 0;  // workers in all, 0: no limit beyond the maxima
+  PredictorKind predictor = PredictorKind::kConstant;
+  int scale_down_intervals = 2;
+  double cooldown_s = 60;
+  double stale_after_s = 0;  // 0: two intervals
+};
+
+// One interval's measurements (from the frontend's and workers' metrics).
+struct LoadSample {
+  bool valid = false;            // false: the metrics could not be read
+  double time_s = 0;             // when they were read
+  double request_rate = 0;       // requests/s over the interval
+  double mean_prompt_tokens = 0;
+  double mean_output_tokens = 0;
+  double prefix_hit_rate = 0;    // cached prompt tokens / prompt tokens, [0, 1]
+  double queued_prefill_tokens = 0;  // prompt tokens waiting for a prefill now
+};
+
+struct ReplicaDecision {
+  int prefill = 0, decode = 0;
+  bool held = false;  // stale or missing metrics: the last decision kept
+  std::string reason;
+};
+
+class ReplicaPlanner {
+ public:
+  // InvalidArgument for non-positive targets or interval, bounds with min > max or min < 0.
+  static Result<ReplicaPlanner> Create(const PlannerConfig& config, Profile profile);
+
+  // The decision for the next interval given `sample`, the time now and the counts running now.
+  ReplicaDecision Plan(const LoadSample& sample, double now_s, int current_prefill, int current_decode);
+
+  // The unconstrained counts of the formulas above for predicted values (for tests and logs).
+  int PrefillReplicas(double rate, double uncached_prompt_tokens, double queued_prefill_tokens,
+                      std::string* why) const;
+  int DecodeReplicas(double rate, double prompt_tokens, double output_tokens, std::string* why) const;
+
+ private:
+  ReplicaPlanner(const PlannerConfig& config, Profile profile);
+  int Settle(int desired, int current, std::deque<int>* asks, double* last_change_s, double now_s,
+             std::string* why);
+
+  PlannerConfig config_;
+  Profile profile_;
+  LoadPredictor rate_, prompt_, output_, hit_;
+  std::deque<int> prefill_asks_, decode_asks_;  // the last scale_down_intervals desired counts
+  double last_prefill_change_s_ = -1e30, last_decode_change_s_ = -1e30;
+  ReplicaDecision last_;
+  bool has_last_ = false;
+};
+
+}  // namespace tandem::planner
