@@ -28,6 +28,9 @@ Runner RegisterServe(CLI::App& app);
 // tandem k8s render: a deployment graph as Kubernetes manifests (src/deploy/k8s/render.h).
 Runner RegisterK8s(CLI::App& app);
 
+// tandem profile: a worker's prefill and decode profile for the SLA planner (planner/profiler.h).
+Runner RegisterProfile(CLI::App& app);
+
 // tandem bench: load generator and report against an OpenAI-compatible server (src/loadgen/).
 Runner RegisterBench(CLI::App& app);
 

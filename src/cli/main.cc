@@ -36,6 +36,10 @@ int main(int argc, char** argv) {
     runners[sub] = tandem::cli::RegisterK8s(*sub);
   }
   {
+    CLI::App* sub = app.add_subcommand("profile", "Measure a worker's prefill and decode profile (SLA planner)");
+    runners[sub] = tandem::cli::RegisterProfile(*sub);
+  }
+  {
     CLI::App* sub = app.add_subcommand("bench", "Benchmark an OpenAI-compatible server");
     runners[sub] = tandem::cli::RegisterBench(*sub);
   }

@@ -54,17 +54,18 @@ int ReplicaPlanner::PrefillReplicas(double rate, double uncached, double queued_
 }
 
 int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, std::string* why) const {
-  const double in_decode = rate * output * config_.itl_ms / 1000.0;  // Little's law
   const double context = prompt + output / 2;
   const double per_worker = profile_.MaxBatch(context, config_.itl_ms);
   if (per_worker <= 0) {
     *why += fmt::format(" decode: ITL target {:.0f} ms below one request's at context {:.0f}",
                         config_.itl_ms, context);
-    return in_decode > 0 ? config_.max_decode : 0;
+    return rate > 0 && output > 0 ? config_.max_decode : 0;
   }
+  const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker)) / 1000.0;  // <= the target
+  const double in_decode = rate * output * itl;  // Little's law, at the ITL of a full worker
   const double need = in_decode / per_worker;
-  *why += fmt::format(" decode: {:.1f} requests at once, {:.1f} per worker -> {:.2f} workers", in_decode,
-                      per_worker, need);
+  *why += fmt::format(" decode: {:.1f} requests at once, {:.1f} per worker at {:.1f} ms -> {:.2f} workers",
+                      in_decode, per_worker, itl * 1000, need);
   return static_cast<int>(std::ceil(need - 1e-9));
 }
 

@@ -11,9 +11,10 @@
 //             TTFT = s + wait stays within the target T for rho <= rho_max = 2 (T - s) / (2 (T - s) + s).
 //             Replicas: ceil(r s / rho_max + q s / interval), where q = the prefill tokens waiting now
 //             / u (the backlog, cleared within one interval).
-//   decode    a request decodes OSL tokens at the target ITL, so Little's law puts r OSL ITL requests
-//             in decode at once; a worker keeps its ITL at the target up to Profile::MaxBatch(ISL +
-//             OSL / 2, ITL) of them. Replicas: ceil(r OSL ITL / that batch).
+//   decode    a worker keeps its ITL within the target up to B = Profile::MaxBatch(ISL + OSL / 2,
+//             target) running requests, at ITL_B = Profile::ItlMs(that context, B); a request there
+//             decodes OSL tokens in OSL ITL_B, so Little's law puts r OSL ITL_B requests in decode
+//             at once. Replicas: ceil(r OSL ITL_B / B).
 // Then the bounds (min/max per role) and the budget (workers in all: both pools shrink in
 // proportion, each at least its minimum). Hysteresis: a larger count applies at once; a smaller one
 // only when every plan of the last scale_down_intervals intervals asked for less than the current

@@ -88,10 +88,16 @@ TEST(PlannerFormula, MatchesHandComputedCases) {
   EXPECT_EQ(planner->PrefillReplicas(13, 2048, 40960, &why), 4);  // 2.925 + 20 x 0.2 / 30 = 3.06
   // A 75% prefix hit: 512 uncached tokens, s = 0.05, rho_max = 1.9 / 1.95: 10 req/s -> 0.51 -> 1.
   EXPECT_EQ(planner->PrefillReplicas(10, 512, 0, &why), 1);
-  // Decode: 4 x 256 x 0.03 = 30.72 requests at once, 28 per worker (ITL 30 ms) -> 2; 10 req/s -> 3.
+  // Decode: 28 per worker at ITL 30 ms (ItlMs(2048, 28) = 30): 4 x 256 x 0.03 = 30.72 at once -> 2;
+  // 10 req/s -> 3.
   EXPECT_EQ(planner->DecodeReplicas(4, 2048, 256, &why), 2);
   EXPECT_EQ(planner->DecodeReplicas(10, 2048, 256, &why), 3);
   EXPECT_EQ(planner->DecodeReplicas(0, 2048, 256, &why), 0);
+  // An ITL target above every profiled point: 64 per worker at their 60 ms: 10 x 256 x 0.06 / 64
+  // = 2.4 -> 3 (at the target's 100 ms it would have been 4).
+  PlannerConfig loose = Config();
+  loose.itl_ms = 100;
+  EXPECT_EQ(ReplicaPlanner::Create(loose, TestProfile())->DecodeReplicas(10, 2048, 256, &why), 3);
   // A TTFT target below one prefill's time: run each worker at 5%.
   PlannerConfig tight = Config();
   tight.ttft_ms = 100;
