@@ -1,6 +1,7 @@
 // The evaluator: walks the syntax tree with jinja2's scoping. A for-loop iteration, a macro call
 // and a with-block each get a fresh frame (so {% set %} inside them does not leak out; namespace
 // attributes do, as the object is shared); {% set %} elsewhere writes the innermost frame.
+#include <climits>
 #include <cmath>
 
 #include "chat/eval.h"
@@ -325,6 +326,9 @@ Value Evaluator::Eval(const Expr& e) {
         if (v.is_undefined()) throw TemplateError(v.UndefinedMessage());
         if (!v.is_number()) throw TemplateError(std::string("bad operand type for unary ") + e.name + ": '" + v.TypeName() + "'");
         if (e.name == "+") return v.type == Value::Type::kFloat ? v : Value::Int(v.as_int());
+        if (v.type != Value::Type::kFloat && v.as_int() == INT64_MIN) {
+          throw TemplateError("integer overflow in unary '-' (this template engine's integers are 64-bit)");
+        }
         return v.type == Value::Type::kFloat ? Value::Float(-v.f) : Value::Int(-v.as_int());
       }
       case Expr::Kind::kBinary: {

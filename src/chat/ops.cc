@@ -1,5 +1,6 @@
 // Binary operators and comparisons with Python semantics (int/float promotion, floor division and
 // modulo signs, str/list concatenation and repetition, `in`).
+#include <climits>
 #include <cmath>
 
 #include "chat/eval.h"
@@ -56,9 +57,22 @@ Value Evaluator::EvalBinary(const Expr& e) {
   if (op == "~") return Value::Str(PyStr(a) + PyStr(b));
   if (a.is_number() && b.is_number()) {
     bool fl = a.type == Value::Type::kFloat || b.type == Value::Type::kFloat;
-    if (op == "+") return fl ? Value::Float(a.as_double() + b.as_double()) : Value::Int(a.as_int() + b.as_int());
-    if (op == "-") return fl ? Value::Float(a.as_double() - b.as_double()) : Value::Int(a.as_int() - b.as_int());
-    if (op == "*") return fl ? Value::Float(a.as_double() * b.as_double()) : Value::Int(a.as_int() * b.as_int());
+    // Python's integers are unbounded, these are 64-bit: a result past int64 is a TemplateError
+    // (never signed overflow, which C++ leaves undefined).
+    auto checked = [&](bool overflow, int64_t r) {
+      if (overflow) throw TemplateError("integer overflow in '" + op + "' (this template engine's integers are 64-bit)");
+      return Value::Int(r);
+    };
+    if (!fl && (op == "+" || op == "-" || op == "*")) {
+      int64_t r = 0;
+      bool overflow = op == "+"   ? __builtin_add_overflow(a.as_int(), b.as_int(), &r)
+                      : op == "-" ? __builtin_sub_overflow(a.as_int(), b.as_int(), &r)
+                                  : __builtin_mul_overflow(a.as_int(), b.as_int(), &r);
+      return checked(overflow, r);
+    }
+    if (op == "+") return Value::Float(a.as_double() + b.as_double());
+    if (op == "-") return Value::Float(a.as_double() - b.as_double());
+    if (op == "*") return Value::Float(a.as_double() * b.as_double());
     if (op == "/") {
       if (b.as_double() == 0) throw TemplateError("division by zero");
       return Value::Float(a.as_double() / b.as_double());
@@ -66,6 +80,7 @@ Value Evaluator::EvalBinary(const Expr& e) {
     if (op == "//" || op == "%") {
       if (b.as_double() == 0) throw TemplateError(op == "//" ? "integer division or modulo by zero" : "modulo by zero");
       if (!fl) {
+        if (a.as_int() == INT64_MIN && b.as_int() == -1) return op == "%" ? Value::Int(0) : checked(true, 0);
         int64_t q = FloorDiv(a.as_int(), b.as_int());
         return op == "//" ? Value::Int(q) : Value::Int(a.as_int() - q * b.as_int());
       }
@@ -82,10 +97,15 @@ Value Evaluator::EvalBinary(const Expr& e) {
       return Value::Float(div == 0 ? std::copysign(0.0, x / y) : fd);
     }
     if (op == "**") {
-      if (!fl && b.as_int() >= 0) {
-        int64_t r = 1, base = a.as_int();
-        for (int64_t k = 0; k < b.as_int(); ++k) r *= base;
-        return Value::Int(r);
+      if (!fl && b.as_int() >= 0) {  // by squaring: 64 rounds at most, an overflow is an error
+        int64_t result = 1, base = a.as_int(), exp = b.as_int();
+        bool overflow = false;
+        while (exp > 0 && !overflow) {
+          if (exp & 1) overflow = __builtin_mul_overflow(result, base, &result);
+          exp >>= 1;
+          if (exp > 0 && !overflow) overflow = __builtin_mul_overflow(base, base, &base);
+        }
+        return checked(overflow, result);
       }
       return Value::Float(std::pow(a.as_double(), b.as_double()));
     }

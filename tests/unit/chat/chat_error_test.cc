@@ -59,6 +59,19 @@ TEST(ChatErrorTest, RaiseExceptionMessagePropagates) {
   EXPECT_EQ(st.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
+// Python's integers are unbounded, ours are 64-bit: a result past int64 is an error naming the
+// operator (found by the chat_template fuzzer as signed overflow, undefined behaviour in C++).
+TEST(ChatErrorTest, IntegerOverflowIsAnError) {
+  for (const char* src : {"{{7717**7}}", "{{ 2 ** 63 }}", "{{ 9223372036854775807 + 1 }}", "{{ -9223372036854775807 - 2 }}",
+                          "{{ 3037000500 * 3037000500 }}", "{{ (-9223372036854775807 - 1) // -1 }}", "{{ -(-9223372036854775807 - 1) }}",
+                          "{{ 3 ** 9223372036854775807 }}"}) {
+    SCOPED_TRACE(src);
+    Status st = RenderError(src);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("integer overflow"), std::string::npos) << st.message();
+  }
+}
+
 TEST(ChatErrorTest, UndefinedErrorsNameTheVariable) {
   Status st = RenderError("\n{{ foo.bar }}");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
