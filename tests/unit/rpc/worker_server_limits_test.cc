@@ -66,7 +66,9 @@ TEST(WorkerServerLimitsTest, ConnectionWithoutAHandshakeIsClosedAfterTheHandshak
   for (int i = 0; i < 20; ++i) {  // half silent, half stopping after the preface's magic
     int fd = ConnectRaw(server.port());
     ASSERT_GE(fd, 0);
-    if (i % 2) ASSERT_TRUE(SendAll(fd, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+    if (i % 2) {
+      ASSERT_TRUE(SendAll(fd, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"));
+    }
     strays.push_back(fd);
   }
   auto t0 = Clock::now();
