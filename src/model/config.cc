@@ -275,6 +275,9 @@ Result<ModelConfig> LoadModelConfig(const std::string& model_dir) {
       break;
     }
   }
+  if (auto it = j.find("quantization_config"); it != j.end()) {
+    TANDEM_ASSIGN_OR_RETURN(c.quantization, ParseQuantizationConfig(*it, file));
+  }
   TANDEM_RETURN_IF_ERROR(GetInt(j, "bos_token_id", -1, &c.bos_token_id, file));
   TANDEM_RETURN_IF_ERROR(AppendEosIds(j, file, &c.eos_token_ids));
   const std::string gen_file =

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "model/quantization.h"
 
 namespace tandem {
 
@@ -47,11 +48,14 @@ struct ModelConfig {
   // End-of-sequence ids: config.json's eos_token_id (int or list) joined with
   // generation_config.json's, when present.
   std::vector<int> eos_token_ids;
+  // config.json's quantization_config (model/quantization.h); kNone when absent.
+  QuantizationConfig quantization;
 };
 
 // Reads <model_dir>/config.json (and generation_config.json when present).
 // Errors: NotFound (no config.json), InvalidArgument (a field missing or of the wrong type,
-// inconsistent head counts), Unimplemented (an unknown architecture or rope scaling type, named).
+// inconsistent head counts), Unimplemented (an unknown architecture, rope scaling type or
+// quantization method, named).
 Result<ModelConfig> LoadModelConfig(const std::string& model_dir);
 
 }  // namespace tandem

@@ -9,6 +9,7 @@
 #include <new>
 #include <vector>
 
+#include "common/logging.h"
 #include "common/status.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/matmul.h"
@@ -213,8 +214,13 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
 
 }  // namespace
 
-Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir) {
+Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir,
+                                                        const std::string& quantization) {
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(config.quantization, ResolveQuantization(config.quantization, quantization));
+  if (config.quantization.enabled()) {
+    log::info("weights: {}, dequantized to fp32 for the CPU engine", config.quantization.Describe());
+  }
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
   TANDEM_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(st, config));
   return std::unique_ptr<ModelRunner>(

@@ -151,6 +151,12 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
                                                          int device_id,
                                                          const CudaRunnerOptions& options) {
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
+  TANDEM_ASSIGN_OR_RETURN(const QuantizationConfig quant,
+                          ResolveQuantization(config.quantization, options.quantization));
+  if (quant.enabled()) {
+    return Err(StatusCode::kUnimplemented, "CUDA runner: {} weights are not implemented yet; "
+               "--device cpu runs them (dequantized)", quant.Describe());
+  }
   if (config.head_dim != 64 && config.head_dim != 128) {
     return Err(StatusCode::kUnimplemented, "CUDA runner: head_dim {} (the prefill kernel has 64 "
                "and 128)", config.head_dim);

@@ -24,6 +24,9 @@ struct CudaRunnerOptions {
   // ResourceExhausted naming the sizes before anything is copied (device_memory_plan.h).
   double gpu_memory_utilization = 1.0;
   size_t reserve_bytes = 0;
+  // --quantization (model/quantization.h). FP8 weights, asked for or in the checkpoint, are
+  // Unimplemented on this runner for now (named at load, before anything is copied).
+  std::string quantization;
 };
 
 // Logs the GPU (name, compute capability, memory and bandwidth class, the code loaded for it) and

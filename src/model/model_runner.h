@@ -195,9 +195,13 @@ ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs);
 ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const PickSpec* spec);
 
 // The CPU reference runner: fp32 math on the stored (bf16/f16/f32) weights, loaded from a
-// Hugging Face model directory (config.json + model.safetensors or a sharded index).
+// Hugging Face model directory (config.json + model.safetensors or a sharded index). FP8
+// checkpoints are dequantized at load; `quantization` is --quantization (model/quantization.h:
+// "" the checkpoint's own, "fp8" per-channel FP8 weights for an unquantized one).
 // Errors: NotFound (missing files), DataLoss (truncated safetensors), InvalidArgument (a tensor
-// missing or whose shape disagrees with config.json), Unimplemented (unknown architecture).
-Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir);
+// missing or whose shape disagrees with config.json, an unknown --quantization, FP8 scales
+// missing or misshapen), Unimplemented (unknown architecture or quantization method).
+Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir,
+                                                        const std::string& quantization = "");
 
 }  // namespace tandem

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/file_util.h"
+#include "kernels/cpu/fp8.h"
 
 namespace tandem {
 namespace {
@@ -29,7 +30,7 @@ constexpr DTypeInfo kDTypes[] = {
     {"F64", DType::kOther, 8}, {"I64", DType::kOther, 8}, {"U64", DType::kOther, 8},
     {"I32", DType::kOther, 4}, {"U32", DType::kOther, 4}, {"I16", DType::kOther, 2},
     {"U16", DType::kOther, 2}, {"I8", DType::kOther, 1},  {"U8", DType::kOther, 1},
-    {"BOOL", DType::kOther, 1}, {"F8_E4M3", DType::kOther, 1}, {"F8_E5M2", DType::kOther, 1},
+    {"BOOL", DType::kOther, 1}, {"F8_E4M3", DType::kF8E4M3, 1}, {"F8_E5M2", DType::kOther, 1},
 };
 
 const DTypeInfo* FindDType(const std::string& name) {
@@ -52,6 +53,7 @@ const char* DTypeName(DType dtype) {
     case DType::kBF16: return "BF16";
     case DType::kF16: return "F16";
     case DType::kF32: return "F32";
+    case DType::kF8E4M3: return "F8_E4M3";
     case DType::kOther: break;
   }
   return "other";
@@ -129,11 +131,15 @@ Status TensorToFloat(const TensorView& t, std::vector<float>* out) {
       out->resize(n);
       if (n) std::memcpy(out->data(), t.data, n * 4);
       return Status::Ok();
+    case DType::kF8E4M3:
+      out->resize(n);
+      for (int64_t i = 0; i < n; ++i) (*out)[i] = cpu::Fp8E4M3ToFloat(t.data[i]);
+      return Status::Ok();
     case DType::kOther:
       break;
   }
   return Err(StatusCode::kUnimplemented,
-             "tensor {} in {} has dtype {}, which is not supported (BF16, F16, F32)", t.name,
+             "tensor {} in {} has dtype {}, which is not supported (BF16, F16, F32, F8_E4M3)", t.name,
              t.file, t.dtype_name);
 }
 

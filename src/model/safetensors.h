@@ -7,7 +7,7 @@
 //
 // Errors: NotFound (no checkpoint file), DataLoss (truncated file, header or offsets beyond the
 // file, naming the file), InvalidArgument (malformed header JSON), Unimplemented (a tensor of a
-// dtype other than BF16/F16/F32 when it is read as floats).
+// dtype other than BF16/F16/F32/F8_E4M3 when it is read as floats).
 #pragma once
 
 #include <cstddef>
@@ -22,7 +22,7 @@
 
 namespace tandem {
 
-enum class DType { kBF16, kF16, kF32, kOther };
+enum class DType { kBF16, kF16, kF32, kF8E4M3, kOther };
 
 // The name as safetensors writes it ("BF16", ...) and the element size (0 when unknown).
 const char* DTypeName(DType dtype);
@@ -43,8 +43,9 @@ struct TensorView {
 // "[151936, 256]"
 std::string ShapeString(std::span<const int64_t> shape);
 
-// Converts a BF16/F16/F32 tensor to fp32 into `out` (resized to num_elements()).
+// Converts a BF16/F16/F32/F8_E4M3 tensor to fp32 into `out` (resized to num_elements()).
 // BF16: exact (bits << 16). F16: exact (every half is a float), subnormals, inf and NaN kept.
+// F8_E4M3: the stored values, exact, without any scale (kernels/cpu/fp8.h; weights.h applies it).
 // Unimplemented for other dtypes, naming the tensor and its dtype.
 Status TensorToFloat(const TensorView& t, std::vector<float>* out);
 

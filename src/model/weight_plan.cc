@@ -41,6 +41,7 @@ void ConvertToBf16(const TensorView& t, int64_t begin, int64_t count, uint16_t* 
         out[i] = FloatToBfloat16Bits(f);
       }
       return;
+    case DType::kF8E4M3:
     case DType::kOther:
       break;  // refused by PlanBf16Weights
   }
@@ -85,9 +86,14 @@ Status Plan(const SafetensorsModel& st, std::string name, const std::vector<Sour
   out->parts.clear();
   for (const Source& s : sources) {
     TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, s.name, s.shape));
+    if (t->dtype == DType::kF8E4M3) {
+      return Err(StatusCode::kUnimplemented,
+                 "tensor {} in {} is FP8 (F8_E4M3): the CUDA engine does not run FP8 weights yet; "
+                 "--device cpu dequantizes them", t->name, t->file);
+    }
     if (t->dtype == DType::kOther) {
       return Err(StatusCode::kUnimplemented,
-                 "tensor {} in {} has dtype {}, which is not supported (BF16, F16, F32)", t->name,
+                 "tensor {} in {} has dtype {}, which is not supported (BF16, F16, F32, F8_E4M3)", t->name,
                  t->file, t->dtype_name);
     }
     out->parts.push_back(WeightPart{t, out->num_elements});

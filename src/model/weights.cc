@@ -1,6 +1,10 @@
 #include "model/weights.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
+
+#include "kernels/cpu/fp8.h"
 
 namespace tandem {
 
@@ -25,10 +29,64 @@ namespace {
 Status Bind(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
             std::vector<float>* out) {
   TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
+  if (t->dtype == DType::kF8E4M3) {
+    return Err(StatusCode::kInvalidArgument, "tensor {} in {} is F8_E4M3; only the linear projections "
+               "of an FP8 checkpoint may be", name, t->file);
+  }
   return TensorToFloat(*t, out);
 }
 
+// The shape of a scale tensor, as [rows, cols] of scale blocks: [] and [n] are [1, 1] and [n, 1].
+std::vector<int64_t> ScaleGrid(const std::vector<int64_t>& shape) {
+  if (shape.empty()) return {1, 1};
+  if (shape.size() == 1) return {shape[0], 1};
+  return shape;
+}
+
 }  // namespace
+
+Status BindLinear(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
+                  const QuantizationConfig& q, std::vector<float>* out) {
+  TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
+  if (q.source == "online") {
+    TANDEM_RETURN_IF_ERROR(TensorToFloat(*t, out));
+    const int64_t rows = expected[0], cols = expected[1];
+    std::vector<uint8_t> codes(out->size());
+    std::vector<float> scales(rows);
+    cpu::QuantizeFp8E4M3PerRow(out->data(), rows, cols, codes.data(), scales.data());
+    cpu::DequantizeFp8E4M3(codes.data(), rows, cols, scales.data(), 1, cols, out->data());
+    return Status::Ok();
+  }
+  if (t->dtype != DType::kF8E4M3) return TensorToFloat(*t, out);
+  if (!q.enabled()) {
+    return Err(StatusCode::kInvalidArgument, "tensor {} in {} is F8_E4M3, but config.json has no "
+               "quantization_config saying how it is scaled", name, t->file);
+  }
+  const int64_t rows = expected[0], cols = expected[1];
+  const int64_t br = q.block_rows > 0 ? q.block_rows : rows, bc = q.block_cols > 0 ? q.block_cols : cols;
+  const std::vector<int64_t> grid = {(rows + br - 1) / br, (cols + bc - 1) / bc};
+  const std::string scale_name = name.substr(0, name.size() - std::string("weight").size()) + q.scale_suffix;
+  auto found = st.Find(scale_name);
+  if (!found.ok()) {
+    return Err(StatusCode::kInvalidArgument, "FP8 tensor {} in {} has no scale tensor {} ({} scales: "
+               "shape {})", name, t->file, scale_name, q.Describe(), ShapeString(grid));
+  }
+  const TensorView& s = **found;
+  if (ScaleGrid(s.shape) != grid) {
+    return Err(StatusCode::kInvalidArgument, "scale tensor {} has shape {}, but {} [{}, {}] with {} "
+               "needs {}", scale_name, ShapeString(s.shape), name, rows, cols, q.Describe(), ShapeString(grid));
+  }
+  std::vector<float> scales;
+  TANDEM_RETURN_IF_ERROR(TensorToFloat(s, &scales));
+  for (float v : scales) {
+    if (!std::isfinite(v)) {
+      return Err(StatusCode::kInvalidArgument, "scale tensor {} in {} holds {}", scale_name, s.file, v);
+    }
+  }
+  out->resize(static_cast<size_t>(rows * cols));
+  cpu::DequantizeFp8E4M3(t->data, rows, cols, scales.data(), br, bc, out->data());
+  return Status::Ok();
+}
 
 Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelConfig& c) {
   const int64_t hidden = c.hidden_size;
@@ -44,10 +102,10 @@ Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelCon
     LayerWeights& l = w.layers[i];
     const std::string p = fmt::format("model.layers.{}.", i);
     TANDEM_RETURN_IF_ERROR(Bind(st, p + "input_layernorm.weight", {hidden}, &l.input_norm));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.q_proj.weight", {q_dim, hidden}, &l.q_proj));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.k_proj.weight", {kv_dim, hidden}, &l.k_proj));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.v_proj.weight", {kv_dim, hidden}, &l.v_proj));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.o_proj.weight", {hidden, q_dim}, &l.o_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "self_attn.q_proj.weight", {q_dim, hidden}, c.quantization, &l.q_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "self_attn.k_proj.weight", {kv_dim, hidden}, c.quantization, &l.k_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "self_attn.v_proj.weight", {kv_dim, hidden}, c.quantization, &l.v_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "self_attn.o_proj.weight", {hidden, q_dim}, c.quantization, &l.o_proj));
     if (c.attention_bias) {
       TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.q_proj.bias", {q_dim}, &l.q_bias));
       TANDEM_RETURN_IF_ERROR(Bind(st, p + "self_attn.k_proj.bias", {kv_dim}, &l.k_bias));
@@ -60,13 +118,15 @@ Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelCon
     }
     TANDEM_RETURN_IF_ERROR(
         Bind(st, p + "post_attention_layernorm.weight", {hidden}, &l.post_norm));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "mlp.gate_proj.weight", {inter, hidden}, &l.gate_proj));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "mlp.up_proj.weight", {inter, hidden}, &l.up_proj));
-    TANDEM_RETURN_IF_ERROR(Bind(st, p + "mlp.down_proj.weight", {hidden, inter}, &l.down_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "mlp.gate_proj.weight", {inter, hidden}, c.quantization, &l.gate_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "mlp.up_proj.weight", {inter, hidden}, c.quantization, &l.up_proj));
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, p + "mlp.down_proj.weight", {hidden, inter}, c.quantization, &l.down_proj));
   }
   TANDEM_RETURN_IF_ERROR(Bind(st, "model.norm.weight", {hidden}, &w.final_norm));
   if (!c.tie_word_embeddings) {
-    TANDEM_RETURN_IF_ERROR(Bind(st, "lm_head.weight", {c.vocab_size, hidden}, &w.lm_head));
+    // An FP8 checkpoint may store lm_head in FP8; --quantization fp8 leaves it as stored.
+    const QuantizationConfig lm_head_q = c.quantization.source == "online" ? QuantizationConfig() : c.quantization;
+    TANDEM_RETURN_IF_ERROR(BindLinear(st, "lm_head.weight", {c.vocab_size, hidden}, lm_head_q, &w.lm_head));
   }
   return w;
 }

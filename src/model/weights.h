@@ -1,4 +1,5 @@
-// Model weights bound by their Hugging Face names and converted to fp32 for the CPU runner.
+// Model weights bound by their Hugging Face names and converted to fp32 for the CPU runner (FP8
+// linear weights dequantized at load).
 //
 // Names (transformers' modeling_{llama,qwen2,qwen3,mistral}.py), shapes [out, in] row-major:
 //   model.embed_tokens.weight                     [vocab, hidden]
@@ -61,7 +62,19 @@ struct ModelWeights {
 Result<const TensorView*> FindWeight(const SafetensorsModel& st, const std::string& name,
                                      const std::vector<int64_t>& expected);
 
-// Binds and converts every tensor the config calls for.
+// A linear projection's weight [out, in] (`expected`) in fp32: as stored when BF16/F16/F32; when
+// F8_E4M3, dequantized with its scale tensor (<name minus "weight"><q.scale_suffix>, laid out as
+// q says; model/quantization.h, kernels/cpu/fp8.h); with q.source "online", quantized to FP8 per
+// output channel and dequantized (so the CPU engine computes with what an FP8 engine would hold).
+// Errors: those of FindWeight; InvalidArgument for an F8_E4M3 tensor without quantization_config,
+// a missing or misshapen scale tensor (naming it and the shape the scheme needs), a non-finite
+// scale.
+Status BindLinear(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
+                  const QuantizationConfig& q, std::vector<float>* out);
+
+// Binds and converts every tensor the config calls for; the linear projections (and lm_head when
+// stored in FP8) through BindLinear with config.quantization. Any other tensor in F8_E4M3 is
+// InvalidArgument.
 Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelConfig& config);
 
 }  // namespace tandem
