@@ -49,7 +49,11 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.kv_offload_disk_dir = kv_offload_disk_dir;
   config.kv_offload_disk_bytes = static_cast<size_t>(kv_offload_disk_gib * (1ull << 30));
   config.kv_offload_disk_wait_ms = kv_offload_disk_wait_ms;
-  if (config.kv_offload_disk_bytes > 0) config.kv_offload_model_id = ModelIdentity(ModelDir());
+  config.quantization = quantization;
+  // FP8 weights make other KV than the checkpoint's own: a disk tier must not mix them.
+  if (config.kv_offload_disk_bytes > 0) {
+    config.kv_offload_model_id = ModelIdentity(ModelDir()) + (quantization.empty() ? "" : " quantization:" + quantization);
+  }
   return config;
 }
 
@@ -88,7 +92,8 @@ const std::vector<std::string>& EngineSizeFlagNames() {
   static const std::vector<std::string> names = {
       "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
       "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len",
-      "kv-offload-host-gib", "kv-offload-disk-dir", "kv-offload-disk-gib", "kv-offload-disk-wait-ms"};
+      "kv-offload-host-gib", "kv-offload-disk-dir", "kv-offload-disk-gib", "kv-offload-disk-wait-ms",
+      "quantization"};
   return names;
 }
 
@@ -141,6 +146,12 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "How long a request waits for its prefix's blocks from the disk tier before "
                  "computing what has not arrived")
       ->check(CLI::Range(0, 600000));
+  app.add_option("--quantization", opt->quantization,
+                 "Weight quantization: fp8 quantizes an unquantized checkpoint's linear weights to "
+                 "FP8 E4M3 per output channel at load (vLLM's --quantization fp8); FP8 "
+                 "checkpoints (quantization_config fp8 or compressed-tensors) are recognized "
+                 "without it. The CPU engine dequantizes FP8 weights to fp32 at load")
+      ->check(CLI::IsMember({"", "none", "fp8"}));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));

@@ -33,6 +33,7 @@ struct EngineOptions {
   int kv_offload_disk_wait_ms = 1000;
   double gpu_memory_utilization = 0.9;
   int max_model_len = 0;
+  std::string quantization;       // "" (the checkpoint's own) | fp8 (model/quantization.h)
 
   EngineConfig ToEngineConfig() const;
   std::string ModelDir() const;          // model_dir or the bundled model
@@ -41,7 +42,7 @@ struct EngineOptions {
 
 // --model, --served-model-name, --device and the engine's sizes (--max-num-seqs,
 // --max-waiting-requests, --max-num-batched-tokens, --block-size, --num-kv-blocks,
-// --kv-cache-gib, --gpu-memory-utilization, --max-model-len, the KV offload tiers).
+// --kv-cache-gib, --gpu-memory-utilization, --max-model-len, --quantization, the KV offload tiers).
 void AddEngineOptions(CLI::App& app, EngineOptions* options);
 
 // What a disk tier's blocks depend on besides shapes and dtype: the model directory's canonical

@@ -39,6 +39,7 @@ struct GenerateOptions {
   int max_model_len = 0;
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
+  std::string quantization;
 };
 
 int Fail(const Status& status) {
@@ -54,6 +55,7 @@ int RunGenerate(const GenerateOptions& opt) {
   config.num_kv_blocks = opt.num_kv_blocks;
   config.max_model_len = opt.max_model_len;
   config.gpu_memory_utilization = opt.gpu_memory_utilization;
+  config.quantization = opt.quantization;
   const Result<int> device_id = ParseDevice(opt.device);
   if (!device_id.ok()) return Fail(device_id.status());
   auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat, *device_id);
@@ -172,6 +174,10 @@ Runner RegisterGenerate(CLI::App& app) {
   app.add_option("--gpu-memory-utilization", opt->gpu_memory_utilization,
                  "GPU: the fraction of the device's memory for weights, activations and KV cache")
       ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--quantization", opt->quantization,
+                 "fp8: FP8 E4M3 linear weights, per output channel, for an unquantized checkpoint "
+                 "(FP8 checkpoints are recognized without it)")
+      ->check(CLI::IsMember({"", "none", "fp8"}));
   return [opt] { return RunGenerate(*opt); };
 }
 

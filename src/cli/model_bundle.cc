@@ -30,12 +30,13 @@ namespace {
 
 Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id,
                                                 const EngineConfig& config) {
-  if (device_id < 0) return LoadCpuModelRunner(model_dir);
+  if (device_id < 0) return LoadCpuModelRunner(model_dir, config.quantization);
 #ifdef TANDEM_HAVE_CUDA
   CudaRunnerOptions options;
   // The weights must leave room for the margin and an explicitly sized KV pool.
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.reserve_bytes = kDeviceMemoryMarginBytes + config.kv_cache_bytes;
+  options.quantization = config.quantization;
   return LoadCudaModelRunner(model_dir, device_id, options);
 #else
   return Err(StatusCode::kFailedPrecondition,

@@ -56,6 +56,8 @@ struct EngineConfig {
   // How long a request waits for its prefix's blocks to come up from the disk (then the rest is
   // recomputed).
   int kv_offload_disk_wait_ms = 1000;
+  // --quantization, for the runner loader (model/quantization.h): "" the checkpoint's own, "fp8".
+  std::string quantization;
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;
