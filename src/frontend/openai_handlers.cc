@@ -180,7 +180,14 @@ class Generation {
       }
     }
     num_unfinished_ = req.n;
+    s_.metrics.generation_requests.Inc();
+    s_.metrics.prompt_tokens_before_first_token.Inc(num_prompt_tokens_);
   }
+  ~Generation() {
+    if (!first_token_seen_) s_.metrics.prompt_tokens_before_first_token.Dec(num_prompt_tokens_);
+  }
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
 
   bool want_logprobs() const { return req_.params.logprobs >= 0; }
   int num_unfinished() const { return num_unfinished_; }
@@ -200,7 +207,10 @@ class Generation {
     const auto now = Clock::now();
     const size_t k = out.new_token_ids.size();
     if (k > 0) {
-      if (!first_token_seen_) s_.metrics.time_to_first_token.Observe(Seconds(now - start_));
+      if (!first_token_seen_) {
+        s_.metrics.time_to_first_token.Observe(Seconds(now - start_));
+        s_.metrics.prompt_tokens_before_first_token.Dec(num_prompt_tokens_);
+      }
       first_token_seen_ = true;
       if (c.got_token) {
         double gap = Seconds(now - c.last_token) / static_cast<double>(k);

@@ -20,6 +20,11 @@ ServiceMetrics::ServiceMetrics(metrics::Registry* r)
                                          "Prompt tokens looked up in the prefix cache.")),
       prefix_cache_hits(r->GetCounter("tandem_prefix_cache_hits_total",
                                       "Prompt tokens served from the prefix cache.")),
+      generation_requests(r->GetCounter("tandem_generation_requests_total",
+                                        "Valid generation requests.")),
+      prompt_tokens_before_first_token(r->GetGauge(
+          "tandem_prompt_tokens_before_first_token",
+          "Prompt tokens of valid requests that have no first token yet.")),
       registry_(r) {}
 
 void ServiceMetrics::CountRequest(const std::string& endpoint, int http_status) {

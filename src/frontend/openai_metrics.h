@@ -10,6 +10,11 @@
 //   tandem_generation_tokens_total               counter: generated tokens
 //   tandem_prefix_cache_queries_total            counter: prompt tokens looked up (= prompt tokens)
 //   tandem_prefix_cache_hits_total               counter: of which served from the prefix cache
+//   tandem_generation_requests_total             counter: valid generation requests (the SLA
+//                                                planner's arrival rate)
+//   tandem_prompt_tokens_before_first_token      gauge: prompt tokens of valid requests that have
+//                                                no first token yet (the prefill backlog the planner
+//                                                clears)
 // Gauges set from EngineClient::Stats() before each /metrics render (a registry collector):
 //   tandem_kv_blocks_used, tandem_kv_blocks_total, tandem_num_requests_running,
 //   tandem_num_requests_waiting, tandem_prefix_cache_hit_ratio (engine hits / queries, 0 when none).
@@ -40,6 +45,8 @@ class ServiceMetrics {
   metrics::Counter& generation_tokens;
   metrics::Counter& prefix_cache_queries;
   metrics::Counter& prefix_cache_hits;
+  metrics::Counter& generation_requests;
+  metrics::Gauge& prompt_tokens_before_first_token;
 
  private:
   metrics::Registry* registry_;

@@ -97,7 +97,9 @@ TEST_F(OpenAITest, MetricsEndpoint) {
         std::string("tandem_num_requests_waiting 1"), std::string("tandem_prefix_cache_hit_ratio 0.4"),
         std::string("tandem_time_to_first_token_seconds_count 1"),
         std::string("tandem_inter_token_latency_seconds_count 2"),
-        std::string("tandem_request_duration_seconds_count 1")})
+        std::string("tandem_request_duration_seconds_count 1"),
+        std::string("tandem_generation_requests_total 1"),
+        std::string("tandem_prompt_tokens_before_first_token 0")})
     EXPECT_NE(m.find(line + "\n"), std::string::npos) << line << "\n" << m;
 }
 
@@ -129,6 +131,9 @@ TEST_F(OpenAITest, SubmitErrors) {
 
   engine->script.submit_error = Status(StatusCode::kInternal, "boom");
   EXPECT_EQ(Complete(json{{"prompt", "hi"}})->status, 500);
+  // Requests that never got a first token leave no prefill backlog behind (the SLA planner's input).
+  const std::string m = Call(service->Metrics(), Get("/metrics"))->body;
+  EXPECT_NE(m.find("tandem_prompt_tokens_before_first_token 0\n"), std::string::npos) << m;
 }
 
 TEST_F(OpenAITest, EngineErrorBeforeFirstOutputIsHttpError) {
