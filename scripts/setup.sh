@@ -12,7 +12,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev curl
   libucx-dev libfabric-dev
   etcd-server nats-server libnats-dev
-  python3 python3-jinja2 python3-yaml python3-jsonschema nodejs npm
+  python3 python3-jinja2 python3-yaml python3-jsonschema python3-prometheus-client nodejs npm
   clang libclang-rt-dev  # scripts/fuzz.sh: libFuzzer, ASan/UBSan (CI's bounded fuzz run)
 )
 

@@ -57,14 +57,14 @@ int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, st
   const double context = prompt + output / 2;
   const double per_worker = profile_.MaxBatch(context, config_.itl_ms);
   if (per_worker <= 0) {
-    *why += fmt::format(" decode: ITL target {:.0f} ms below one request's at context {:.0f}",
+    *why += fmt::format("; decode: ITL target {:.0f} ms below one request's at context {:.0f}",
                         config_.itl_ms, context);
     return rate > 0 && output > 0 ? config_.max_decode : 0;
   }
   const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker)) / 1000.0;  // <= the target
   const double in_decode = rate * output * itl;  // Little's law, at the ITL of a full worker
   const double need = in_decode / per_worker;
-  *why += fmt::format(" decode: {:.1f} requests at once, {:.1f} per worker at {:.1f} ms -> {:.2f} workers",
+  *why += fmt::format("; decode: {:.1f} requests at once, {:.1f} per worker at {:.1f} ms -> {:.2f} workers",
                       in_decode, per_worker, itl * 1000, need);
   return static_cast<int>(std::ceil(need - 1e-9));
 }
@@ -129,6 +129,21 @@ ReplicaDecision ReplicaPlanner::Plan(const LoadSample& sample, double now_s, int
   last_ = d;
   has_last_ = true;
   return d;
+}
+
+Status ReplicaPlanner::SetBounds(bool prefill, int min_replicas, int max_replicas) {
+  if (min_replicas < 0 || min_replicas > max_replicas) {
+    return Err(StatusCode::kInvalidArgument, "planner: {} bounds {}..{}", prefill ? "prefill" : "decode",
+               min_replicas, max_replicas);
+  }
+  const int other_min = prefill ? config_.min_decode : config_.min_prefill;
+  if (config_.budget > 0 && min_replicas + other_min > config_.budget) {
+    return Err(StatusCode::kInvalidArgument, "planner: {} minimum {} and the other role's {} exceed "
+               "the budget {}", prefill ? "prefill" : "decode", min_replicas, other_min, config_.budget);
+  }
+  (prefill ? config_.min_prefill : config_.min_decode) = min_replicas;
+  (prefill ? config_.max_prefill : config_.max_decode) = max_replicas;
+  return Status::Ok();
 }
 
 }  // namespace tandem::planner

@@ -70,6 +70,11 @@ class ReplicaPlanner {
   // The decision for the next interval given `sample`, the time now and the counts running now.
   ReplicaDecision Plan(const LoadSample& sample, double now_s, int current_prefill, int current_decode);
 
+  // New bounds of a role (the planner loop's answer to a manual replica edit). InvalidArgument as
+  // Create for min > max or min < 0; the budget must still fit both minima.
+  Status SetBounds(bool prefill, int min_replicas, int max_replicas);
+  const PlannerConfig& config() const { return config_; }
+
   // The unconstrained counts of the formulas above for predicted values (for tests and logs).
   int PrefillReplicas(double rate, double uncached_prompt_tokens, double queued_prefill_tokens,
                       std::string* why) const;
