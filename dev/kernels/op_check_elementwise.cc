@@ -474,6 +474,9 @@ void CheckQkNormRope() {
   QkNormRopeCacheCase(1, 32, 8, 128, 64, qwen3, true, "qwen3 decode");
   QkNormRopeCacheCase(8, 32, 8, 128, 64, qwen3, true, "qwen3 decode x8");
   QkNormRopeCacheCase(37, 4, 2, 64, 11, linear, true, "linear x4");
+  // >= 128 tokens: the vectorized kernel's warps take several groups of heads each.
+  QkNormRopeCacheCase(150, 32, 8, 128, 12, qwen3, true, "qwen3 prefill 150");
+  QkNormRopeCacheCase(131, 6, 2, 256, 9, qwen3, true, "hd 256 x131");
   QkNormRopeCacheCase(19, 6, 2, 96, 5, llama3, false, "hd 96, no norm");
 }
 
