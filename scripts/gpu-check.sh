@@ -19,6 +19,8 @@
 #   ops       cuda_op_check: every CUDA op against its CPU reference, timed (GPU_CHECK_ARGS passes
 #             arguments, e.g. "--only decode"); built on the device from dev/kernels/CMakeLists.txt
 #             when the carried binary is missing or cannot load
+#             GPU_CHECK_OPS_BASE=DIR (a pack of an earlier build): its cuda_op_check with the same
+#             arguments after this build's, then this build's again; the timed rows side by side
 #   sanitize  compute-sanitizer memcheck (small shapes) and racecheck (small prefill); also run when
 #             GPU_CHECK_SANITIZE=1
 #   ncu       Nsight Compute (clock control off) on the tensor-core decode kernels, both loads, at
@@ -230,6 +232,20 @@ device() {
       note ops "no cuda_op_check to run"
     fi
     [ "${GPU_CHECK_BUILD_TEST:-0}" = 1 ] && [ "$opbin" = "$BIN/cuda_op_check" ] && build_test "$OUT_DIR"
+    # GPU_CHECK_OPS_BASE=DIR: a pack of an earlier build (DIR/cuda_op_check.xz) run with the same
+    # arguments right after, then this build again; rows compared by scripts/gpu/op_check_compare.py.
+    local obase=${GPU_CHECK_OPS_BASE:-}
+    if [ -n "$opbin" ] && [ -n "$obase" ] && [ -e "$ROOT/$obase/cuda_op_check.xz" ]; then
+      mkdir -p "$BIN/base"
+      CARRY=$ROOT/$obase BIN=$BIN/base unpack cuda_op_check
+      echo "== $(date -u +%T) stage ops-base: $obase ${GPU_CHECK_ARGS:-}"
+      # shellcheck disable=SC2086
+      timeout 300 "$BIN/base/cuda_op_check" ${GPU_CHECK_ARGS:-} > "$OUT_DIR/op_check-base.log" 2>&1
+      note ops-base "exit $?"
+      # shellcheck disable=SC2086
+      timeout 300 "$opbin" ${GPU_CHECK_ARGS:-} > "$OUT_DIR/op_check-2.log" 2>&1
+      note ops-2 "exit $?"
+    fi
   fi
   want sanitize && [ ! -x "$BIN/cuda_op_check" ] && unpack cuda_op_check
   if want sanitize && command -v compute-sanitizer > /dev/null && [ -x "$BIN/cuda_op_check" ]; then
@@ -407,6 +423,10 @@ device() {
     if [ -e "$OUT_DIR/op_check.log" ] && want ops; then
       sed -n '/==== cuda_op_check summary/,$p' "$OUT_DIR/op_check.log" | grep -v "^ok " | head -5
       echo "cuda_op_check: $(grep -c '^ok ' "$OUT_DIR/op_check.log") ok, $(grep -c '^FAIL' "$OUT_DIR/op_check.log") FAIL (full table: op_check.log)"
+    fi
+    if [ -e "$OUT_DIR/op_check-base.log" ]; then
+      python3 scripts/gpu/op_check_compare.py "$OUT_DIR/op_check.log" "$OUT_DIR/op_check-base.log" \
+        "$OUT_DIR/op_check-2.log"
     fi
     [ -e "$RES/runner.log" ] && grep -E "^(ok|FAIL) |cuda_runner_check" "$RES/runner.log"
     [ -e "$RES/golden.log" ] && grep -E "^golden|^FAIL" "$RES/golden.log"
