@@ -1,6 +1,6 @@
 // Child processes for multi-process tests: start with extra environment and a log file, check,
 // signal, reap (every wait bounded). The destructor SIGKILLs and reaps a child still running.
-// Also: a free TCP port on 127.0.0.1 and a bounded polling helper.
+// Also: a free TCP port on 127.0.0.1, a bounded polling helper, and a process's live children.
 #pragma once
 
 #include <arpa/inet.h>
@@ -11,7 +11,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <filesystem>
+#include <map>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
@@ -127,6 +130,56 @@ bool Eventually(F f, std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   return f();
+}
+
+// The whole text of a (/proc) file, "" when it cannot be read.
+inline std::string ReadProcText(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A live (not zombie) process.
+inline bool Alive(pid_t pid) {
+  if (kill(pid, 0) != 0) return errno != ESRCH;
+  const std::string stat = ReadProcText("/proc/" + std::to_string(pid) + "/stat");
+  const size_t paren = stat.rfind(')');
+  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
+}
+
+// The live children of `parent`: pid -> role ("frontend", or the worker's --mode).
+inline std::map<pid_t, std::string> ChildrenOf(pid_t parent) {
+  std::map<pid_t, std::string> out;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string stat = ReadProcText(entry.path() / "stat");
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(paren + 2));
+    std::string state;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent || state == "Z") continue;
+    std::vector<std::string> argv;
+    std::istringstream cmdline(ReadProcText(entry.path() / "cmdline"));
+    for (std::string arg; std::getline(cmdline, arg, '\0');) argv.push_back(arg);
+    std::string role = "?";
+    for (size_t i = 1; i < argv.size(); ++i) {
+      if (argv[i] == "frontend" && i == 1) role = "frontend";
+      if (argv[i] == "--mode" && i + 1 < argv.size()) role = argv[i + 1];
+    }
+    out[static_cast<pid_t>(std::stoi(name))] = role;
+  }
+  return out;
+}
+
+inline pid_t PidOf(const std::map<pid_t, std::string>& children, const std::string& role) {
+  for (const auto& [pid, r] : children) {
+    if (r == role) return pid;
+  }
+  return 0;
 }
 
 }  // namespace tandem::testing

@@ -44,48 +44,9 @@ using testing::MetricValue;
 using testing::ReadText;
 using testing::GoldenDir;
 using testing::StreamText;
-
-// A live (not zombie) process.
-bool Alive(pid_t pid) {
-  if (kill(pid, 0) != 0) return errno != ESRCH;
-  const std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  return paren == std::string::npos || paren + 2 >= stat.size() || stat[paren + 2] != 'Z';
-}
-
-// The live children of `parent`: pid -> role ("frontend", or the worker's --mode).
-std::map<pid_t, std::string> ChildrenOf(pid_t parent) {
-  std::map<pid_t, std::string> out;
-  for (const auto& entry : fs::directory_iterator("/proc")) {
-    const std::string name = entry.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string stat = ReadText(entry.path() / "stat");
-    const size_t paren = stat.rfind(')');
-    if (paren == std::string::npos) continue;
-    std::istringstream rest(stat.substr(paren + 2));
-    std::string state;
-    pid_t ppid = 0;
-    rest >> state >> ppid;
-    if (ppid != parent || state == "Z") continue;
-    std::vector<std::string> argv;
-    std::istringstream cmdline(ReadText(entry.path() / "cmdline"));
-    for (std::string arg; std::getline(cmdline, arg, '\0');) argv.push_back(arg);
-    std::string role = "?";
-    for (size_t i = 1; i < argv.size(); ++i) {
-      if (argv[i] == "frontend" && i == 1) role = "frontend";
-      if (argv[i] == "--mode" && i + 1 < argv.size()) role = argv[i + 1];
-    }
-    out[static_cast<pid_t>(std::stoi(name))] = role;
-  }
-  return out;
-}
-
-pid_t PidOf(const std::map<pid_t, std::string>& children, const std::string& role) {
-  for (const auto& [pid, r] : children) {
-    if (r == role) return pid;
-  }
-  return 0;
-}
+using testing::Alive;
+using testing::ChildrenOf;
+using testing::PidOf;
 
 class ServeTest : public ::testing::Test {
  protected:
