@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "common/file_util.h"
 #include "common/logging.h"
+#include "deploy/local_connector.h"
 #include "deploy/supervisor.h"
 
 namespace tandem::cli {
@@ -84,8 +85,23 @@ int ServeGraph(runtime::Graph graph, const std::string& log_dir) {
   }
   runtime::SupervisorOptions options;
   options.log_dir = log_dir;
+  std::unique_ptr<runtime::LocalPlanner> planner;  // the graph's SLA planner, started once it is up
+  options.on_ready = [&planner] {
+    if (!planner) return;
+    if (Status st = planner->Start(); !st.ok()) log::error("planner not started: {}", st.message());
+  };
+  const runtime::Graph graph_copy = graph;
   runtime::Supervisor supervisor(std::move(graph), options);
+  if (graph_copy.planner.enabled) {
+    auto made = runtime::LocalPlanner::Create(graph_copy, &supervisor);
+    if (!made.ok()) {
+      std::fprintf(stderr, "tandem: %s: %s\n", graph_copy.source.c_str(), made.status().message().c_str());
+      return 2;
+    }
+    planner = std::move(*made);
+  }
   Status st = supervisor.Run();
+  planner.reset();
   if (!st.ok()) {
     std::fprintf(stderr, "tandem: %s\n", st.message().c_str());
     return 1;

@@ -54,6 +54,7 @@ struct WorkerOptions {
   std::string host = "127.0.0.1";
   int port = 0;
   int max_connections = 1024;  // the gRPC server's cap (WorkerServerOptions::max_connections)
+  double drain_timeout_s = 2;  // on SIGTERM: out of discovery, then this long for running calls
   std::string namespace_name = "tandem";
   std::string discovery;    // --discovery: "" = the embedded file discovery, etcd://host:port
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
@@ -277,7 +278,8 @@ int RunWorker(const WorkerOptions& opt) {
 
   log::info("received signal {}, shutting down", signals.Wait());
   lease->reset();   // leave discovery first: no new requests
-  server.Stop();    // running calls get a grace period, then are cancelled
+  // Running calls get --drain-timeout-s to finish (a planner's scale-down), then are cancelled.
+  server.Stop(static_cast<int>(opt.drain_timeout_s * 1000));
   kv_publisher->Stop();
   stats_logger.reset();
   if (metrics_server) metrics_server->Stop();
@@ -300,6 +302,10 @@ Runner RegisterWorker(CLI::App& app) {
   app.add_option("--host", opt->host, "Address of the gRPC server (and the one published)");
   app.add_option("--port", opt->port, "gRPC port (0: any free port, logged)")
       ->check(CLI::Range(0, 65535));
+  app.add_option("--drain-timeout-s", opt->drain_timeout_s,
+                 "On SIGTERM the worker leaves discovery, then gives its running requests this long to "
+                 "finish before cancelling them")
+      ->check(CLI::Range(0.0, 86400.0));
   app.add_option("--max-connections", opt->max_connections,
                  "Most TCP connections the gRPC server holds at a time; one beyond is closed at once")
       ->check(CLI::PositiveNumber);

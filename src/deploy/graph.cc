@@ -111,7 +111,8 @@ class Parser : public YamlFields {
     }
     if (g.mode.empty()) Fail(n, what + ": 'mode' is required (agg, prefill or decode)");
     if (has_device && has_devices) Fail(n, what + ": give 'device' or 'devices', not both");
-    if (has_devices && g.devices.size() != static_cast<size_t>(g.replicas)) {
+    // More devices than replicas: room for a planner to grow the group (ValidateGraph checks).
+    if (has_devices && g.devices.size() < static_cast<size_t>(g.replicas)) {
       Fail(devices_node, fmt::format("{}: {} devices for {} replicas (give one per replica, or "
                                      "'device' for all)", what, g.devices.size(), g.replicas));
     }
@@ -143,7 +144,7 @@ class Parser : public YamlFields {
          Fields(root, "the graph",
                 {"name", "namespace", "discovery", "event_plane", "model", "served_model_name",
                  "env", "frontend", "workers", "restart", "startup_timeout_s",
-                 "shutdown_grace_s", "kubernetes"})) {
+                 "shutdown_grace_s", "kubernetes", "planner"})) {
       // Read by `tandem k8s render` (deploy/k8s/settings.h), not by serve: only its shape is
       // checked here.
       if (key == "kubernetes" && !v.IsMap()) Fail(v, "'kubernetes' must be a mapping");
@@ -181,6 +182,7 @@ class Parser : public YamlFields {
         has_workers = true;
       }
       if (key == "restart") g.restart = Restart(v);
+      if (key == "planner") g.planner = ParsePlannerSection(*this, v, base_dir);
       if (key == "startup_timeout_s") g.startup_timeout_s = Number(v, key, 0.001);
       if (key == "shutdown_grace_s") g.shutdown_grace_s = Number(v, key, 0);
     }
@@ -225,6 +227,45 @@ Result<Graph> LoadGraphFile(const std::string& path) {
   return ParseGraph(*text, dir, path);
 }
 
+namespace {
+
+// The largest replica count a group of `mode` may reach: the planner's maximum for prefill and
+// decode groups of a graph with a planner, else 0.
+int MaxReplicas(const Graph& g, const std::string& mode) {
+  if (!g.planner.enabled) return 0;
+  return mode == "prefill" ? g.planner.max_prefill : mode == "decode" ? g.planner.max_decode : 0;
+}
+
+template <typename Fail>
+Status ValidatePlanner(const Graph& g, Fail fail) {
+  const GraphPlanner& p = g.planner;
+  int prefill_groups = 0, decode_groups = 0;
+  for (const GraphWorkerGroup& w : g.workers) {
+    if (w.mode == "agg") return fail(p.line, "planner: a graph with a planner has no agg workers (it sizes prefill and decode)");
+    prefill_groups += w.mode == "prefill";
+    decode_groups += w.mode == "decode";
+  }
+  if (prefill_groups != 1 || decode_groups != 1) {
+    return fail(p.line, fmt::format("planner: the graph needs exactly one prefill and one decode group (has {} "
+                                    "and {})", prefill_groups, decode_groups));
+  }
+  if (p.min_prefill > p.max_prefill || p.min_decode > p.max_decode || p.min_prefill < 0 || p.min_decode < 0) {
+    return fail(p.line, "planner: replica bounds with min above max");
+  }
+  for (const GraphWorkerGroup& w : g.workers) {
+    const int lo = w.mode == "prefill" ? p.min_prefill : p.min_decode;
+    const int hi = MaxReplicas(g, w.mode);
+    if (w.replicas < lo || w.replicas > hi) {
+      return fail(w.line, fmt::format("{} replicas {} outside the planner's bounds [{}, {}]", w.mode,
+                                      w.replicas, lo, hi));
+    }
+  }
+  if (p.profile.empty()) return fail(p.line, "planner: 'profile' is required");
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ValidateGraph(const Graph& g) {
   auto fail = [&g](int line, const std::string& what) {
     if (line > 0) return Err(StatusCode::kInvalidArgument, "{}:{}: {}", g.source, line, what);
@@ -247,30 +288,33 @@ Status ValidateGraph(const Graph& g) {
     }
     return 0;
   };
+  if (g.planner.enabled) TANDEM_RETURN_IF_ERROR(ValidatePlanner(g, fail));
   for (size_t i = 0; i < g.workers.size(); ++i) {
     const GraphWorkerGroup& w = g.workers[i];
     const std::string what = fmt::format("workers[{}] ({})", i, w.mode);
+    const int most = std::max(w.replicas, MaxReplicas(g, w.mode));  // the planner may grow it
     if (!IsMode(w.mode)) return fail(w.line, what + ": bad mode (agg, prefill or decode)");
     if (w.replicas < 1) return fail(w.line, what + ": replicas must be at least 1");
-    if (w.devices.size() != 1 && w.devices.size() != static_cast<size_t>(w.replicas)) {
-      return fail(w.line, fmt::format("{}: {} devices for {} replicas", what, w.devices.size(),
-                                      w.replicas));
+    if (w.devices.size() != 1 && w.devices.size() != static_cast<size_t>(std::max(w.replicas, MaxReplicas(g, w.mode)))) {
+      return fail(w.line, fmt::format("{}: {} devices for {} replicas{}", what, w.devices.size(),
+                                      std::max(w.replicas, MaxReplicas(g, w.mode)),
+                                      g.planner.enabled ? " (the planner's maximum)" : ""));
     }
     for (const auto& d : w.devices) {
       if (d.empty()) return fail(w.line, what + ": empty device name");
     }
     if (w.host.empty()) return fail(w.line, what + ": host must not be empty");
-    if (w.port < 0 || w.port + w.replicas - 1 > 65535 || w.metrics_port < 0 ||
-        w.metrics_port + w.replicas - 1 > 65535) {
+    if (w.port < 0 || w.port + most - 1 > 65535 || w.metrics_port < 0 ||
+        w.metrics_port + most - 1 > 65535) {
       return fail(w.line, what + ": ports out of range for its replicas");
     }
     if (w.max_local_prefill_tokens >= 0 && w.mode != "decode") {
       return fail(w.line, what + ": max_local_prefill_tokens applies to decode workers only");
     }
-    if (int p = claim(w.port, w.replicas); p) {
+    if (int p = claim(w.port, most); p) {
       return fail(w.line, fmt::format("{}: port {} is used twice in the graph", what, p));
     }
-    if (int p = claim(w.metrics_port, w.replicas); p) {
+    if (int p = claim(w.metrics_port, most); p) {
       return fail(w.line, fmt::format("{}: port {} is used twice in the graph", what, p));
     }
   }
@@ -287,41 +331,52 @@ Status ValidateGraph(const Graph& g) {
   return Status::Ok();
 }
 
+namespace {
+
+void ModelFlags(const Graph& g, std::vector<std::string>& args) {
+  if (!g.discovery.empty()) args.insert(args.end(), {"--discovery", g.discovery});
+  if (!g.event_plane.empty()) args.insert(args.end(), {"--event-plane", g.event_plane});
+  if (!g.model_dir.empty()) args.insert(args.end(), {"--model", g.model_dir});
+  if (!g.served_model_name.empty()) {
+    args.insert(args.end(), {"--served-model-name", g.served_model_name});
+  }
+}
+
+}  // namespace
+
+ComponentSpec ExpandWorker(const Graph& g, size_t group, int r) {
+  const GraphWorkerGroup& w = g.workers[group];
+  int index = r;
+  for (size_t i = 0; i < group; ++i) index += g.workers[i].mode == w.mode ? g.workers[i].replicas : 0;
+  ComponentSpec c;
+  c.mode = w.mode;
+  c.name = fmt::format("{}-{}", w.mode, index);
+  c.instance_id = fmt::format("{}-{}", g.name, c.name);
+  c.args = {"worker", "--mode", w.mode, "--namespace", g.namespace_name,
+            "--host", w.host, "--port", std::to_string(w.port > 0 ? w.port + r : 0),
+            "--device", w.DeviceOf(r), "--instance-id", c.instance_id};
+  ModelFlags(g, c.args);
+  if (w.metrics_port > 0) {
+    c.args.insert(c.args.end(), {"--metrics-port", std::to_string(w.metrics_port + r)});
+  }
+  if (w.max_local_prefill_tokens >= 0) {
+    c.args.insert(c.args.end(),
+                  {"--max-local-prefill-tokens", std::to_string(w.max_local_prefill_tokens)});
+  }
+  if (g.planner.enabled) {  // a scale-down lets the worker's requests finish
+    c.args.insert(c.args.end(), {"--drain-timeout-s", fmt::format("{}", g.planner.drain_timeout_s)});
+  }
+  for (const auto& [flag, value] : w.engine) c.args.insert(c.args.end(), {"--" + flag, value});
+  c.args.insert(c.args.end(), w.args.begin(), w.args.end());
+  c.env = g.env;
+  for (const auto& [k, v] : w.env) c.env[k] = v;
+  return c;
+}
+
 std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   std::vector<ComponentSpec> out;
-  std::map<std::string, int> next_index;  // per mode, across groups
-  auto model_flags = [&g](std::vector<std::string>& args) {
-    if (!g.discovery.empty()) args.insert(args.end(), {"--discovery", g.discovery});
-    if (!g.event_plane.empty()) args.insert(args.end(), {"--event-plane", g.event_plane});
-    if (!g.model_dir.empty()) args.insert(args.end(), {"--model", g.model_dir});
-    if (!g.served_model_name.empty()) {
-      args.insert(args.end(), {"--served-model-name", g.served_model_name});
-    }
-  };
-  for (const GraphWorkerGroup& w : g.workers) {
-    for (int r = 0; r < w.replicas; ++r) {
-      const int index = next_index[w.mode]++;
-      ComponentSpec c;
-      c.mode = w.mode;
-      c.name = fmt::format("{}-{}", w.mode, index);
-      c.instance_id = fmt::format("{}-{}", g.name, c.name);
-      c.args = {"worker", "--mode", w.mode, "--namespace", g.namespace_name,
-                "--host", w.host, "--port", std::to_string(w.port > 0 ? w.port + r : 0),
-                "--device", w.DeviceOf(r), "--instance-id", c.instance_id};
-      model_flags(c.args);
-      if (w.metrics_port > 0) {
-        c.args.insert(c.args.end(), {"--metrics-port", std::to_string(w.metrics_port + r)});
-      }
-      if (w.max_local_prefill_tokens >= 0) {
-        c.args.insert(c.args.end(),
-                      {"--max-local-prefill-tokens", std::to_string(w.max_local_prefill_tokens)});
-      }
-      for (const auto& [flag, value] : w.engine) c.args.insert(c.args.end(), {"--" + flag, value});
-      c.args.insert(c.args.end(), w.args.begin(), w.args.end());
-      c.env = g.env;
-      for (const auto& [k, v] : w.env) c.env[k] = v;
-      out.push_back(std::move(c));
-    }
+  for (size_t i = 0; i < g.workers.size(); ++i) {
+    for (int r = 0; r < g.workers[i].replicas; ++r) out.push_back(ExpandWorker(g, i, r));
   }
   ComponentSpec f;
   f.name = f.mode = "frontend";
@@ -331,7 +386,7 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   f.port = g.frontend.port;
   f.args = {"frontend", "--host", g.frontend.host, "--port", std::to_string(g.frontend.port),
             "--namespace", g.namespace_name};
-  model_flags(f.args);
+  ModelFlags(g, f.args);
   if (g.frontend.request_timeout_s > 0) {
     f.args.insert(f.args.end(), {"--request-timeout-s", fmt::format("{}", g.frontend.request_timeout_s)});
   }

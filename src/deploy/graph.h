@@ -45,6 +45,8 @@
 //     reset_after_s: 60              # ready this long: the count in a row starts again
 //   startup_timeout_s: 600           # every component ready within this, else serve fails
 //   shutdown_grace_s: 10             # SIGTERM, then SIGKILL after this
+//   planner: {...}                   # optional: the SLA planner sizes the prefill and decode
+//                                    # groups while serve runs (deploy/graph_planner.h)
 //   kubernetes: {...}                # optional; ignored by serve, read by `tandem k8s render`
 //                                    # (src/deploy/k8s/settings.h lists its keys)
 //
@@ -60,6 +62,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "deploy/graph_planner.h"
 
 namespace tandem::runtime {
 
@@ -113,6 +116,7 @@ struct Graph {
   GraphFrontend frontend;
   std::vector<GraphWorkerGroup> workers;
   RestartPolicy restart;
+  GraphPlanner planner;            // enabled: the `planner:` section was given
   double startup_timeout_s = 600;
   double shutdown_grace_s = 10;
   std::string source = "<built-in>";  // the file it came from, for messages
@@ -143,5 +147,9 @@ struct ComponentSpec {
 // Workers first (in file order, replica order), the frontend last. The frontend's port must be
 // set (non-zero) by then.
 std::vector<ComponentSpec> ExpandGraph(const Graph& graph);
+// Replica `replica` (0-based) of group `group` as ExpandGraph makes it, for groups that grow while
+// the graph runs (the planner): its name is "<mode>-<index>" with index = the replica's index among
+// every group of that mode before it plus `replica`.
+ComponentSpec ExpandWorker(const Graph& graph, size_t group, int replica);
 
 }  // namespace tandem::runtime

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <set>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
@@ -140,8 +141,12 @@ void ForwardOutput(int pipe_fd, std::string prefix, int out_fd, std::string log_
 }  // namespace
 
 struct Supervisor::Child {
-  enum class State { kStarting, kReady, kBackoff, kStopped };
+  enum class State { kStarting, kReady, kBackoff, kStopped, kRemoved };
   ComponentSpec spec;
+  size_t group = SIZE_MAX;  // workers: the graph group and replica index it is
+  int replica = -1;
+  bool draining = false;    // SIGTERMed by a scale-down: not restarted
+  Clock::time_point drain_kill_at;
   State state = State::kStopped;
   pid_t pid = -1;
   bool ever_ready = false;
@@ -153,7 +158,95 @@ struct Supervisor::Child {
 };
 
 Supervisor::Supervisor(Graph graph, SupervisorOptions options)
-    : graph_(std::move(graph)), options_(std::move(options)) {}
+    : graph_(std::move(graph)), options_(std::move(options)) {
+  if (graph_.planner.enabled) {
+    for (const GraphWorkerGroup& w : graph_.workers) {
+      if (w.mode == "prefill" || w.mode == "decode") desired_[w.mode] = w.replicas;
+    }
+  }
+}
+
+Status Supervisor::SetReplicas(const std::string& mode, int count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = desired_.find(mode);
+  if (it == desired_.end()) {
+    return Err(StatusCode::kInvalidArgument, "graph '{}': {} workers cannot be scaled (only the prefill "
+               "and decode groups of a graph with a planner section)", graph_.name, mode);
+  }
+  const int most = mode == "prefill" ? graph_.planner.max_prefill : graph_.planner.max_decode;
+  if (count < 0 || count > most) {
+    return Err(StatusCode::kInvalidArgument, "graph '{}': {} replicas {} outside [0, {}]", graph_.name,
+               mode, count, most);
+  }
+  if (it->second != count) log::info("graph '{}': {} replicas {} -> {}", graph_.name, mode, it->second, count);
+  it->second = count;
+  return Status::Ok();
+}
+
+int Supervisor::Replicas(const std::string& mode) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = desired_.find(mode);
+  return it == desired_.end() ? -1 : it->second;
+}
+
+void Supervisor::Reconcile() {
+  std::map<std::string, int> desired;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    desired = desired_;
+  }
+  const auto now = Clock::now();
+  for (size_t g = 0; g < graph_.workers.size(); ++g) {
+    auto want = desired.find(graph_.workers[g].mode);
+    if (want == desired.end()) continue;
+    std::vector<Child*> active;
+    std::set<int> used;  // replica indexes of live children (draining ones included)
+    for (auto& c : children_) {
+      if (c->group != g || c->state == Child::State::kRemoved) continue;
+      used.insert(c->replica);
+      if (!c->draining) active.push_back(c.get());
+    }
+    for (int r = 0; static_cast<int>(active.size()) < want->second; ++r) {
+      if (used.count(r)) continue;
+      children_.push_back(std::make_unique<Child>());
+      Child& c = *children_.back();
+      c.spec = ExpandWorker(graph_, g, r);
+      c.group = g;
+      c.replica = r;
+      used.insert(r);
+      active.push_back(&c);
+      if (Status st = Spawn(c); !st.ok()) {  // retried like a crash
+        log::warn("{}: cannot start: {}", c.spec.name, st.message());
+        c.state = Child::State::kBackoff;
+        c.restart_at = now + std::chrono::milliseconds(graph_.restart.backoff_ms);
+      }
+    }
+    std::sort(active.begin(), active.end(), [](Child* a, Child* b) { return a->replica > b->replica; });
+    for (size_t i = 0; static_cast<int>(active.size() - i) > want->second; ++i) {
+      Child& c = *active[i];
+      c.draining = true;
+      if (c.pid <= 0) {  // waiting to restart: nothing to drain
+        c.state = Child::State::kRemoved;
+        log::info("{}: removed (scale-down)", c.spec.name);
+        continue;
+      }
+      const double wait_s = graph_.planner.drain_timeout_s + graph_.shutdown_grace_s;
+      c.drain_kill_at = now + std::chrono::milliseconds(static_cast<int64_t>(wait_s * 1000));
+      log::info("{}: draining for a scale-down (SIGTERM to pid {}: it leaves discovery, its requests "
+                "get {} s)", c.spec.name, c.pid, graph_.planner.drain_timeout_s);
+      kill(c.pid, SIGTERM);
+    }
+  }
+  for (auto& c : children_) {
+    if (c->draining && c->pid > 0 && now >= c->drain_kill_at) {
+      log::warn("{}: still running {:.0f} s into its drain; SIGKILL", c->spec.name,
+                graph_.planner.drain_timeout_s + graph_.shutdown_grace_s);
+      kill(-c->pid, SIGKILL);
+      kill(c->pid, SIGKILL);
+      c->drain_kill_at = Clock::time_point::max();
+    }
+  }
+}
 
 Supervisor::~Supervisor() {
   for (auto& c : children_) {
@@ -296,10 +389,16 @@ Status Supervisor::Run() {
     if (graph_.frontend.port == 0) result = Err(StatusCode::kFailedPrecondition, "no free port");
   }
   if (result.ok()) {
-    for (ComponentSpec& spec : ExpandGraph(graph_)) {
-      children_.push_back(std::make_unique<Child>());
-      children_.back()->spec = std::move(spec);
+    for (size_t g = 0; g < graph_.workers.size(); ++g) {
+      for (int r = 0; r < graph_.workers[g].replicas; ++r) {
+        children_.push_back(std::make_unique<Child>());
+        children_.back()->spec = ExpandWorker(graph_, g, r);
+        children_.back()->group = g;
+        children_.back()->replica = r;
+      }
     }
+    children_.push_back(std::make_unique<Child>());
+    children_.back()->spec = ExpandGraph(graph_).back();  // the frontend
     log::info("graph '{}' ({}): {} agg, {} prefill, {} decode worker(s), frontend on "
               "http://{}:{}, namespace '{}', discovery {}",
               graph_.name, graph_.source, graph_.NumReplicas("agg"), graph_.NumReplicas("prefill"),
@@ -330,11 +429,21 @@ Status Supervisor::Run() {
       break;
     }
     if (stop_requested_) break;
+    if (graph_ready) Reconcile();  // scaling starts once the graph is up
     const auto now = Clock::now();
     bool all_ready = true;
-    for (auto& cp : children_) {
-      Child& c = *cp;
+    for (size_t ci = 0; ci < children_.size(); ++ci) {
+      Child& c = *children_[ci];
+      if (c.state == Child::State::kRemoved) continue;
       int status = 0;
+      if (c.draining) {
+        if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
+          log::info("{}: drained and stopped ({}); removed", c.spec.name, DescribeExit(status));
+          c.pid = -1;
+          c.state = Child::State::kRemoved;
+        }
+        continue;
+      }
       if (c.pid > 0 && waitpid(c.pid, &status, WNOHANG) == c.pid) {
         const bool usage_error = WIFEXITED(status) &&
                                  (WEXITSTATUS(status) == 2 || WEXITSTATUS(status) == 127);
@@ -384,11 +493,14 @@ Status Supervisor::Run() {
       graph_ready = true;
       log::info("graph '{}' is up in {:.1f} s: http://{}:{}/v1 (Ctrl-C stops it)", graph_.name,
                 Seconds(Clock::now() - started), graph_.frontend.host, graph_.frontend.port);
+      if (options_.on_ready) options_.on_ready();
     }
     if (!graph_ready && Clock::now() > startup_deadline) {
       std::string waiting;
       for (auto& c : children_) {
-        if (c->state != Child::State::kReady) waiting += (waiting.empty() ? "" : ", ") + c->spec.name;
+        if (c->state != Child::State::kReady && c->state != Child::State::kRemoved && !c->draining) {
+        waiting += (waiting.empty() ? "" : ", ") + c->spec.name;
+      }
       }
       result = Err(StatusCode::kFailedPrecondition, "graph '{}' not ready within {} s (waiting "
                    "for: {})", graph_.name, graph_.startup_timeout_s, waiting);
@@ -402,13 +514,16 @@ Status Supervisor::Run() {
 
 void Supervisor::StopAll() {
   // The frontend first (no new requests), then the workers; all within one grace period.
-  for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
-    Child& c = **it;
-    if (c.pid > 0) {
-      log::info("{}: stopping (SIGTERM to pid {})", c.spec.name, c.pid);
-      kill(c.pid, SIGTERM);
+  for (bool frontend : {true, false}) {
+    for (auto it = children_.rbegin(); it != children_.rend(); ++it) {
+      Child& c = **it;
+      if ((c.spec.mode == "frontend") != frontend) continue;
+      if (c.pid > 0) {
+        log::info("{}: stopping (SIGTERM to pid {})", c.spec.name, c.pid);
+        kill(c.pid, SIGTERM);
+      }
+      c.state = Child::State::kStopped;
     }
-    c.state = Child::State::kStopped;
   }
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(graph_.shutdown_grace_s * 1000));

@@ -17,13 +17,23 @@
 //   stop     SIGINT, SIGTERM or SIGHUP (or RequestStop): SIGTERM to every child, SIGKILL to the
 //            process groups still there after shutdown_grace_s, every child reaped. On an error the
 //            same stop runs before Run returns.
+//   scale    SetReplicas (the planner's local connector, deploy/local_connector.h) changes the
+//            replica count of a graph's prefill or decode group while it runs: new replicas start
+//            as at startup (the lowest free replica index: name, instance id, port, device); the
+//            highest-indexed ones go first on a scale-down: SIGTERM, and the worker leaves
+//            discovery and lets its requests finish (--drain-timeout-s, from the graph's planner
+//            section); it is not restarted, and SIGKILLed only drain_timeout_s + shutdown_grace_s
+//            after the SIGTERM.
 #pragma once
 
 #include <sys/types.h>
 
 #include <atomic>
 #include <chrono>
+#include <functional>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -41,6 +51,7 @@ struct SupervisorOptions {
                               // every child
   int output_fd = 2;          // where the prefixed lines go
   std::chrono::milliseconds health_interval{200};  // between readiness checks of one component
+  std::function<void()> on_ready;  // called once on Run's thread when the graph is first up
 };
 
 class Supervisor {
@@ -58,6 +69,14 @@ class Supervisor {
   // Thread-safe: makes Run stop every component and return OK.
   void RequestStop() { stop_requested_ = true; }
 
+  // Thread-safe: the replica count Run moves `mode`'s group to ("prefill" or "decode" of a graph
+  // with a planner section; InvalidArgument for another mode, a graph without a planner, or a
+  // count outside [0, the group's largest size: the planner's maximum]).
+  Status SetReplicas(const std::string& mode, int count);
+  // Thread-safe: the count asked for last (the graph's own before any SetReplicas), starting and
+  // ready replicas alike; draining ones are not counted. -1 for a mode that cannot scale.
+  int Replicas(const std::string& mode) const;
+
   // The frontend's port (after Run picked one for port 0).
   int frontend_port() const { return graph_.frontend.port; }
 
@@ -67,12 +86,15 @@ class Supervisor {
   void Reap(Child& child, int wait_status);
   bool CheckReady(Child& child);
   void StopAll();
+  void Reconcile();  // starts and drains replicas toward desired_
 
   Graph graph_;
   SupervisorOptions options_;
   std::unique_ptr<Discovery> discovery_;
   std::vector<std::unique_ptr<Child>> children_;
   std::atomic<bool> stop_requested_{false};
+  mutable std::mutex mu_;
+  std::map<std::string, int> desired_;  // scalable modes -> replicas asked for
 };
 
 }  // namespace tandem::runtime
