@@ -9,7 +9,7 @@ PACKAGES=(
   libpcre2-dev libutf8proc-dev libxxhash-dev libopenblas-dev
   libboost1.81-dev libyaml-cpp-dev
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc
-  libgtest-dev libgmock-dev libbenchmark-dev curl
+  libgtest-dev libgmock-dev libbenchmark-dev curl libssl-dev
   libucx-dev libfabric-dev
   etcd-server nats-server libnats-dev
   python3 python3-jinja2 python3-yaml python3-jsonschema python3-prometheus-client nodejs npm

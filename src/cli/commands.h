@@ -31,6 +31,9 @@ Runner RegisterK8s(CLI::App& app);
 // tandem profile: a worker's prefill and decode profile for the SLA planner (planner/profiler.h).
 Runner RegisterProfile(CLI::App& app);
 
+// tandem planner: the SLA planner as its own process, scaling Kubernetes Deployments (cli/planner.cc).
+Runner RegisterPlanner(CLI::App& app);
+
 // tandem bench: load generator and report against an OpenAI-compatible server (src/loadgen/).
 Runner RegisterBench(CLI::App& app);
 

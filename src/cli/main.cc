@@ -40,6 +40,10 @@ int main(int argc, char** argv) {
     runners[sub] = tandem::cli::RegisterProfile(*sub);
   }
   {
+    CLI::App* sub = app.add_subcommand("planner", "Run the SLA planner against Kubernetes Deployments");
+    runners[sub] = tandem::cli::RegisterPlanner(*sub);
+  }
+  {
     CLI::App* sub = app.add_subcommand("bench", "Benchmark an OpenAI-compatible server");
     runners[sub] = tandem::cli::RegisterBench(*sub);
   }

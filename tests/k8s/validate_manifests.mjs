@@ -22,6 +22,8 @@ const YAML = await load("yaml/dist/index.js");
 const apps = await load("kubernetes-models/apps/v1/index.js");
 const core = await load("kubernetes-models/v1/index.js");
 const policy = await load("kubernetes-models/policy/v1/index.js");
+const autoscaling = await load("kubernetes-models/autoscaling/v1/index.js");
+const rbac = await load("kubernetes-models/rbac.authorization.k8s.io/v1/index.js");
 
 const kinds = {
   "apps/v1/Deployment": apps.Deployment,
@@ -31,6 +33,11 @@ const kinds = {
   "v1/ConfigMap": core.ConfigMap,
   "v1/Secret": core.Secret,
   "policy/v1/PodDisruptionBudget": policy.PodDisruptionBudget,
+  "v1/ServiceAccount": core.ServiceAccount,
+  "rbac.authorization.k8s.io/v1/Role": rbac.Role,
+  "rbac.authorization.k8s.io/v1/RoleBinding": rbac.RoleBinding,
+  // the planner's request bodies to the scale subresource (deploy/k8s/k8s_connector.h)
+  "autoscaling/v1/Scale": autoscaling.Scale,
 };
 
 const dnsLabel = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?$/;

@@ -82,8 +82,9 @@ void CommonPodSpec(const Ctx& c, json& spec) {
     for (const auto& n : c.s.image_pull_secrets) secrets.push_back(json{{"name", n}});
     spec["imagePullSecrets"] = secrets;
   }
-  spec["terminationGracePeriodSeconds"] =
-      static_cast<int>(std::ceil(c.graph.shutdown_grace_s));
+  // With a planner, a worker taken out first drains for planner.drain_timeout_s.
+  const double drain = c.graph.planner.enabled ? c.graph.planner.drain_timeout_s : 0;
+  spec["terminationGracePeriodSeconds"] = static_cast<int>(std::ceil(c.graph.shutdown_grace_s + drain));
 }
 
 void AddModelCache(const Ctx& c, json& container, json& volumes, json& env_extra) {
@@ -394,6 +395,61 @@ std::string ContainerModel(const runtime::Graph& g, const K8sSettings& s, Status
 
 }  // namespace
 
+// The SLA planner (graph planner section): `tandem planner` scaling the prefill and decode
+// Deployments, with a ServiceAccount allowed to get and update their scale subresource (a Role and
+// RoleBinding) and the profile in a ConfigMap.
+Result<std::vector<json>> Planner(const Ctx& c, const std::string& prefill_pool, const std::string& decode_pool) {
+  const runtime::GraphPlanner& p = c.graph.planner;
+  auto profile = ReadFile(p.profile);
+  if (!profile.ok()) return Err(StatusCode::kNotFound, "planner profile {}: {}", p.profile, profile.status().message());
+  if (c.ns.empty()) {
+    return Err(StatusCode::kInvalidArgument, "{}: a graph with a planner needs kubernetes.namespace (or "
+               "--namespace): its RoleBinding names the ServiceAccount's namespace", c.graph.source);
+  }
+  const std::string pool = c.name + "-planner";
+  const json labels = Labels(c, "planner", pool);
+  json config_map{{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", Metadata(c, pool, labels)},
+                  {"data", {{"profile.json", *profile}}}};
+  json account{{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", Metadata(c, pool, labels)}};
+  json role{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"}, {"metadata", Metadata(c, pool, labels)},
+            {"rules", json::array({json{{"apiGroups", json::array({"apps"})},
+                                        {"resources", json::array({"deployments/scale"})},
+                                        {"resourceNames", json::array({prefill_pool, decode_pool})},
+                                        {"verbs", json::array({"get", "update"})}}})}};
+  json binding{{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"},
+               {"metadata", Metadata(c, pool, labels)},
+               {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", pool}}},
+               {"subjects", json::array({json{{"kind", "ServiceAccount"}, {"name", pool}, {"namespace", c.ns}}})}};
+  const int port = p.metrics_port > 0 ? p.metrics_port : c.s.metrics_port;
+  std::vector<std::string> args = {
+      "planner", "--profile", "/etc/tandem/planner/profile.json",
+      "--ttft-ms", fmt::format("{}", p.ttft_ms), "--itl-ms", fmt::format("{}", p.itl_ms),
+      "--interval-s", fmt::format("{}", p.interval_s),
+      "--prefill-min", std::to_string(p.min_prefill), "--prefill-max", std::to_string(p.max_prefill),
+      "--decode-min", std::to_string(p.min_decode), "--decode-max", std::to_string(p.max_decode),
+      "--budget", std::to_string(p.budget), "--predictor", p.predictor,
+      "--scale-down-intervals", std::to_string(p.scale_down_intervals), "--cooldown-s", fmt::format("{}", p.cooldown_s),
+      "--frontend-url", fmt::format("http://{}-frontend:{}", c.name, kFrontendServicePort),
+      "--metrics-port", std::to_string(port), "--prefill-deployment", prefill_pool,
+      "--decode-deployment", decode_pool, "--k8s-namespace", c.ns};
+  json container{{"name", "planner"}, {"image", c.image}, {"imagePullPolicy", c.s.image_pull_policy},
+                 {"command", json::array({"tandem"})}, {"args", args},
+                 {"ports", json::array({json{{"name", "metrics"}, {"containerPort", port}, {"protocol", "TCP"}}})},
+                 {"volumeMounts", json::array({json{{"name", "profile"}, {"mountPath", "/etc/tandem/planner"},
+                                                    {"readOnly", true}}})},
+                 {"resources", {{"requests", {{"cpu", "100m"}, {"memory", "128Mi"}}}}},
+                 {"readinessProbe", HttpProbe("/health", "metrics", 10, 3)},
+                 {"livenessProbe", HttpProbe("/health", "metrics", 10, 3)}};
+  json spec{{"serviceAccountName", pool}, {"containers", json::array({container})},
+            {"volumes", json::array({json{{"name", "profile"}, {"configMap", {{"name", pool}}}}})}};
+  if (!c.s.image_pull_secrets.empty()) {
+    json secrets = json::array();
+    for (const auto& n : c.s.image_pull_secrets) secrets.push_back(json{{"name", n}});
+    spec["imagePullSecrets"] = secrets;
+  }
+  return std::vector<json>{config_map, account, role, binding, Deployment(c, pool, "planner", 1, spec, port)};
+}
+
 Result<std::string> RenderManifests(const runtime::Graph& graph, const K8sSettings& settings,
                                     const RenderOptions& options) {
   Ctx c{graph, settings, {}, {}, {}, {}, {}, {}};
@@ -468,6 +524,11 @@ Result<std::string> RenderManifests(const runtime::Graph& graph, const K8sSettin
     first_spec += static_cast<size_t>(w.replicas);
     if (!pool_docs.ok()) return pool_docs.status();
     for (auto& d : *pool_docs) docs.push_back(std::move(d));
+  }
+  if (graph.planner.enabled) {  // one prefill and one decode group (graph_planner.h)
+    auto planner_docs = Planner(c, c.name + "-prefill", c.name + "-decode");
+    if (!planner_docs.ok()) return planner_docs.status();
+    for (auto& d : *planner_docs) docs.push_back(std::move(d));
   }
 
   std::string out = fmt::format(

@@ -7,6 +7,10 @@
 //   Deployment + Service + PodDisruptionBudget <name>-frontend   (Service port 8000, "http")
 //   Deployment + PodDisruptionBudget per worker group: <name>-<mode> (<name>-<mode>-<k> when a
 //     mode has several groups), replicas from the graph
+//   ConfigMap (the profile) + ServiceAccount + Role + RoleBinding + Deployment <name>-planner
+//                                                      a graph with a planner section: `tandem
+//     planner` scaling <name>-prefill and <name>-decode through their scale subresource (get and
+//     update on exactly those two); worker pods' terminationGracePeriodSeconds add its drain time
 //
 // The containers run what a pod really runs: command [tandem], args `frontend ...` or
 // `worker --mode M ...` with --discovery etcd://<name>-etcd:2379 (Service names resolve in the

@@ -5,7 +5,11 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
+#include <fstream>
 
 namespace tandem::k8s {
 namespace {
@@ -257,6 +261,46 @@ TEST(K8sRenderTest, ServeStillParsesGraphsWithTheSection) {
   auto g = runtime::ParseGraph("name: a\nfrontend: {port: 8000}\nworkers: [{mode: agg}]\n"
                                "kubernetes: {efa: 1}\n", "/tmp", "graph.yaml");
   EXPECT_TRUE(g.ok()) << g.status().ToString();
+}
+
+}  // namespace
+}  // namespace tandem::k8s
+
+namespace tandem::k8s {
+namespace {
+
+TEST(K8sRenderPlannerTest, APlannerGraphGetsThePlannerWithScaleRightsOnItsTwoDeploymentsOnly) {
+  const std::string dir = "/tmp/tandem-render-planner-" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/p.json") << R"({"prefill":[{"prompt_tokens":64,"ttft_ms":30}],)"
+                                 << R"("decode":[{"context":256,"batch":1,"itl_ms":20}]})";
+  const std::string yaml = "name: pl\nfrontend: {port: 8000}\nworkers:\n  - {mode: prefill}\n  - {mode: decode}\n"
+                           "planner: {profile: " + dir + "/p.json, drain_timeout_s: 25}\nshutdown_grace_s: 5\n";
+  auto out = Render(yaml, {"ns1", "img:1", ""});
+  ASSERT_TRUE(out.ok()) << out.status().ToString();
+  const auto docs = Docs(*out);
+  const YAML::Node role = Find(docs, "Role", "pl-planner");
+  ASSERT_TRUE(role);
+  ASSERT_EQ(role["rules"].size(), 1u);
+  EXPECT_EQ(role["rules"][0]["resources"][0].as<std::string>(), "deployments/scale");
+  EXPECT_EQ(role["rules"][0]["resourceNames"][0].as<std::string>(), "pl-prefill");
+  EXPECT_EQ(role["rules"][0]["resourceNames"][1].as<std::string>(), "pl-decode");
+  EXPECT_EQ(Find(docs, "RoleBinding", "pl-planner")["subjects"][0]["namespace"].as<std::string>(), "ns1");
+  const YAML::Node planner = Find(docs, "Deployment", "pl-planner");
+  ASSERT_TRUE(planner);
+  EXPECT_EQ(planner["spec"]["template"]["spec"]["serviceAccountName"].as<std::string>(), "pl-planner");
+  EXPECT_NE(Find(docs, "ConfigMap", "pl-planner")["data"]["profile.json"].as<std::string>().find("ttft_ms"),
+            std::string::npos);
+  // Workers may drain before the kubelet's SIGKILL: grace 5 + drain 25.
+  EXPECT_EQ(Find(docs, "Deployment", "pl-decode")["spec"]["template"]["spec"]["terminationGracePeriodSeconds"].as<int>(), 30);
+  // The RoleBinding needs the namespace; the profile must exist at render time.
+  auto no_ns = Render(yaml);
+  ASSERT_FALSE(no_ns.ok());
+  EXPECT_NE(no_ns.status().message().find("namespace"), std::string::npos);
+  std::filesystem::remove_all(dir);
+  auto no_profile = Render(yaml, {"ns1", "img:1", ""});
+  ASSERT_FALSE(no_profile.ok());
+  EXPECT_NE(no_profile.status().message().find("p.json"), std::string::npos);
 }
 
 }  // namespace
