@@ -50,10 +50,19 @@ void Unpack(const std::vector<std::string>& targets, const Value& v, Frame& fram
 }
 }  // namespace
 
+void Evaluator::Emit(std::string& out, std::string_view text, int line) {
+  emitted_ += text.size();
+  if (emitted_ > kMaxTemplateOutputBytes) {
+    FailAt(line, "the rendering exceeds " + std::to_string(kMaxTemplateOutputBytes >> 20) +
+                     " MiB of output (nested output counted at each level)");
+  }
+  out += text;
+}
+
 Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
   switch (s.kind) {
-    case Stmt::Kind::kText: out += s.text; return Flow::kNormal;
-    case Stmt::Kind::kOutput: out += PyStr(Eval(*s.expr)); return Flow::kNormal;
+    case Stmt::Kind::kText: Emit(out, s.text, s.line); return Flow::kNormal;
+    case Stmt::Kind::kOutput: Emit(out, PyStr(Eval(*s.expr)), s.line); return Flow::kNormal;
     case Stmt::Kind::kIf:
       for (size_t k = 0; k < s.conds.size(); ++k)
         if (Truthy(Eval(*s.conds[k]))) return Exec(s.bodies[k], out);
@@ -91,7 +100,7 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
       args.line = s.line;
       EvalArgs(call, 1, args);
       args.kw.emplace_back("caller", caller);
-      out += PyStr((*fn.fn)(args));
+      Emit(out, PyStr((*fn.fn)(args)), s.line);
       return Flow::kNormal;
     }
     case Stmt::Kind::kWith: {
@@ -108,7 +117,7 @@ Evaluator::Flow Evaluator::ExecStmt(const Stmt& s, std::string& out) {
       auto frame = std::make_shared<Frame>();
       (*frame)["\x01filter_body"] = Value::Str(std::move(text));
       frames_.push_back(frame);
-      out += PyStr(Eval(*s.expr));
+      Emit(out, PyStr(Eval(*s.expr)), s.line);
       frames_.pop_back();
       return f;
     }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -37,6 +38,10 @@ using Frame = std::unordered_map<std::string, Value>;
 // TemplateError, as Python's recursion limit makes it a RecursionError in jinja2, instead of the
 // rendering thread's stack overflowing (a template macro calling itself, found by fuzzing).
 inline constexpr int kMaxTemplateCallDepth = 256;
+// Text one render may emit, counted at every level (a macro's output, then again where its caller
+// writes it): beyond is a TemplateError. Macros whose output doubles with each nesting level grow
+// without bound within the call depth (found by fuzzing: 20 s for one 3.7 KB template).
+inline constexpr size_t kMaxTemplateOutputBytes = size_t{16} << 20;
 
 class Evaluator {
  public:
@@ -50,6 +55,7 @@ class Evaluator {
   enum class Flow { kNormal, kBreak, kContinue };
   Flow Exec(const Body& body, std::string& out);
   Flow ExecStmt(const Stmt& s, std::string& out);
+  void Emit(std::string& out, std::string_view text, int line);  // out += text, within the budget
   Flow ExecFor(const Stmt& s, std::string& out);
   void ExecSet(const Stmt& s, Value v);
   Value MakeMacro(const Stmt& s, const std::string& name);
@@ -62,6 +68,7 @@ class Evaluator {
   void EvalArgs(const Expr& e, size_t first, CallArgs& args);
 
   std::vector<std::shared_ptr<Frame>> frames_;
+  size_t emitted_ = 0;  // Emit's count, for kMaxTemplateOutputBytes
 };
 
 // "<message> at line N"

@@ -72,6 +72,23 @@ TEST(ChatErrorTest, IntegerOverflowIsAnError) {
   }
 }
 
+TEST(ChatErrorTest, OutputBeyondTheBudgetIsAnError) {
+  // Output that doubles with each nesting level: 2^30 KiB within the call-depth limit. jinja2 would
+  // run until memory ran out; here it stops at kMaxTemplateOutputBytes (fuzzer find, 20 s for 3.7 KB).
+  const std::string kib(1024, 'x');
+  Status st = RenderError("{%- macro f(n) -%}{%- if n > 0 -%}{{ f(n - 1) }}{{ f(n - 1) }}{%- else -%}" + kib +
+                          "{%- endif -%}{%- endmacro -%}{{ f(30) }}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("MiB of output"), std::string::npos) << st.message();
+  // A large but bounded rendering is fine: 1 MiB written through 11 levels (11 MiB counted).
+  auto t = ChatTemplate::Parse("{%- macro g(n) -%}{%- if n > 0 -%}{{ g(n - 1) }}{{ g(n - 1) }}{%- else -%}" +
+                               kib + "{%- endif -%}{%- endmacro -%}{{ g(10) }}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto ok = t->Render(ojson::object());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(ok->size(), size_t{1} << 20);
+}
+
 TEST(ChatErrorTest, UndefinedErrorsNameTheVariable) {
   Status st = RenderError("\n{{ foo.bar }}");
   EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
