@@ -50,9 +50,11 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.kv_offload_disk_bytes = static_cast<size_t>(kv_offload_disk_gib * (1ull << 30));
   config.kv_offload_disk_wait_ms = kv_offload_disk_wait_ms;
   config.quantization = quantization;
+  config.kv_cache_dtype = kv_cache_dtype;
   // FP8 weights make other KV than the checkpoint's own: a disk tier must not mix them.
   if (config.kv_offload_disk_bytes > 0) {
-    config.kv_offload_model_id = ModelIdentity(ModelDir()) + (quantization.empty() ? "" : " quantization:" + quantization);
+    config.kv_offload_model_id = ModelIdentity(ModelDir()) + (quantization.empty() ? "" : " quantization:" + quantization) +
+                                 (kv_cache_dtype == "auto" ? "" : " kv:" + kv_cache_dtype);
   }
   return config;
 }
@@ -93,7 +95,7 @@ const std::vector<std::string>& EngineSizeFlagNames() {
       "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
       "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len",
       "kv-offload-host-gib", "kv-offload-disk-dir", "kv-offload-disk-gib", "kv-offload-disk-wait-ms",
-      "quantization"};
+      "quantization", "kv-cache-dtype"};
   return names;
 }
 
@@ -152,6 +154,11 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "checkpoints (quantization_config fp8 or compressed-tensors) are recognized "
                  "without it. The CPU engine dequantizes FP8 weights to fp32 at load")
       ->check(CLI::IsMember({"", "none", "fp8"}));
+  app.add_option("--kv-cache-dtype", opt->kv_cache_dtype,
+                 "KV cache element type: auto (fp32 on the CPU, bf16 on CUDA) or fp8 / fp8_e4m3 "
+                 "(vLLM's names: FP8 E4M3 with scale 1.0, a quarter of the CPU pool's bytes; prefill "
+                 "and decode workers must agree)")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   app.add_option("--max-model-len", opt->max_model_len,
                  "Context length (0: the model's max_position_embeddings)")
       ->check(CLI::Range(0, 1 << 30));

@@ -34,6 +34,7 @@ struct EngineOptions {
   double gpu_memory_utilization = 0.9;
   int max_model_len = 0;
   std::string quantization;       // "" (the checkpoint's own) | fp8 (model/quantization.h)
+  std::string kv_cache_dtype = "auto";  // auto | fp8 | fp8_e4m3 (model/quantization.h)
 
   EngineConfig ToEngineConfig() const;
   std::string ModelDir() const;          // model_dir or the bundled model

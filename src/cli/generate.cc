@@ -40,6 +40,7 @@ struct GenerateOptions {
   std::string device = "cpu";
   double gpu_memory_utilization = 0.9;
   std::string quantization;
+  std::string kv_cache_dtype = "auto";
 };
 
 int Fail(const Status& status) {
@@ -56,6 +57,7 @@ int RunGenerate(const GenerateOptions& opt) {
   config.max_model_len = opt.max_model_len;
   config.gpu_memory_utilization = opt.gpu_memory_utilization;
   config.quantization = opt.quantization;
+  config.kv_cache_dtype = opt.kv_cache_dtype;
   const Result<int> device_id = ParseDevice(opt.device);
   if (!device_id.ok()) return Fail(device_id.status());
   auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat, *device_id);
@@ -178,6 +180,8 @@ Runner RegisterGenerate(CLI::App& app) {
                  "fp8: FP8 E4M3 linear weights, per output channel, for an unquantized checkpoint "
                  "(FP8 checkpoints are recognized without it)")
       ->check(CLI::IsMember({"", "none", "fp8"}));
+  app.add_option("--kv-cache-dtype", opt->kv_cache_dtype, "auto, or fp8 / fp8_e4m3: an FP8 E4M3 KV cache")
+      ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
   return [opt] { return RunGenerate(*opt); };
 }
 

@@ -30,7 +30,11 @@ namespace {
 
 Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id,
                                                 const EngineConfig& config) {
-  if (device_id < 0) return LoadCpuModelRunner(model_dir, config.quantization);
+  if (device_id < 0) return LoadCpuModelRunner(model_dir, config.quantization, config.kv_cache_dtype);
+  if (config.kv_cache_dtype != "auto") {
+    return Err(StatusCode::kUnimplemented, "--kv-cache-dtype {}: the CUDA engine keeps a bf16 KV cache for "
+               "now (FP8 KV runs on the CPU engine)", config.kv_cache_dtype);
+  }
 #ifdef TANDEM_HAVE_CUDA
   CudaRunnerOptions options;
   // The weights must leave room for the margin and an explicitly sized KV pool.

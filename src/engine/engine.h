@@ -58,6 +58,8 @@ struct EngineConfig {
   int kv_offload_disk_wait_ms = 1000;
   // --quantization, for the runner loader (model/quantization.h): "" the checkpoint's own, "fp8".
   std::string quantization;
+  // --kv-cache-dtype (model/quantization.h): "auto", "fp8", "fp8_e4m3".
+  std::string kv_cache_dtype = "auto";
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;

@@ -27,8 +27,9 @@ namespace {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  CpuModelRunner(ModelConfig config, ModelWeights weights)
-      : config_(std::move(config)), weights_(std::move(weights)) {
+  CpuModelRunner(ModelConfig config, ModelWeights weights, KvCacheDtype kv_dtype)
+      : config_(std::move(config)), weights_(std::move(weights)), fp8_kv_(kv_dtype == KvCacheDtype::kFp8E4M3),
+        kv_scale_(static_cast<size_t>(config_.num_key_value_heads), 1.0f) {
     cpu::RopeParams rope;
     rope.theta = config_.rope_theta;
     rope.type = config_.rope_scaling.type;
@@ -43,8 +44,9 @@ class CpuModelRunner final : public ModelRunner {
 
   size_t KVBlockBytes(int block_size) const override {
     return static_cast<size_t>(config_.num_hidden_layers) * 2 * block_size *
-           config_.num_key_value_heads * config_.head_dim * sizeof(float);
+           config_.num_key_value_heads * config_.head_dim * (fp8_kv_ ? 1 : sizeof(float));
   }
+  std::string kv_cache_dtype() const override { return fp8_kv_ ? "fp8_e4m3" : "fp32"; }
 
   Status AllocateKVCache(int num_blocks, int block_size) override {
     if (num_blocks <= 0 || block_size <= 0) {
@@ -52,6 +54,7 @@ class CpuModelRunner final : public ModelRunner {
                  " got {} and {}", num_blocks, block_size);
     }
     kv_.clear();
+    kv8_.clear();
     num_blocks_ = 0;
     block_size_ = 0;
     const long double bytes = static_cast<long double>(KVBlockBytes(1)) * block_size * num_blocks;
@@ -62,14 +65,21 @@ class CpuModelRunner final : public ModelRunner {
     const size_t per_layer = static_cast<size_t>(num_blocks) * 2 * block_size *
                              config_.num_key_value_heads * config_.head_dim;
     try {
-      kv_.resize(config_.num_hidden_layers);
-      for (auto& pool : kv_) pool.assign(per_layer, 0.0f);
+      if (fp8_kv_) {
+        kv8_.resize(config_.num_hidden_layers);
+        for (auto& pool : kv8_) pool.assign(per_layer, 0);
+      } else {
+        kv_.resize(config_.num_hidden_layers);
+        for (auto& pool : kv_) pool.assign(per_layer, 0.0f);
+      }
     } catch (const std::bad_alloc&) {
       kv_.clear();
+      kv8_.clear();
       return Err(StatusCode::kResourceExhausted, "cannot allocate a KV cache of {} blocks x {} "
                  "bytes", num_blocks, KVBlockBytes(block_size));
     } catch (const std::length_error&) {
       kv_.clear();
+      kv8_.clear();
       return Err(StatusCode::kResourceExhausted, "KV cache of {} blocks is too large", num_blocks);
     }
     num_blocks_ = num_blocks;
@@ -79,10 +89,12 @@ class CpuModelRunner final : public ModelRunner {
 
   KVCacheLayout kv_cache_layout() override {
     KVCacheLayout layout;
-    if (kv_.empty()) return layout;
+    if (kv_.empty() && kv8_.empty()) return layout;
     for (auto& pool : kv_) layout.layer_base.push_back(pool.data());
-    layout.block_bytes = KVBlockBytes(block_size_) / kv_.size();
+    for (auto& pool : kv8_) layout.layer_base.push_back(pool.data());
+    layout.block_bytes = KVBlockBytes(block_size_) / static_cast<size_t>(config_.num_hidden_layers);
     layout.num_blocks = num_blocks_;
+    layout.dtype = kv_cache_dtype();
     return layout;
   }
 
@@ -94,13 +106,16 @@ class CpuModelRunner final : public ModelRunner {
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;                 // [head_dim / 2]
+  bool fp8_kv_ = false;                         // --kv-cache-dtype fp8: kv8_ instead of kv_
+  std::vector<float> kv_scale_;                 // [kv_heads]: K and V scales (1.0: uncalibrated)
   std::vector<std::vector<float>> kv_;          // per layer [num_blocks, 2, block, kv_heads, hd]
+  std::vector<std::vector<uint8_t>> kv8_;       // the same as FP8 E4M3 codes
   int num_blocks_ = 0;
   int block_size_ = 0;
 };
 
 Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
-  if (kv_.empty()) {
+  if (kv_.empty() && kv8_.empty()) {
     return Err(StatusCode::kFailedPrecondition, "Forward before AllocateKVCache");
   }
   return ValidateForwardBatch(batch, config_, block_size_, num_blocks_);
@@ -158,7 +173,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
-    float* pool = kv_[layer].data();
+    float* pool = fp8_kv_ ? nullptr : kv_[layer].data();
+    uint8_t* pool8 = fp8_kv_ ? kv8_[layer].data() : nullptr;
     cpu::RmsNorm(x.data(), w.input_norm.data(), T, hidden, eps, xn.data());
     cpu::Linear(xn.data(), T, hidden, w.q_proj.data(), q_dim, bias(w.q_bias), q.data());
     cpu::Linear(xn.data(), T, hidden, w.k_proj.data(), kv_dim, bias(w.k_bias), k.data());
@@ -169,7 +185,12 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
     }
     cpu::ApplyRope(q.data(), T, nh, hd, positions.data(), inv_freq_.data());
     cpu::ApplyRope(k.data(), T, nkv, hd, positions.data(), inv_freq_.data());
-    cpu::ReshapeAndCache(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, pool);
+    if (fp8_kv_) {
+      cpu::ReshapeAndCacheFp8(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, kv_scale_.data(),
+                              kv_scale_.data(), pool8);
+    } else {
+      cpu::ReshapeAndCache(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, pool);
+    }
     if (batch.on_layer_kv_written) batch.on_layer_kv_written(LayerKVReady{layer, [] { return true; }, {}});
     for (size_t s = 0; s < batch.seqs.size(); ++s) {
       const SequenceSlice& seq = batch.seqs[s];
@@ -178,6 +199,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.num_tokens = static_cast<int>(seq.token_ids.size());
       a.start_pos = seq.start_pos;
       a.kv_pool = pool;
+      a.kv_pool_fp8 = pool8;
+      a.k_scale = a.v_scale = kv_scale_.data();
       a.block_table = seq.block_table.data();
       a.block_size = block_size_;
       a.num_heads = nh;
@@ -215,7 +238,9 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
 }  // namespace
 
 Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir,
-                                                        const std::string& quantization) {
+                                                        const std::string& quantization,
+                                                        const std::string& kv_cache_dtype) {
+  TANDEM_ASSIGN_OR_RETURN(KvCacheDtype kv_dtype, ParseKvCacheDtype(kv_cache_dtype));
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   TANDEM_ASSIGN_OR_RETURN(config.quantization, ResolveQuantization(config.quantization, quantization));
   if (config.quantization.enabled()) {
@@ -223,8 +248,11 @@ Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model
   }
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
   TANDEM_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(st, config));
+  if (kv_dtype == KvCacheDtype::kFp8E4M3) {
+    log::info("KV cache: FP8 E4M3 (scale 1.0 per layer and KV head), a quarter of the fp32 pool's bytes");
+  }
   return std::unique_ptr<ModelRunner>(
-      std::make_unique<CpuModelRunner>(std::move(config), std::move(weights)));
+      std::make_unique<CpuModelRunner>(std::move(config), std::move(weights), kv_dtype));
 }
 
 }  // namespace tandem

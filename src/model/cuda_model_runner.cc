@@ -64,6 +64,7 @@ KVCacheLayout CudaModelRunner::kv_cache_layout() {
   layout.block_bytes = KVBlockBytes(block_size_) / kv_.size();
   layout.num_blocks = num_blocks_;
   layout.device_id = device_id_;
+  layout.dtype = kv_cache_dtype();
   return layout;
 }
 

@@ -52,6 +52,7 @@ class CudaModelRunner final : public ModelRunner {
            c.head_dim * sizeof(__nv_bfloat16);
   }
   size_t KVBlockBytes(int block_size) const override { return KVBlockBytesOf(config_, block_size); }
+  std::string kv_cache_dtype() const override { return "bf16"; }
   // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
   // cuBLAS asks for on Hopper.
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;

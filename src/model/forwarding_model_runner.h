@@ -21,6 +21,7 @@ class ForwardingModelRunner : public ModelRunner {
   }
   size_t KVBlockBytes(int block_size) const override { return inner_->KVBlockBytes(block_size); }
   KVCacheLayout kv_cache_layout() override { return inner_->kv_cache_layout(); }
+  std::string kv_cache_dtype() const override { return inner_->kv_cache_dtype(); }
   Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
     return inner_->Forward(batch, logits);
   }

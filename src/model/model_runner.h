@@ -89,6 +89,7 @@ struct KVCacheLayout {
   size_t block_bytes = 0;         // one block of one layer
   int num_blocks = 0;
   int device_id = -1;             // -1: host memory; else the CUDA device
+  std::string dtype;              // ModelRunner::kv_cache_dtype(): a KV transfer needs both ends alike
 };
 
 struct ForwardBatch {
@@ -132,6 +133,9 @@ class ModelRunner {
 
   // Empty (no layers) before AllocateKVCache.
   virtual KVCacheLayout kv_cache_layout() = 0;
+  // The KV pool's element type, as workers compare it before a KV transfer: "fp32" (the CPU
+  // runner's default), "bf16" (CUDA's), "fp8_e4m3" (--kv-cache-dtype fp8).
+  virtual std::string kv_cache_dtype() const { return "fp32"; }
 
   // Runs one step. `logits` is resized to [num_rows, vocab_size] row-major, fp32, where the rows
   // are, in the order of batch.seqs: one row per seq with Logits::kLast (its last token), and
@@ -201,7 +205,9 @@ ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const Pi
 // Errors: NotFound (missing files), DataLoss (truncated safetensors), InvalidArgument (a tensor
 // missing or whose shape disagrees with config.json, an unknown --quantization, FP8 scales
 // missing or misshapen), Unimplemented (unknown architecture or quantization method).
+// `kv_cache_dtype` is --kv-cache-dtype (model/quantization.h: "auto", "fp8", "fp8_e4m3").
 Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model_dir,
-                                                        const std::string& quantization = "");
+                                                        const std::string& quantization = "",
+                                                        const std::string& kv_cache_dtype = "auto");
 
 }  // namespace tandem

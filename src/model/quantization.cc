@@ -130,4 +130,10 @@ Result<QuantizationConfig> ResolveQuantization(const QuantizationConfig& checkpo
   return online;
 }
 
+Result<KvCacheDtype> ParseKvCacheDtype(const std::string& name) {
+  if (name.empty() || name == "auto") return KvCacheDtype::kAuto;
+  if (name == "fp8" || name == "fp8_e4m3") return KvCacheDtype::kFp8E4M3;
+  return Err(StatusCode::kInvalidArgument, "--kv-cache-dtype '{}' is not supported (auto, fp8, fp8_e4m3)", name);
+}
+
 }  // namespace tandem

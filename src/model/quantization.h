@@ -56,4 +56,11 @@ Result<QuantizationConfig> ParseQuantizationConfig(const nlohmann::json& q, cons
 Result<QuantizationConfig> ResolveQuantization(const QuantizationConfig& checkpoint,
                                                const std::string& requested);
 
+// --kv-cache-dtype (vLLM's names): "auto" keeps the engine's own KV dtype (fp32 on the CPU, bf16 on
+// CUDA); "fp8" and "fp8_e4m3" store K and V as FP8 E4M3, each element divided by its layer's and KV
+// head's scale (1.0 until calibrated scales are loaded: vLLM's default without k_scale/v_scale),
+// a quarter of the CPU pool's bytes and half of bf16's. InvalidArgument for anything else.
+enum class KvCacheDtype { kAuto, kFp8E4M3 };
+Result<KvCacheDtype> ParseKvCacheDtype(const std::string& name);
+
 }  // namespace tandem

@@ -116,6 +116,7 @@ void ToProto(const RemotePrefillRequest& in, v1::RemotePrefillRequest* out) {
   t->set_agent_metadata(in.target.agent_metadata);
   t->mutable_layer_base()->Assign(in.target.layer_base.begin(), in.target.layer_base.end());
   t->set_block_bytes(in.target.block_bytes);
+  t->set_kv_cache_dtype(in.target.kv_cache_dtype);
   t->set_block_size(in.target.block_size);
   t->mutable_block_ids()->Assign(in.target.block_ids.begin(), in.target.block_ids.end());
   t->set_num_cached_tokens(in.target.num_cached_tokens);
@@ -133,6 +134,7 @@ RemotePrefillRequest FromProto(const v1::RemotePrefillRequest& in) {
   r.target.agent_metadata = t.agent_metadata();
   r.target.layer_base.assign(t.layer_base().begin(), t.layer_base().end());
   r.target.block_bytes = t.block_bytes();
+  r.target.kv_cache_dtype = t.kv_cache_dtype();
   r.target.block_size = t.block_size();
   r.target.block_ids.assign(t.block_ids().begin(), t.block_ids().end());
   r.target.num_cached_tokens = t.num_cached_tokens();

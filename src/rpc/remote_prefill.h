@@ -54,6 +54,7 @@ struct KVTarget {
   int block_size = 0;                 // tokens per block
   std::vector<int> block_ids;         // the block table over the whole prompt
   int num_cached_tokens = 0;          // leading tokens already there (a multiple of block_size)
+  std::string kv_cache_dtype;         // ModelRunner::kv_cache_dtype() of the decode worker
 };
 
 struct RemotePrefillRequest {

@@ -25,6 +25,7 @@ void DecodeDisagg::Start(RemotePrefillTask task, std::function<void(RemotePrefil
   req.target.agent_metadata = metadata_;
   for (void* base : layout_.layer_base) req.target.layer_base.push_back(reinterpret_cast<uint64_t>(base));
   req.target.block_bytes = layout_.block_bytes;
+  req.target.kv_cache_dtype = layout_.dtype;
   req.target.block_size = block_size_;
   req.target.block_ids = std::move(task.block_ids);
   req.target.num_cached_tokens = task.num_cached_tokens;

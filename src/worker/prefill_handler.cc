@@ -176,7 +176,11 @@ void PrefillHandler::Prefill(RemotePrefillRequest request, runtime::RemotePrefil
   const int num_prompt = static_cast<int>(request.prompt_token_ids.size());
   const int num_blocks = (num_prompt + block_size_ - 1) / block_size_;
   Status st;
-  if (t.layer_base.size() != layout_.layer_base.size() || t.block_bytes != layout_.block_bytes ||
+  if (!t.kv_cache_dtype.empty() && t.kv_cache_dtype != layout_.dtype) {
+    st = Err(StatusCode::kInvalidArgument,
+             "KV cache dtype differs: the decode worker's is {}, this prefill worker's {} (start both "
+             "with the same --kv-cache-dtype)", t.kv_cache_dtype, layout_.dtype);
+  } else if (t.layer_base.size() != layout_.layer_base.size() || t.block_bytes != layout_.block_bytes ||
       t.block_size != block_size_) {
     st = Err(StatusCode::kInvalidArgument,
              "KV geometry differs: decode has {} layers, {} bytes and {} tokens per block; this "

@@ -3,16 +3,28 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/fp8.h"
 #include "kernels/cpu/reshape_and_cache.h"
 
 namespace tandem::cpu {
 namespace {
 
 constexpr int kQueryTile = 128;
+
+// FP8 E4M3 code -> float, once.
+const float* Fp8Table() {
+  static const auto table = [] {
+    std::array<float, 256> t{};
+    for (int i = 0; i < 256; ++i) t[i] = Fp8E4M3ToFloat(static_cast<uint8_t>(i));
+    return t;
+  }();
+  return table.data();
+}
 
 // row: [n] scores, softmax in place over the first `valid` entries; the rest set to 0.
 void SoftmaxRow(float* row, int valid, int n) {
@@ -41,6 +53,20 @@ void PagedAttention(const PagedAttentionArgs& a) {
   for (int p = 0; p < ctx; ++p) {
     const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
                          p % a.block_size;
+    if (a.kv_pool_fp8 != nullptr) {
+      const float* fp8 = Fp8Table();
+      const uint8_t* k = a.kv_pool_fp8 + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d);
+      const uint8_t* v = a.kv_pool_fp8 + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d);
+      for (int h = 0; h < a.num_kv_heads; ++h) {
+        float* kd = &keys[(static_cast<size_t>(h) * ctx + p) * d];
+        float* vd = &values[(static_cast<size_t>(h) * ctx + p) * d];
+        for (int e = 0; e < d; ++e) {
+          kd[e] = fp8[k[h * d + e]] * a.k_scale[h];
+          vd[e] = fp8[v[h * d + e]] * a.v_scale[h];
+        }
+      }
+      continue;
+    }
     const float* k = a.kv_pool + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d);
     const float* v = a.kv_pool + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d);
     for (int h = 0; h < a.num_kv_heads; ++h) {

@@ -15,6 +15,10 @@ struct PagedAttentionArgs {
   int num_tokens = 0;
   int start_pos = 0;
   const float* kv_pool = nullptr;       // [num_blocks, 2, block_size, num_kv_heads, head_dim]
+  // Or an FP8 E4M3 pool of the same layout (ReshapeAndCacheFp8): element * its KV head's scale.
+  const uint8_t* kv_pool_fp8 = nullptr;
+  const float* k_scale = nullptr;       // [num_kv_heads], with kv_pool_fp8
+  const float* v_scale = nullptr;
   const int32_t* block_table = nullptr; // [>= ceil((start_pos + num_tokens) / block_size)]
   int block_size = 0;
   int num_heads = 0;
@@ -24,10 +28,11 @@ struct PagedAttentionArgs {
   float* out = nullptr;                 // [num_tokens, num_heads, head_dim]
 };
 
-// Gathers the sequence's K/V into contiguous buffers and runs query tiles through sgemm.
+// Gathers the sequence's K/V into contiguous fp32 buffers (dequantizing an FP8 pool) and runs query
+// tiles through sgemm.
 void PagedAttention(const PagedAttentionArgs& args);
 
-// The same with plain loops, for tests.
+// The same with plain loops, for tests (fp32 pools only).
 void PagedAttentionNaive(const PagedAttentionArgs& args);
 
 }  // namespace tandem::cpu

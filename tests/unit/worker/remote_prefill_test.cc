@@ -559,6 +559,17 @@ TEST_F(RemotePrefillTest, HandlerRejectsMismatchedGeometry) {
   Status st2 = got2.get_future().get();
   EXPECT_EQ(st2.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(st2.message().find("block table"), std::string::npos) << st2.ToString();
+  // A decode pool of another dtype (--kv-cache-dtype fp8 on one side only), even where the bytes
+  // per block happened to agree: a clear error naming both, no KV written.
+  EXPECT_EQ(l.dtype, "fp32");
+  req.prompt_token_ids = {1, 2, 3, 4};
+  req.target.kv_cache_dtype = "fp8_e4m3";
+  std::promise<Status> got3;
+  handler_->Prefill(req, [&got3](Result<runtime::RemotePrefillResult> r) { got3.set_value(r.status()); });
+  Status st3 = got3.get_future().get();
+  EXPECT_EQ(st3.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st3.message().find("KV cache dtype differs: the decode worker's is fp8_e4m3, this prefill worker's fp32"),
+            std::string::npos) << st3.ToString();
   EXPECT_EQ(prefill_engine_->Stats().engine.num_kv_blocks_used, 0);
   StopPrefill();
 }
