@@ -31,7 +31,7 @@ for f in $SRCS; do
   o="$OUT/$(echo "$f" | tr / _).o"
   objs+=("$o")
   if [ ! -e "$o" ] || [ "$f" -nt "$o" ] || [ dev/kernels/emu/cuda_emu.h -nt "$o" ] || \
-     [ -n "$(find src/kernels/cuda dev/kernels -name '*.h' -newer "$o" -o -name '*.cuh' -newer "$o" | head -1)" ]; then
+     [ -n "$(find src/kernels/cuda src/kernels/cpu dev/kernels -name '*.h' -newer "$o" -o -name '*.cuh' -newer "$o" | head -1)" ]; then
     echo "compile $f"
     # shellcheck disable=SC2086
     g++ -std=c++20 -O1 -g $FLAGS -x c++ -include dev/kernels/emu/cuda_emu.h -DTANDEM_CUDA_EMU \

@@ -38,6 +38,11 @@ __device__ inline void LdMatrixX4Trans(uint32_t r[4], const void* row) {
 __device__ inline void CpAsync16(void* smem, const void* gmem, bool valid) {
   ::emu::CpAsync16(smem, gmem, valid);
 }
+// The emulator's ex2.approx.ftz: exact 2^x, denormal results flushed to zero.
+__device__ inline float Exp2(float x) {
+  const float y = exp2f(x);
+  return y < 1.17549435e-38f ? 0.0f : y;
+}
 __device__ inline void CpAsyncCommit() { ::emu::CpAsyncCommit(); }
 template <int N>
 __device__ inline void CpAsyncWait() {
@@ -80,6 +85,14 @@ __device__ inline void CpAsync16(void* smem, const void* gmem, bool valid) {
                :
                : "r"(SmemAddr(smem)), "l"(gmem), "r"(valid ? 16 : 0)
                : "memory");
+}
+
+// 2^x by the special-function unit, denormal results flushed to zero (exp2 of -inf is +0). exp2f
+// without --use_fast_math adds a range test and two multiplies around the same instruction.
+__device__ inline float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 __device__ inline void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }

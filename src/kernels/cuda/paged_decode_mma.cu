@@ -207,16 +207,16 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
-    const float alpha0 = exp2f((m0 - mx0) * sl2), alpha1 = exp2f((m1 - mx1) * sl2);
+    const float alpha0 = Exp2((m0 - mx0) * sl2), alpha1 = Exp2((m1 - mx1) * sl2);
     m0 = mx0;
     m1 = mx1;
     const float b0 = mx0 * sl2, b1 = mx1 * sl2;
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      s[j][0] = exp2f(s[j][0] * sl2 - b0);
-      s[j][1] = exp2f(s[j][1] * sl2 - b0);
-      s[j][2] = exp2f(s[j][2] * sl2 - b1);
-      s[j][3] = exp2f(s[j][3] * sl2 - b1);
+      s[j][0] = Exp2(s[j][0] * sl2 - b0);
+      s[j][1] = Exp2(s[j][1] * sl2 - b0);
+      s[j][2] = Exp2(s[j][2] * sl2 - b1);
+      s[j][3] = Exp2(s[j][3] * sl2 - b1);
     }
     l0 = l0 * alpha0 + (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]);
     l1 = l1 * alpha1 + (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]);
@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     float sum = 0.0f, acc = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float wt = s_m[w][g] == -INFINITY ? 0.0f : exp2f((s_m[w][g] - mx) * sl2);
+      const float wt = s_m[w][g] == -INFINITY ? 0.0f : Exp2((s_m[w][g] - mx) * sl2);
       sum += wt * s_l[w][g];
       acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * L::kWarpBytes)[g * HD + d];
     }

@@ -411,18 +411,18 @@ __global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKerne
     mx0 = fmaxf(mx0, __shfl_xor_sync(kFullMask, mx0, 2));
     mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 1));
     mx1 = fmaxf(mx1, __shfl_xor_sync(kFullMask, mx1, 2));
-    const float alpha0 = exp2f((m_run0 - mx0) * sl2);  // 0 on the first tile
-    const float alpha1 = exp2f((m_run1 - mx1) * sl2);
+    const float alpha0 = Exp2((m_run0 - mx0) * sl2);  // 0 on the first tile
+    const float alpha1 = Exp2((m_run1 - mx1) * sl2);
     m_run0 = mx0;
     m_run1 = mx1;
     const float base0 = mx0 * sl2, base1 = mx1 * sl2;
     float u0[2] = {0.0f, 0.0f}, u1[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      s[j][0] = exp2f(s[j][0] * sl2 - base0);
-      s[j][1] = exp2f(s[j][1] * sl2 - base0);
-      s[j][2] = exp2f(s[j][2] * sl2 - base1);
-      s[j][3] = exp2f(s[j][3] * sl2 - base1);
+      s[j][0] = Exp2(s[j][0] * sl2 - base0);
+      s[j][1] = Exp2(s[j][1] * sl2 - base0);
+      s[j][2] = Exp2(s[j][2] * sl2 - base1);
+      s[j][3] = Exp2(s[j][3] * sl2 - base1);
       u0[j & 1] += s[j][0] + s[j][1];
       u1[j & 1] += s[j][2] + s[j][3];
     }

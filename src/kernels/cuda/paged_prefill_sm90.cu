@@ -43,13 +43,6 @@ constexpr uint32_t kQBytes = kBM * kHD * 2;     // [2 halves][128 rows][128 B]
 constexpr size_t kSmemBytes = kQBytes + 2 * kStages * kTileBytes + 1024;  // + 1024-B alignment
 #if defined(TANDEM_WGMMA)
 constexpr float kLog2e = 1.4426950408889634f;
-
-// 2^x by the special-function unit, denormal results flushed to zero (exp2 of -inf is +0).
-__device__ inline float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
 #endif
 
 __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaKernel(PagedPrefillArgs a) {
