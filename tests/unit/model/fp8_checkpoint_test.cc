@@ -104,33 +104,14 @@ TEST_F(Fp8CheckpointTest, GreedyAgainstTheBf16Golden) {
   for (const Scheme& s : kSchemes) {
     auto runner = LoadCpuModelRunner(Dir(s.name));
     ASSERT_TRUE(runner.ok()) << runner.status().ToString();
-    const int vocab = (*runner)->config().vocab_size;
-    int cases = 0, first_agree = 0, identical = 0, matched = 0, total = 0;
-    double max_top5_err = 0;
-    for (const auto& g : golden["generation"]) {
-      const std::vector<int32_t> want = Ids(g["greedy_ids"]);
-      GreedyResult r = Greedy(runner->get(), Ids(g["prompt_ids"]), static_cast<int>(want.size()), 16);
-      size_t k = 0;
-      while (k < want.size() && k < r.ids.size() && r.ids[k] == want[k]) ++k;
-      matched += static_cast<int>(k);
-      total += static_cast<int>(want.size());
-      identical += k == want.size();
-      first_agree += k > 0;
-      const double lse = LogSumExp(r.first_logits.data(), vocab);
-      for (const auto& e : g["top5_first"]) {
-        max_top5_err = std::max(max_top5_err, std::abs(r.first_logits[e[0].get<int>()] - lse - e[1].get<double>()));
-      }
-      ++cases;
-    }
-    std::printf("[fp8 golden] %-7s first token %d/%d, identical %d/%d, tokens before the first divergence "
-                "%d/%d (%.0f%%), max |top-5 logprob error| %.3f\n", s.name, first_agree, cases, identical, cases,
-                matched, total, 100.0 * matched / total, max_top5_err);
+    const GoldenAgreement a = AgreementWithGolden(runner->get(), golden);
+    a.Print((std::string("fp8 golden ") + s.name).c_str());
     // Measured on this model (2026-12-03): block/channel/tensor first token 8/8, 39/43/42% of the tokens
     // before the first divergence, top-5 logprob error 0.43/0.66/0.52. With every block's scale replaced
     // by the first one: first token 4/8 and 2/8, 5% and 2%, error 1.96 and 6.76. The floors sit between.
-    EXPECT_GE(first_agree, cases - 2) << s.name;
-    EXPECT_GE(matched * 4, total) << s.name;
-    EXPECT_LT(max_top5_err, 1.0) << s.name;
+    EXPECT_GE(a.first_agree, a.cases - 2) << s.name;
+    EXPECT_GE(a.matched * 4, a.total) << s.name;
+    EXPECT_LT(a.max_top5_err, 1.0) << s.name;
   }
 }
 

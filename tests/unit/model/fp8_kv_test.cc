@@ -79,32 +79,13 @@ TEST(Fp8KvCache, TheBundledModelAgainstItsGolden) {
   EXPECT_EQ((*fp32)->kv_cache_dtype(), "fp32");
   EXPECT_FALSE(LoadCpuModelRunner(DefaultModelDir(), "", "fp8_e5m2").ok());
   const nlohmann::json golden = LoadGolden("tiny-qwen3.json");
-  const int vocab = (*fp8)->config().vocab_size;
-  int cases = 0, first_agree = 0, identical = 0, matched = 0, total = 0;
-  double max_top5_err = 0;
-  for (const auto& g : golden["generation"]) {
-    const std::vector<int32_t> want = Ids(g["greedy_ids"]);
-    GreedyResult r = Greedy(fp8->get(), Ids(g["prompt_ids"]), static_cast<int>(want.size()), 16);
-    size_t k = 0;
-    while (k < want.size() && k < r.ids.size() && r.ids[k] == want[k]) ++k;
-    matched += static_cast<int>(k);
-    total += static_cast<int>(want.size());
-    identical += k == want.size();
-    first_agree += k > 0;
-    const double lse = LogSumExp(r.first_logits.data(), vocab);
-    for (const auto& e : g["top5_first"]) {
-      max_top5_err = std::max(max_top5_err, std::abs(r.first_logits[e[0].get<int>()] - lse - e[1].get<double>()));
-    }
-    ++cases;
-  }
-  std::printf("[fp8 kv golden] first token %d/%d, identical %d/%d, tokens before the first divergence %d/%d "
-              "(%.0f%%), max |top-5 logprob error| %.3f\n", first_agree, cases, identical, cases, matched, total,
-              100.0 * matched / total, max_top5_err);
+  const GoldenAgreement a = AgreementWithGolden(fp8->get(), golden);
+  a.Print("fp8 kv golden");
   // Measured (2026-12-03): first token 7/8, 25% of the tokens before the first divergence, top-5
   // error 0.78. With K dequantized 1.5x too large: 6/8, 10%, 2.12. The floors sit between.
-  EXPECT_GE(first_agree, cases - 2);
-  EXPECT_GE(matched * 5, total);
-  EXPECT_LT(max_top5_err, 1.2);
+  EXPECT_GE(a.first_agree, a.cases - 2);
+  EXPECT_GE(a.matched * 5, a.total);
+  EXPECT_LT(a.max_top5_err, 1.2);
 }
 
 }  // namespace

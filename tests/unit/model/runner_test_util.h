@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <cstdio>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -112,5 +113,40 @@ inline GreedyResult Greedy(ModelRunner* runner, const std::vector<int32_t>& prom
 }
 
 inline std::vector<int32_t> Ids(const nlohmann::json& j) { return j.get<std::vector<int32_t>>(); }
+
+// How a runner's greedy decoding agrees with a golden file's "generation" cases (for runners that
+// only approximate the golden's model, e.g. FP8 weights or KV): cases whose first token agrees,
+// cases identical to the end, tokens before each case's first divergence over all golden tokens,
+// and the largest error of the golden's top-5 first-token logprobs.
+struct GoldenAgreement {
+  int cases = 0, first_agree = 0, identical = 0, matched = 0, total = 0;
+  double max_top5_err = 0;
+  void Print(const char* label) const {
+    std::printf("[%s] first token %d/%d, identical %d/%d, tokens before the first divergence %d/%d (%.0f%%), "
+                "max |top-5 logprob error| %.3f\n", label, first_agree, cases, identical, cases, matched, total,
+                100.0 * matched / total, max_top5_err);
+  }
+};
+
+inline GoldenAgreement AgreementWithGolden(ModelRunner* runner, const nlohmann::json& golden) {
+  GoldenAgreement a;
+  const int vocab = runner->config().vocab_size;
+  for (const auto& g : golden["generation"]) {
+    const std::vector<int32_t> want = Ids(g["greedy_ids"]);
+    GreedyResult r = Greedy(runner, Ids(g["prompt_ids"]), static_cast<int>(want.size()), 16);
+    size_t k = 0;
+    while (k < want.size() && k < r.ids.size() && r.ids[k] == want[k]) ++k;
+    a.matched += static_cast<int>(k);
+    a.total += static_cast<int>(want.size());
+    a.identical += k == want.size();
+    a.first_agree += k > 0;
+    const double lse = LogSumExp(r.first_logits.data(), vocab);
+    for (const auto& e : g["top5_first"]) {
+      a.max_top5_err = std::max(a.max_top5_err, std::abs(r.first_logits[e[0].get<int>()] - lse - e[1].get<double>()));
+    }
+    ++a.cases;
+  }
+  return a;
+}
 
 }  // namespace tandem::testing
