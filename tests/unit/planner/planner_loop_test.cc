@@ -11,28 +11,11 @@
 #include "planner/load_meter.h"
 #include "planner/planner_loop.h"
 #include "planner/prom_text.h"
+#include "planner_test_util.h"
 
 namespace tandem::planner {
 namespace {
 
-Profile TestProfile() {
-  auto p = ProfileFromJson(nlohmann::json::parse(R"({"model":"m","device":"d",
-    "prefill":[{"prompt_tokens":2048,"ttft_ms":200},{"prompt_tokens":512,"ttft_ms":50}],
-    "decode":[{"context":2048,"batch":64,"itl_ms":60},{"context":2048,"batch":1,"itl_ms":10},
-              {"context":2048,"batch":16,"itl_ms":20}]})"));
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return *p;
-}
-
-PlannerConfig Config() {
-  PlannerConfig c;
-  c.ttft_ms = 1000;
-  c.itl_ms = 30;
-  c.interval_s = 30;
-  c.min_prefill = c.min_decode = 1;
-  c.max_prefill = c.max_decode = 8;
-  return c;
-}
 
 // The frontend's /metrics text for these counter values (the names of frontend/openai_metrics.h).
 std::string FrontendText(double requests, double finished, double prompt, double generated,
