@@ -113,16 +113,7 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) QkNormRopeVecKernel(QkNor
     co[e] = __shfl_sync(kFullMask, cf[e % kFreqs], (f0 + e) / kFreqs);
     sn[e] = __shfl_sync(kFullMask, sf[e % kFreqs], (f0 + e) / kFreqs);
   }
-  auto load8 = [](const __nv_bfloat16* p, float (&v)[8]) {
-    const uint4 raw = *reinterpret_cast<const uint4*>(p);
-    const __nv_bfloat162* h2 = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 f = __bfloat1622float2(h2[e]);
-      v[2 * e] = f.x;
-      v[2 * e + 1] = f.y;
-    }
-  };
+  auto load8 = [](const __nv_bfloat16* p, float (&v)[8]) { Bf16x8ToFloat(*reinterpret_cast<const uint4*>(p), v); };
   float wq[8], wk[8];
   if (a.q_norm != nullptr) load8(a.q_norm + 8 * j, wq);
   if (a.k_norm != nullptr) load8(a.k_norm + 8 * j, wk);
@@ -172,16 +163,10 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) QkNormRopeVecKernel(QkNor
 #pragma unroll
     for (int e = 0; e < 8; ++e) pv[e] = __shfl_xor_sync(kFullMask, v[e], kPartner);
     if (active) {
-      uint4 out;
-      __nv_bfloat162* o2 = reinterpret_cast<__nv_bfloat162*>(&out);
+      float y[8];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float y0 = low ? v[2 * e] * co[2 * e] - pv[2 * e] * sn[2 * e]
-                             : v[2 * e] * co[2 * e] + pv[2 * e] * sn[2 * e];
-        const float y1 = low ? v[2 * e + 1] * co[2 * e + 1] - pv[2 * e + 1] * sn[2 * e + 1]
-                             : v[2 * e + 1] * co[2 * e + 1] + pv[2 * e + 1] * sn[2 * e + 1];
-        o2[e] = __floats2bfloat162_rn(y0, y1);
-      }
+      for (int e = 0; e < 8; ++e) y[e] = low ? v[e] * co[e] - pv[e] * sn[e] : v[e] * co[e] + pv[e] * sn[e];
+      const uint4 out = FloatToBf16x8(y);
       *reinterpret_cast<uint4*>(dst + 8 * j) = out;
     }
   }
@@ -201,8 +186,6 @@ cudaError_t LaunchVec(const QkNormRopeCacheArgs& c, cudaStream_t stream) {
   TANDEM_LAUNCH(kernel, static_cast<unsigned>(blocks), 32 * kWarpsPerBlock, 0, stream, c, warps_per_token);
   return cudaGetLastError();
 }
-
-bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 template <bool kCache>
 cudaError_t Launch(const QkNormRopeCacheArgs& c, cudaStream_t stream) {
