@@ -44,9 +44,9 @@ Result<std::unique_ptr<LocalPlanner>> LocalPlanner::Create(const Graph& graph, S
 
   std::unique_ptr<LocalPlanner> p(new LocalPlanner());
   p->connector_ = std::make_unique<LocalConnector>(supervisor);
-  std::string host = graph.frontend.host;
-  if (host == "0.0.0.0" || host.empty()) host = "127.0.0.1";
-  if (host == "::" || host == "[::]") host = "::1";
+  // Where the frontend is asked (a wildcard listen address becomes loopback), as the supervisor's
+  // readiness check asks it.
+  const std::string host = ExpandGraph(graph).back().host;
   planner::PlannerLoopOptions o;
   o.interval_s = gp.interval_s;
   o.scrape = [host, supervisor]() {
