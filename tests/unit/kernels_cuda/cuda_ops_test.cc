@@ -26,6 +26,7 @@ TEST(CudaOpsTest, SmallShapesMatchCpuReference) {
   CheckPagedPrefill();
   CheckPagedDecode();
   CheckLinear();
+  CheckFp8();
   CheckSampling();
   EXPECT_EQ(PrintTable(), 0);
 }

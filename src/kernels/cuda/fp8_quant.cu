@@ -1,0 +1,134 @@
+// FP8 quantization of activations (per token or per 128-column group) and dequantization of FP8
+// weights to bf16, for cuda::Fp8Linear (fp8_linear.h; launch contracts in fp8_linear_kernels.h).
+//
+// Activations: one warp per (row, group of 128 columns) in group mode (4 columns a lane), one CTA
+// of 256 threads per row in per-token mode (8 columns, 16 bytes, at a time); the group's |max| is reduced
+// across the warp (or the CTA), scale = max(amax, 1e-12) / 448, and each value is divided by the
+// scale and rounded to the nearest e4m3 (saturating), the scheme of vLLM's and SGLang's dynamic
+// per-token / per-token-group FP8 quantization.
+#include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/fp8_linear_kernels.h"
+#include "kernels/cuda/fp8_utils.cuh"
+
+namespace tandem::cuda::detail {
+namespace {
+
+constexpr float kMinAmax = 1e-12f;
+
+__device__ inline void QuantizeEight(const uint4& v, float inv_scale, uint8_t* dst) {
+  float f[8];
+  Bf16x8ToFloat(v, f);
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo |= static_cast<uint32_t>(FloatToFp8(f[i] * inv_scale)) << (8 * i);
+    hi |= static_cast<uint32_t>(FloatToFp8(f[i + 4] * inv_scale)) << (8 * i);
+  }
+  *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+}
+
+__device__ inline float AbsMax8(const uint4& v) {
+  float f[8];
+  Bf16x8ToFloat(v, f);
+  float m = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) m = fmaxf(m, fabsf(f[i]));
+  return m;
+}
+
+// grid (ceil(groups / 8), m), 256 threads: warp w of CTA b takes group 8 b + w of row
+// blockIdx.y, lane i its columns 4i .. 4i + 3 (8 bytes).
+__global__ void QuantizeGroupsKernel(const __nv_bfloat16* x, int64_t ldx, int k, bool k_major,
+                                     int64_t ld, uint8_t* q, float* scales) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int groups = (k + 127) / 128;
+  const int gi = blockIdx.x * 8 + warp;
+  const int row = blockIdx.y;
+  if (gi >= groups) return;
+  const int col = gi * 128 + lane * 4;
+  const bool in = col < k;  // k % 8 == 0: the lane's four columns are all in or all out
+  float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (in) {
+    const uint2 v = *reinterpret_cast<const uint2*>(x + static_cast<int64_t>(row) * ldx + col);
+    const __nv_bfloat162 lo = *reinterpret_cast<const __nv_bfloat162*>(&v.x);
+    const __nv_bfloat162 hi = *reinterpret_cast<const __nv_bfloat162*>(&v.y);
+    f[0] = __low2float(lo);
+    f[1] = __high2float(lo);
+    f[2] = __low2float(hi);
+    f[3] = __high2float(hi);
+  }
+  const float amax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+  if (in) {
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
+    *reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(row) * k + col) = codes;
+  }
+  if (lane == 0) {
+    scales[k_major ? gi * ld + row : row * ld + gi] = scale;
+  }
+}
+
+// One CTA per row.
+__global__ void QuantizeRowsKernel(const __nv_bfloat16* x, int64_t ldx, int k, uint8_t* q, float* scales) {
+  __shared__ float scratch[32];
+  const int row = blockIdx.x;
+  const __nv_bfloat16* xr = x + static_cast<int64_t>(row) * ldx;
+  float amax = 0.0f;
+  for (int c = threadIdx.x * 8; c < k; c += blockDim.x * 8) {
+    amax = fmaxf(amax, AbsMax8(*reinterpret_cast<const uint4*>(xr + c)));
+  }
+  amax = BlockMax(amax, scratch);
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+  for (int c = threadIdx.x * 8; c < k; c += blockDim.x * 8) {
+    QuantizeEight(*reinterpret_cast<const uint4*>(xr + c), inv, q + static_cast<int64_t>(row) * k + c);
+  }
+  if (threadIdx.x == 0) scales[row] = scale;
+}
+
+// One thread per element of W (a conversion for references and the sm_89 fallback, not a hot path).
+__global__ void DequantizeWeightKernel(const uint8_t* w, const float* scale, bool block, int n, int k,
+                                       __nv_bfloat16* out) {
+  const int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x);
+  const int64_t total = static_cast<int64_t>(n) * k;
+  if (i >= total) return;
+  const int row = static_cast<int>(i / k), col = static_cast<int>(i % k);
+  const int kb4 = ((k + 127) / 128 + 3) / 4 * 4;  // Fp8BlockScaleCols
+  const float s = block ? scale[static_cast<int64_t>(row / 128) * kb4 + col / 128] : scale[row];
+  uint32_t lo, hi;
+  Fp8x4ToBf16x4(w[i], lo, hi);  // element 0 of the four is the code at i
+  const uint32_t bits = (lo & 0xffffu) << 16;
+  float v;
+  memcpy(&v, &bits, 4);
+  out[i] = __float2bfloat16_rn(v * s);
+}
+
+}  // namespace
+
+cudaError_t LaunchQuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, int m, int k, int group,
+                                         bool scales_k_major, int64_t scales_ld, uint8_t* q,
+                                         float* scales, cudaStream_t stream) {
+  if (m <= 0 || k <= 0) return cudaSuccess;
+  if (group == 0) {
+    TANDEM_LAUNCH(QuantizeRowsKernel, dim3(m), dim3(256), 0, stream, x, ldx, k, q, scales);
+  } else {
+    const int groups = (k + 127) / 128;
+    TANDEM_LAUNCH(QuantizeGroupsKernel, dim3((groups + 7) / 8, m), dim3(256), 0, stream, x, ldx, k,
+                  scales_k_major, scales_ld, q, scales);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchDequantizeFp8Weight(const uint8_t* w, const float* scale, bool block, int n, int k,
+                                      __nv_bfloat16* out, cudaStream_t stream) {
+  const int64_t total = static_cast<int64_t>(n) * k;
+  if (total == 0) return cudaSuccess;
+  const unsigned blocks = static_cast<unsigned>((total + 255) / 256);
+  TANDEM_LAUNCH(DequantizeWeightKernel, dim3(blocks), dim3(256), 0, stream, w, scale, block, n, k, out);
+  return cudaGetLastError();
+}
+
+}  // namespace tandem::cuda::detail
