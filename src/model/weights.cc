@@ -45,6 +45,38 @@ std::vector<int64_t> ScaleGrid(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
+Result<Fp8WeightView> FindFp8Scales(const SafetensorsModel& st, const std::string& name, const TensorView* t,
+                                    int64_t rows, int64_t cols, const QuantizationConfig& q) {
+  if (!q.enabled()) {
+    return Err(StatusCode::kInvalidArgument, "tensor {} in {} is F8_E4M3, but config.json has no "
+               "quantization_config saying how it is scaled", name, t->file);
+  }
+  Fp8WeightView v;
+  v.codes = t;
+  v.block_rows = q.block_rows > 0 ? q.block_rows : rows;
+  v.block_cols = q.block_cols > 0 ? q.block_cols : cols;
+  const std::vector<int64_t> grid = {(rows + v.block_rows - 1) / v.block_rows,
+                                     (cols + v.block_cols - 1) / v.block_cols};
+  const std::string scale_name = name.substr(0, name.size() - std::string("weight").size()) + q.scale_suffix;
+  auto found = st.Find(scale_name);
+  if (!found.ok()) {
+    return Err(StatusCode::kInvalidArgument, "FP8 tensor {} in {} has no scale tensor {} ({} scales: "
+               "shape {})", name, t->file, scale_name, q.Describe(), ShapeString(grid));
+  }
+  const TensorView& s = **found;
+  if (ScaleGrid(s.shape) != grid) {
+    return Err(StatusCode::kInvalidArgument, "scale tensor {} has shape {}, but {} [{}, {}] with {} "
+               "needs {}", scale_name, ShapeString(s.shape), name, rows, cols, q.Describe(), ShapeString(grid));
+  }
+  TANDEM_RETURN_IF_ERROR(TensorToFloat(s, &v.scales));
+  for (float x : v.scales) {
+    if (!std::isfinite(x)) {
+      return Err(StatusCode::kInvalidArgument, "scale tensor {} in {} holds {}", scale_name, s.file, x);
+    }
+  }
+  return v;
+}
+
 Status BindLinear(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
                   const QuantizationConfig& q, std::vector<float>* out) {
   TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
@@ -58,33 +90,10 @@ Status BindLinear(const SafetensorsModel& st, const std::string& name, std::vect
     return Status::Ok();
   }
   if (t->dtype != DType::kF8E4M3) return TensorToFloat(*t, out);
-  if (!q.enabled()) {
-    return Err(StatusCode::kInvalidArgument, "tensor {} in {} is F8_E4M3, but config.json has no "
-               "quantization_config saying how it is scaled", name, t->file);
-  }
   const int64_t rows = expected[0], cols = expected[1];
-  const int64_t br = q.block_rows > 0 ? q.block_rows : rows, bc = q.block_cols > 0 ? q.block_cols : cols;
-  const std::vector<int64_t> grid = {(rows + br - 1) / br, (cols + bc - 1) / bc};
-  const std::string scale_name = name.substr(0, name.size() - std::string("weight").size()) + q.scale_suffix;
-  auto found = st.Find(scale_name);
-  if (!found.ok()) {
-    return Err(StatusCode::kInvalidArgument, "FP8 tensor {} in {} has no scale tensor {} ({} scales: "
-               "shape {})", name, t->file, scale_name, q.Describe(), ShapeString(grid));
-  }
-  const TensorView& s = **found;
-  if (ScaleGrid(s.shape) != grid) {
-    return Err(StatusCode::kInvalidArgument, "scale tensor {} has shape {}, but {} [{}, {}] with {} "
-               "needs {}", scale_name, ShapeString(s.shape), name, rows, cols, q.Describe(), ShapeString(grid));
-  }
-  std::vector<float> scales;
-  TANDEM_RETURN_IF_ERROR(TensorToFloat(s, &scales));
-  for (float v : scales) {
-    if (!std::isfinite(v)) {
-      return Err(StatusCode::kInvalidArgument, "scale tensor {} in {} holds {}", scale_name, s.file, v);
-    }
-  }
+  TANDEM_ASSIGN_OR_RETURN(const Fp8WeightView v, FindFp8Scales(st, name, t, rows, cols, q));
   out->resize(static_cast<size_t>(rows * cols));
-  cpu::DequantizeFp8E4M3(t->data, rows, cols, scales.data(), br, bc, out->data());
+  cpu::DequantizeFp8E4M3(t->data, rows, cols, v.scales.data(), v.block_rows, v.block_cols, out->data());
   return Status::Ok();
 }
 

@@ -62,6 +62,20 @@ struct ModelWeights {
 Result<const TensorView*> FindWeight(const SafetensorsModel& st, const std::string& name,
                                      const std::vector<int64_t>& expected);
 
+// An F8_E4M3 weight [rows, cols] with its scales (kernels/cpu/fp8.h's block scheme): w[r][c] =
+// code * scales[(r / block_rows) * ceil(cols / block_cols) + c / block_cols].
+struct Fp8WeightView {
+  const TensorView* codes = nullptr;
+  std::vector<float> scales;
+  int64_t block_rows = 0, block_cols = 0;  // the actual block (the whole dimension when q says 0)
+};
+
+// The scale tensor of the F8_E4M3 tensor `t` (named `name`, [rows, cols]) as q lays it out.
+// Errors: InvalidArgument without quantization_config, for a missing or misshapen scale tensor
+// (naming it and the shape the scheme needs), a non-finite scale.
+Result<Fp8WeightView> FindFp8Scales(const SafetensorsModel& st, const std::string& name, const TensorView* t,
+                                    int64_t rows, int64_t cols, const QuantizationConfig& q);
+
 // A linear projection's weight [out, in] (`expected`) in fp32: as stored when BF16/F16/F32; when
 // F8_E4M3, dequantized with its scale tensor (<name minus "weight"><q.scale_suffix>, laid out as
 // q says; model/quantization.h, kernels/cpu/fp8.h); with q.source "online", quantized to FP8 per
