@@ -18,6 +18,7 @@
 
 #include "common/logging.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/device_report.h"
 #include "kernels/cuda/kv_block_copy.h"
 #include "kernels/cuda/linear.h"
@@ -154,10 +155,6 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   TANDEM_ASSIGN_OR_RETURN(const QuantizationConfig quant,
                           ResolveQuantization(config.quantization, options.quantization));
-  if (quant.enabled()) {
-    return Err(StatusCode::kUnimplemented, "CUDA runner: {} weights are not implemented yet; "
-               "--device cpu runs them (dequantized)", quant.Describe());
-  }
   if (config.head_dim != 64 && config.head_dim != 128) {
     return Err(StatusCode::kUnimplemented, "CUDA runner: head_dim {} (the prefill kernel has 64 "
                "and 128)", config.head_dim);
@@ -170,6 +167,12 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id));
   TANDEM_ASSIGN_OR_RETURN(const std::string device, cuda::DescribeDevice(device_id));
+  if (quant.enabled() && cuda::CurrentDeviceLimits().cc_major != 9) {
+    // The GEMV path would run anywhere (sm_80+), but the FP8 GEMMs are cuBLASLt's Hopper kernels.
+    return Err(StatusCode::kUnimplemented, "CUDA runner: {} weights need an sm_90 (Hopper) GPU here; "
+               "{} is sm_{}{} (--device cpu runs them dequantized)", quant.Describe(), device,
+               cuda::CurrentDeviceLimits().cc_major, cuda::CurrentDeviceLimits().cc_minor);
+  }
   log::info("{}", device);
   cuda::KernelShapes shapes;
   shapes.head_dim = config.head_dim;
@@ -184,6 +187,7 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   // cuBLAS's workspace and one 16-token KV block besides the caller's part.
   load.reserve_bytes = options.reserve_bytes + CudaModelRunner::kCublasWorkspaceBytes +
                        CudaModelRunner::KVBlockBytesOf(config, 16);
+  load.quantization = quant;
   load.model_name = std::filesystem::path(model_dir).filename().string();
   if (load.model_name.empty()) load.model_name = model_dir;
   TANDEM_ASSIGN_OR_RETURN(CudaWeights weights, LoadCudaWeights(st, config, load));

@@ -24,8 +24,9 @@ struct CudaRunnerOptions {
   // ResourceExhausted naming the sizes before anything is copied (device_memory_plan.h).
   double gpu_memory_utilization = 1.0;
   size_t reserve_bytes = 0;
-  // --quantization (model/quantization.h). FP8 weights, asked for or in the checkpoint, are
-  // Unimplemented on this runner for now (named at load, before anything is copied).
+  // --quantization (model/quantization.h). FP8 weights, asked for or in the checkpoint, keep the
+  // layers' projections in FP8 on the device (kernels/cuda/fp8_linear.h; model/fp8_pack.h);
+  // Unimplemented on GPUs other than sm_90 (named at load, before anything is copied).
   std::string quantization;
 };
 

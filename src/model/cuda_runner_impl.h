@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/gemm_tune.h"
 #include "kernels/cuda/linear.h"
 #include "model/config.h"
@@ -69,7 +70,7 @@ class CudaModelRunner final : public ModelRunner {
     for (const DeviceArray& a : kv_) own += a.bytes();
     for (const DeviceArray* a : {&meta_, &graph_meta_, &residual_, &hidden_, &qkv_, &attn_,
                                  &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &lse_ws_, &topk_, &sample_,
-                                 &cublas_workspace_}) {
+                                 &cublas_workspace_, &fp8_scratch_}) {
       own += a->bytes();
     }
     m.used_bytes = std::min(m.used_bytes, own + kContextAllowance);
@@ -129,13 +130,14 @@ class CudaModelRunner final : public ModelRunner {
   CudaWeights w_;
   cuda::CublasHandle cublas_;
   std::unique_ptr<cuda::GemmTuner> tuner_;  // InitOnce; null with TANDEM_GEMM_TUNE=0 or no cuBLASLt
+  std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // InitOnce, with FP8 weights (w_.fp8)
   cudaStream_t stream_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd]
   int num_blocks_ = 0;
   int block_size_ = 0;
   // Step scratch, grown on demand (ReserveTracked: graphs hold their addresses).
   DeviceArray meta_, graph_meta_, residual_, hidden_, qkv_, attn_, gate_up_, act_, sel_, logits_,
-      workspace_, picks_, lse_ws_, topk_, sample_, cublas_workspace_;
+      workspace_, picks_, lse_ws_, topk_, sample_, cublas_workspace_, fp8_scratch_;
   PinnedBuffer host_meta_, host_picks_, host_sample_;
   DecodeGraphCache graphs_{DecodeGraphModeFromEnv()};
   const std::function<void(const LayerKVReady&)>* layer_hook_ = nullptr;  // during a Step only

@@ -17,6 +17,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/fp8_linear.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
@@ -84,6 +85,25 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.programmatic_launch = true;
     return cuda::Linear(cublas_, a, stream_);
   };
+  // A layer's projection: FP8 codes and scales (w_.fp8; fp8_linear.h) or bf16.
+  auto proj = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& scale, bool block128,
+                  const DeviceArray& bias, bf16* out, int n) -> Status {
+    if (!w_.fp8) return linear(in, k, w, bias, out, n, cuda::OutDtype::kBf16, T);
+    cuda::Fp8LinearArgs a;
+    a.x = in;
+    a.ldx = k;
+    a.w.q = w.as<uint8_t>();
+    a.w.scale = scale.as<float>();
+    a.w.scaling = block128 ? cuda::Fp8Scaling::kBlock128 : cuda::Fp8Scaling::kPerChannel;
+    a.bias = bias.bytes() > 0 ? bias.as<bf16>() : nullptr;
+    a.y = out;
+    a.ldy = n;
+    a.m = T;
+    a.n = n;
+    a.k = k;
+    a.programmatic_launch = true;
+    return cuda::Fp8Linear(fp8_gemm_.get(), a, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_);
+  };
   auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
     cuda::RmsNormArgs a;
     a.x = in;
@@ -128,7 +148,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
                                   : norm(h, w.input_norm, h, true));
     TANDEM_RETURN_IF_ERROR(mark("norm"));
-    TANDEM_RETURN_IF_ERROR(linear(h, hidden, w.qkv, w.qkv_bias, qkv, qkv_dim, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(proj(h, hidden, w.qkv, w.qkv_scale, w.qkv_block128, w.qkv_bias, qkv, qkv_dim));
     TANDEM_RETURN_IF_ERROR(mark("qkv"));
     // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
     cuda::QkNormRopeCacheArgs r;
@@ -181,12 +201,12 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
     }
     TANDEM_RETURN_IF_ERROR(mark("attention"));
-    TANDEM_RETURN_IF_ERROR(linear(attn, q_dim, w.o, w.o_bias, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(proj(attn, q_dim, w.o, w.o_scale, w.o_block128, w.o_bias, h, hidden));
     TANDEM_RETURN_IF_ERROR(mark("o_proj"));
     TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
     TANDEM_RETURN_IF_ERROR(mark("norm"));
     TANDEM_RETURN_IF_ERROR(
-        linear(h, hidden, w.gate_up, kNone, gate_up, 2 * inter, cuda::OutDtype::kBf16, T));
+        proj(h, hidden, w.gate_up, w.gate_up_scale, w.gate_up_block128, kNone, gate_up, 2 * inter));
     TANDEM_RETURN_IF_ERROR(mark("gate_up"));
     cuda::SiluMulArgs sm;
     sm.gate = gate_up;
@@ -199,7 +219,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     sm.dim = inter;
     TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
     TANDEM_RETURN_IF_ERROR(mark("silu_mul"));
-    TANDEM_RETURN_IF_ERROR(linear(act, inter, w.down, kNone, h, hidden, cuda::OutDtype::kBf16, T));
+    TANDEM_RETURN_IF_ERROR(proj(act, inter, w.down, w.down_scale, w.down_block128, kNone, h, hidden));
     TANDEM_RETURN_IF_ERROR(mark("down"));
   }
   if (p.rows == 0) return Status::Ok();
@@ -252,6 +272,14 @@ Status CudaModelRunner::TuneProjections(const StepPlan& p) {
   // The same buffers RunModel gives each projection (their contents do not matter: the step
   // recomputes all of them from the embedding on).
   const DeviceLayer& w = w_.layers[0];
+  if (w_.fp8) {  // the FP8 projections run fp8_linear.h (cuBLASLt's heuristic), not the tuner
+    if (p.rows > 0) {
+      const bf16* head_in = p.gather ? sel_.as<bf16>() : hidden_.as<bf16>();
+      TANDEM_RETURN_IF_ERROR(tune(head_in, hidden, nullptr, w_.lm_head_or_embed(), logits_.as<float>(),
+                                  c.vocab_size, cuda::OutDtype::kFloat32, p.rows));
+    }
+    return Status::Ok();
+  }
   TANDEM_RETURN_IF_ERROR(tune(hidden_.as<bf16>(), hidden, &DeviceLayer::qkv, w.qkv, qkv_.as<bf16>(), qkv_dim,
                               cuda::OutDtype::kBf16, p.T));
   TANDEM_RETURN_IF_ERROR(tune(attn_.as<bf16>(), q_dim, &DeviceLayer::o, w.o, hidden_.as<bf16>(), hidden,

@@ -62,6 +62,9 @@ Status CudaModelRunner::InitOnce() {
       return tuner.status();
     }
   }
+  if (w_.fp8) {
+    TANDEM_ASSIGN_OR_RETURN(fp8_gemm_, cuda::Fp8Gemm::Create(cublas_workspace_.as<void>(), kCublasWorkspaceBytes));
+  }
   initialized_ = true;
   return Status::Ok();
 }
@@ -234,6 +237,10 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   TANDEM_RETURN_IF_ERROR(ReserveTracked(attn_, t_cap * nh * hd * sizeof(bf16)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(gate_up_, t_cap * 2 * inter * sizeof(bf16)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(act_, t_cap * inter * sizeof(bf16)));
+  if (w_.fp8) {
+    TANDEM_RETURN_IF_ERROR(ReserveTracked(
+        fp8_scratch_, cuda::Fp8LinearScratchBytes(static_cast<int>(t_cap), std::max({hidden, inter, nh * hd}))));
+  }
   TANDEM_RETURN_IF_ERROR(ReserveTracked(sel_, r_cap * hidden * sizeof(bf16)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(logits_, r_cap * vocab * sizeof(float)));
   TANDEM_RETURN_IF_ERROR(ReserveTracked(picks_, PicksBytes(p.picks_cap)));

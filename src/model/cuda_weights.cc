@@ -5,6 +5,7 @@
 #include "model/cuda_weights.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <map>
 #include <thread>
@@ -15,6 +16,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cuda/cuda_check.h"
 #include "model/device_memory_plan.h"
+#include "model/fp8_pack.h"
 #include "model/weight_plan.h"
 
 namespace tandem {
@@ -45,7 +47,8 @@ size_t CudaWeights::bytes() const {
   for (const DeviceLayer& l : layers) {
     n += l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.o.bytes() +
          l.o_bias.bytes() + l.q_norm.bytes() + l.k_norm.bytes() + l.post_norm.bytes() +
-         l.gate_up.bytes() + l.down.bytes();
+         l.gate_up.bytes() + l.down.bytes() + l.qkv_scale.bytes() + l.o_scale.bytes() +
+         l.gate_up_scale.bytes() + l.down_scale.bytes();
   }
   return n;
 }
@@ -118,12 +121,80 @@ Status UploadInvFreq(const ModelConfig& c, DeviceArray* out) {
   return Status::Ok();
 }
 
+// Device bytes of the layers' projections in FP8: codes plus at most one scale per row.
+size_t Fp8LinearBytes(const ModelConfig& c) {
+  size_t n = 0;
+  for (const FusedLinear& f : LayerLinears(c, 0)) {
+    int64_t rows = 0;
+    for (const LinearPart& p : f.parts) rows += p.rows;
+    n += static_cast<size_t>(rows * f.cols) + static_cast<size_t>(rows) * 4;
+  }
+  return n * static_cast<size_t>(c.num_hidden_layers);
+}
+
+Status Upload(const void* src, size_t bytes, DeviceArray* dst, const std::string& what) {
+  Status st = dst->Allocate(bytes);
+  if (!st.ok()) return Status(st.code(), fmt::format("weights: {}: {}", what, st.message()));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst->as<void>(), src, bytes, cudaMemcpyHostToDevice));
+  return Status::Ok();
+}
+
+// Packs (fp8_pack.h) and uploads every layer's four projections, layers spread over `threads`
+// host threads (each packing one layer at a time). Sets the block flags and w->fp8_describe.
+Status LoadFp8Linears(const SafetensorsModel& st, const ModelConfig& c, const QuantizationConfig& q,
+                      int device, int threads, CudaWeights* w) {
+  const int layers = c.num_hidden_layers;
+  std::vector<Status> status(static_cast<size_t>(threads));
+  std::atomic<int> next{0};
+  std::atomic<int> blocks{0}, channels{0}, requantized{0};
+  auto worker = [&](int t) {
+    Status& out = status[static_cast<size_t>(t)];
+    if (cudaSetDevice(device) != cudaSuccess) {
+      out = Err(StatusCode::kInternal, "cudaSetDevice({}) in a loader thread", device);
+      return;
+    }
+    for (int l = next++; l < layers && out.ok(); l = next++) {
+      DeviceLayer& d = w->layers[static_cast<size_t>(l)];
+      const std::pair<DeviceArray*, DeviceArray*> dst[] = {
+          {&d.qkv, &d.qkv_scale}, {&d.o, &d.o_scale}, {&d.gate_up, &d.gate_up_scale}, {&d.down, &d.down_scale}};
+      bool* block_flags[] = {&d.qkv_block128, &d.o_block128, &d.gate_up_block128, &d.down_block128};
+      const std::vector<FusedLinear> linears = LayerLinears(c, l);
+      for (size_t i = 0; i < linears.size() && out.ok(); ++i) {
+        Result<Fp8PackedLinear> packed = PackFp8Linear(st, linears[i].parts, linears[i].cols, q);
+        if (!packed.ok()) {
+          out = packed.status();
+          break;
+        }
+        const std::string what = fmt::format("layers.{}.{}", l, linears[i].name);
+        out = Upload(packed->codes.data(), packed->codes.size(), dst[i].first, what);
+        if (out.ok()) out = Upload(packed->scales.data(), packed->scales.size() * 4, dst[i].second, what + " scales");
+        *block_flags[i] = packed->block128;
+        ++(packed->block128 ? blocks : channels);
+        requantized += packed->requantized ? 1 : 0;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
+  for (std::thread& th : pool) th.join();
+  for (const Status& s : status) TANDEM_RETURN_IF_ERROR(s);
+  w->fp8 = true;
+  w->fp8_describe = fmt::format("fp8 e4m3 ({}): {} projections with 128x128 block scales, {} per channel{}",
+                                q.Describe(), blocks.load(), channels.load(),
+                                requantized > 0 ? fmt::format(" ({} requantized per channel from other "
+                                                              "blocks)", requantized.load())
+                                                : std::string());
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfig& c,
                                     const CudaWeightsLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  TANDEM_ASSIGN_OR_RETURN(const WeightPlan plan, PlanBf16Weights(st, c));
+  const bool fp8 = options.quantization.enabled();
+  TANDEM_ASSIGN_OR_RETURN(const WeightPlan plan, PlanBf16Weights(st, c, fp8));
+  const size_t fp8_bytes = fp8 ? Fp8LinearBytes(c) : 0;
   CudaWeights out;
   size_t total = 0;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&out.device_free_before_load, &total));
@@ -135,7 +206,7 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
     WeightsFitInput fit;
     fit.model = options.model_name;
     fit.device = fmt::format("cuda:{} ({})", device, prop.name);
-    fit.weights_bytes = plan.total_bytes();
+    fit.weights_bytes = plan.total_bytes() + fp8_bytes;
     fit.reserve_bytes = options.reserve_bytes;
     fit.gpu_memory_utilization = options.gpu_memory_utilization;
     fit.total_bytes = total;
@@ -189,13 +260,19 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
   }
   if (copy.stream != nullptr) TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(copy.stream));
   TANDEM_RETURN_IF_ERROR(UploadInvFreq(c, &out.inv_freq));
+  if (fp8) {
+    int device = 0;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+    TANDEM_RETURN_IF_ERROR(LoadFp8Linears(st, c, options.quantization, device, threads, &out));
+  }
 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double bytes = static_cast<double>(plan.total_bytes());
-  log::info("weights: {:.2f} GiB bf16 onto the GPU in {:.2f} s ({:.2f} GB/s), {} tensors from {} "
+  const double bytes = static_cast<double>(out.bytes() - out.inv_freq.bytes());
+  if (fp8) log::info("weights: {}", out.fp8_describe);
+  log::info("weights: {:.2f} GiB{} onto the GPU in {:.2f} s ({:.2f} GB/s), {} tensors from {} "
             "file(s), {} staging chunks of up to {} MiB, {} host threads",
-            bytes / (1ull << 30), seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
+            bytes / (1ull << 30), fp8 ? " (fp8 projections, the rest bf16)" : " bf16", seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
             plan.tensors().size(), st.num_files(), chunks.size(), staging >> 20, threads);
   return out;
 }

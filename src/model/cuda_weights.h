@@ -23,6 +23,7 @@
 #include "common/status.h"
 #include "model/config.h"
 #include "model/model_runner.h"
+#include "model/quantization.h"
 #include "model/safetensors.h"
 
 namespace tandem {
@@ -54,6 +55,9 @@ class DeviceArray {
   size_t bytes_ = 0;
 };
 
+// With FP8 weights (CudaWeights::fp8) qkv, o, gate_up and down hold e4m3 codes (1 byte each, same
+// shapes) and *_scale their fp32 scales (kernels/cuda/fp8_linear.h: [rows] per channel, or
+// [rows / 128, ceil(cols / 128)] in 128 x 128 blocks, as CudaWeights::fp8_block128 says per tensor).
 struct DeviceLayer {
   DeviceArray input_norm;  // [hidden]
   DeviceArray qkv;         // [(nh + 2 nkv) * hd, hidden]
@@ -65,6 +69,8 @@ struct DeviceLayer {
   DeviceArray post_norm;   // [hidden]
   DeviceArray gate_up;     // [2 * inter, hidden]
   DeviceArray down;        // [hidden, inter]
+  DeviceArray qkv_scale, o_scale, gate_up_scale, down_scale;  // FP8 only
+  bool qkv_block128 = false, o_block128 = false, gate_up_block128 = false, down_block128 = false;
 };
 
 struct CudaWeights {
@@ -73,6 +79,9 @@ struct CudaWeights {
   DeviceArray lm_head;     // [vocab, hidden]; empty when tied (use embed)
   DeviceArray inv_freq;    // fp32 [head_dim / 2], RoPE inverse frequencies (kernels/cpu/rope.h)
   std::vector<DeviceLayer> layers;
+
+  bool fp8 = false;        // the layers' projections are FP8 (DeviceLayer)
+  std::string fp8_describe;  // "fp8 e4m3, 128x128 block scales" / "per-channel scales" (the log)
 
   const DeviceArray& lm_head_or_embed() const { return lm_head.bytes() > 0 ? lm_head : embed; }
   size_t bytes() const;    // device bytes held
@@ -90,6 +99,9 @@ struct CudaWeightsLoadOptions {
   double gpu_memory_utilization = 1.0;
   size_t reserve_bytes = 0;
   std::string model_name = "the model";  // for that error
+  // Enabled: the layers' projections stay FP8 on the device (fp8_pack.h: the checkpoint's block
+  // scales where they are 128 x 128, else per channel; --quantization fp8 quantizes per channel).
+  QuantizationConfig quantization;
 };
 
 // Loads every tensor the config calls for onto the current CUDA device as bf16 (weight_plan.h),

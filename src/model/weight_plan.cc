@@ -88,8 +88,8 @@ Status Plan(const SafetensorsModel& st, std::string name, const std::vector<Sour
     TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, s.name, s.shape));
     if (t->dtype == DType::kF8E4M3) {
       return Err(StatusCode::kUnimplemented,
-                 "tensor {} in {} is FP8 (F8_E4M3): the CUDA engine does not run FP8 weights yet; "
-                 "--device cpu dequantizes them", t->name, t->file);
+                 "tensor {} in {} is FP8 (F8_E4M3): the CUDA engine runs FP8 only in the linear "
+                 "projections of the layers (not the embeddings, norms or lm_head)", t->name, t->file);
     }
     if (t->dtype == DType::kOther) {
       return Err(StatusCode::kUnimplemented,
@@ -104,7 +104,7 @@ Status Plan(const SafetensorsModel& st, std::string name, const std::vector<Sour
 
 }  // namespace
 
-Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig& c) {
+Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig& c, bool skip_linears) {
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
@@ -122,13 +122,14 @@ Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig
     const std::string n = fmt::format("layers.{}.", i);
     TANDEM_RETURN_IF_ERROR(
         Plan(st, n + "input_norm", {{p + "input_layernorm.weight", {hidden}}}, &l.input_norm));
-    TANDEM_RETURN_IF_ERROR(Plan(st, n + "qkv",
+    if (!skip_linears) TANDEM_RETURN_IF_ERROR(Plan(st, n + "qkv",
                                 {{p + "self_attn.q_proj.weight", {q_dim, hidden}},
                                  {p + "self_attn.k_proj.weight", {kv_dim, hidden}},
                                  {p + "self_attn.v_proj.weight", {kv_dim, hidden}}},
                                 &l.qkv));
-    TANDEM_RETURN_IF_ERROR(
-        Plan(st, n + "o", {{p + "self_attn.o_proj.weight", {hidden, q_dim}}}, &l.o));
+    if (!skip_linears) {
+      TANDEM_RETURN_IF_ERROR(Plan(st, n + "o", {{p + "self_attn.o_proj.weight", {hidden, q_dim}}}, &l.o));
+    }
     if (c.attention_bias) {
       TANDEM_RETURN_IF_ERROR(Plan(st, n + "qkv_bias",
                                   {{p + "self_attn.q_proj.bias", {q_dim}},
@@ -148,12 +149,13 @@ Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig
     }
     TANDEM_RETURN_IF_ERROR(Plan(st, n + "post_norm",
                                 {{p + "post_attention_layernorm.weight", {hidden}}}, &l.post_norm));
-    TANDEM_RETURN_IF_ERROR(Plan(st, n + "gate_up",
+    if (!skip_linears) TANDEM_RETURN_IF_ERROR(Plan(st, n + "gate_up",
                                 {{p + "mlp.gate_proj.weight", {inter, hidden}},
                                  {p + "mlp.up_proj.weight", {inter, hidden}}},
                                 &l.gate_up));
-    TANDEM_RETURN_IF_ERROR(
-        Plan(st, n + "down", {{p + "mlp.down_proj.weight", {hidden, inter}}}, &l.down));
+    if (!skip_linears) {
+      TANDEM_RETURN_IF_ERROR(Plan(st, n + "down", {{p + "mlp.down_proj.weight", {hidden, inter}}}, &l.down));
+    }
   }
   TANDEM_RETURN_IF_ERROR(Plan(st, "final_norm", {{"model.norm.weight", {hidden}}}, &w.final_norm));
   if (!c.tie_word_embeddings) {

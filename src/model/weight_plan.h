@@ -59,7 +59,10 @@ struct WeightPlan {
   size_t total_bytes() const;  // bf16 bytes of every present tensor
 };
 
-Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig& config);
+// skip_linears: the layers' qkv, o, gate_up and down are left out (no parts, not looked up): the
+// FP8 loader packs them itself (fp8_pack.h).
+Result<WeightPlan> PlanBf16Weights(const SafetensorsModel& st, const ModelConfig& config,
+                                   bool skip_linears = false);
 
 // A run of one part's elements in a staging chunk.
 struct StagingPiece {

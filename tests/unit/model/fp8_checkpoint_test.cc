@@ -2,13 +2,16 @@
 // library, from the formats' descriptions: transformers' FineGrainedFP8 block scales and
 // compressed-tensors' channel and tensor scales): the weights tandem loads equal the script's own
 // dequantization bit for bit, --quantization fp8 equals the per-channel checkpoint, and greedy
-// decoding is compared with the bf16 golden of Hugging Face (agreement printed, floors asserted).
+// decoding is compared with the bf16 golden of Hugging Face (agreement printed, floors asserted);
+// the CUDA engine's packed FP8 projections (fp8_pack.h) dequantize to the same weights.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/fp8.h"
+#include "model/fp8_pack.h"
 #include "model/weights.h"
 #include "model_files_util.h"
 #include "runner_test_util.h"
@@ -112,6 +115,68 @@ TEST_F(Fp8CheckpointTest, GreedyAgainstTheBf16Golden) {
     EXPECT_GE(a.first_agree, a.cases - 2) << s.name;
     EXPECT_GE(a.matched * 4, a.total) << s.name;
     EXPECT_LT(a.max_top5_err, 1.0) << s.name;
+  }
+}
+
+// The CUDA engine's FP8 form (fp8_pack.h) holds the same weights: each fused projection's codes
+// and scales, dequantized, equal the script's dequantization (or the CPU runner's for
+// --quantization fp8) row for row; block checkpoints keep their 128 x 128 blocks (the tiny model's
+// projections have multiples of 128 rows), channel and tensor ones come out per channel.
+TEST_F(Fp8CheckpointTest, PackedProjectionsEqualTheDequantizedWeights) {
+  struct Case {
+    std::string dir, quantization, reference;
+    bool block128;
+  };
+  const Case cases[] = {{Dir("block"), "", "block", true},
+                        {Dir("channel"), "", "channel", false},
+                        {Dir("tensor"), "", "tensor", false},
+                        {DefaultModelDir(), "fp8", "channel", false}};
+  for (const Case& k : cases) {
+    SCOPED_TRACE(k.dir + " " + k.quantization);
+    auto c = LoadModelConfig(k.dir);
+    ASSERT_TRUE(c.ok());
+    auto q = ResolveQuantization(c->quantization, k.quantization);
+    ASSERT_TRUE(q.ok());
+    auto st = SafetensorsModel::Open(k.dir);
+    ASSERT_TRUE(st.ok());
+    auto ref = SafetensorsFile::Open(Dequantized(k.reference));
+    ASSERT_TRUE(ref.ok());
+    int mismatches = 0;
+    int64_t compared = 0;
+    for (int l = 0; l < c->num_hidden_layers; ++l) {
+      for (const FusedLinear& f : LayerLinears(*c, l)) {
+        auto packed = PackFp8Linear(*st, f.parts, f.cols, *q, 2);
+        ASSERT_TRUE(packed.ok()) << packed.status().ToString();
+        EXPECT_EQ(packed->block128, k.block128) << f.name;
+        EXPECT_FALSE(packed->requantized);
+        // Block scales come with each block row padded to a multiple of 4 (the device layout).
+        std::vector<float> scales;
+        const int64_t kb = (f.cols + 127) / 128;
+        if (k.block128) {
+          EXPECT_EQ(packed->scale_cols, (kb + 3) / 4 * 4);
+          for (int64_t b = 0; b < packed->rows / 128; ++b) {
+            scales.insert(scales.end(), packed->scales.begin() + b * packed->scale_cols,
+                          packed->scales.begin() + b * packed->scale_cols + kb);
+          }
+        } else {
+          scales = packed->scales;
+        }
+        std::vector<float> got(packed->codes.size());
+        cpu::DequantizeFp8E4M3(packed->codes.data(), packed->rows, f.cols, scales.data(),
+                               k.block128 ? 128 : 1, k.block128 ? 128 : f.cols, got.data());
+        int64_t row0 = 0;
+        for (const LinearPart& part : f.parts) {
+          std::vector<float> want;
+          ASSERT_TRUE(TensorToFloat((*ref)->tensors().at(part.name), &want).ok());
+          ASSERT_EQ(static_cast<int64_t>(want.size()), part.rows * f.cols);
+          for (size_t i = 0; i < want.size(); ++i) mismatches += want[i] != got[row0 * f.cols + i];
+          compared += static_cast<int64_t>(want.size());
+          row0 += part.rows;
+        }
+      }
+    }
+    EXPECT_EQ(mismatches, 0);
+    EXPECT_EQ(compared, 6 * (256 * 256 * 2 + 128 * 256 * 2 + 768 * 256 * 3));
   }
 }
 
