@@ -27,8 +27,13 @@
 #             each shape of GPU_CHECK_NCU_SHAPES (default 64x4096,1x4096: batch x context, Qwen3-8B
 #             heads), untimed op_check rows (OPCHECK_DECODE_TIMED, OPCHECK_NO_TIMING)
 #   runner    cuda_runner_check: the CUDA ModelRunner against the CPU runner on the bundled tiny model
+#   fp8       cuda_runner_check with FP8 projections: the tiny model with --quantization fp8 (both
+#             runners quantize per channel at load), then its FP8 block checkpoint made by
+#             tests/tools/make_fp8_checkpoint.py; GPU_CHECK_FP8_RUNNER_ARGS adds arguments (--tol)
 #   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
 #             against tests/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
+#   peer-fp8-0.6b, peer-fp8-8b  scripts/gpu/peer_check_fp8.py: the random checkpoint quantized by
+#             transformers' FineGrainedFP8Config, tandem's CUDA runner on it beside HF's FP8 and bf16
 #   peer      peer-0.6b and peer-8b: scripts/gpu/peer_check.py (random checkpoint made with
 #             transformers, HF bf16 logits and greedy tokens vs cuda_peer_dump)
 #   bench     cuda_engine_bench on the random Qwen3-8B checkpoint (made if the peer stage did not
@@ -325,13 +330,24 @@ device() {
     cat "$archs_log" | tee -a "$OUT_DIR/gpu-check.log"
     note archs "${#targets[@]} binaries listed (archs.log)"
   fi
-  if want runner || want golden; then
+  if want runner || want golden || want fp8; then
     mkdir -p "$models" && tar xJf models/tiny-qwen3.tar.xz -C "$models"
   fi
   if want runner; then
     if unpack cuda_runner_check; then
       run_stage runner 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3" --steps 8
     else note runner "no binary"; fi
+  fi
+  if want fp8; then
+    if unpack cuda_runner_check; then
+      # shellcheck disable=SC2086
+      run_stage runner-fp8-online 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3" --steps 8 \
+        --quantization fp8 ${GPU_CHECK_FP8_RUNNER_ARGS:-}
+      python3 tests/tools/make_fp8_checkpoint.py "$models/tiny-qwen3" "$models/tiny-qwen3-fp8-block" block
+      # shellcheck disable=SC2086
+      run_stage runner-fp8-block 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3-fp8-block" --steps 8 \
+        ${GPU_CHECK_FP8_RUNNER_ARGS:-}
+    else note fp8 "no binary"; fi
   fi
   local have_dump=0
   unpack cuda_peer_dump > /dev/null 2>&1 && have_dump=1
@@ -352,6 +368,14 @@ device() {
     run_stage "peer-$m" 360 60 python3 scripts/gpu/peer_check.py --model "$m" \
       --dump "$BIN/cuda_peer_dump" --workdir "$peer_dir" --json "$RES/peer-$m.json" "${keep[@]}"
   done
+  for m in 0.6b 8b; do
+    want "peer-fp8-$m" || continue
+    if [ "$have_dump" = 0 ]; then note "peer-fp8-$m" "no cuda_peer_dump"; continue; fi
+    local keep=()
+    [ "${GPU_CHECK_KEEP:-0}" = 1 ] && keep=(--keep)
+    run_stage "peer-fp8-$m" 360 60 python3 scripts/gpu/peer_check_fp8.py --model "$m" \
+      --dump "$BIN/cuda_peer_dump" --workdir "$peer_dir" --json "$RES/peer-fp8-$m.json" "${keep[@]}"
+  done
 
   if want bench || want ncu-step; then
     if unpack cuda_engine_bench; then
@@ -370,7 +394,8 @@ device() {
       # the same checkpoint in the same call, interleaved: base, this build again, base again.
       # GPU_CHECK_BENCH_BASE_ENV="VAR=VALUE ...": the base run's environment; without
       # GPU_CHECK_BENCH_BASE the base is this build under it (e.g. TANDEM_DECODE_KERNEL=simt: the
-      # previous decode kernel beside the new one).
+      # previous decode kernel beside the new one). GPU_CHECK_BENCH_BASE_ARGS: the base runs'
+      # arguments instead of GPU_CHECK_BENCH_ARGS (e.g. bf16 beside --quantization fp8).
       local base=${GPU_CHECK_BENCH_BASE:-} base_bin=""
       if [ -n "$base" ] && [ -e "$ROOT/$base/cuda_engine_bench.xz" ]; then
         mkdir -p "$BIN/base"
@@ -382,13 +407,13 @@ device() {
       if [ -n "$base_bin" ]; then
         # shellcheck disable=SC2086
         run_stage bench-base 360 60 env ${GPU_CHECK_BENCH_BASE_ENV:-} "$base_bin" "$ckpt8" \
-          --json "$RES/bench-base.json" ${GPU_CHECK_BENCH_ARGS:-}
+          --json "$RES/bench-base.json" ${GPU_CHECK_BENCH_BASE_ARGS:-${GPU_CHECK_BENCH_ARGS:-}}
         # shellcheck disable=SC2086
         run_stage bench-2 360 60 "$BIN/cuda_engine_bench" "$ckpt8" --json "$RES/bench-tandem-2.json" \
           ${GPU_CHECK_BENCH_ARGS:-}
         # shellcheck disable=SC2086
         run_stage bench-base-2 360 60 env ${GPU_CHECK_BENCH_BASE_ENV:-} "$base_bin" "$ckpt8" \
-          --json "$RES/bench-base-2.json" ${GPU_CHECK_BENCH_ARGS:-}
+          --json "$RES/bench-base-2.json" ${GPU_CHECK_BENCH_BASE_ARGS:-${GPU_CHECK_BENCH_ARGS:-}}
       fi
       if [ "${GPU_CHECK_GRAPHS_COMPARE:-0}" = 1 ]; then
         # shellcheck disable=SC2086
@@ -430,8 +455,11 @@ device() {
     fi
     [ -e "$RES/runner.log" ] && grep -E "^(ok|FAIL) |cuda_runner_check" "$RES/runner.log"
     [ -e "$RES/golden.log" ] && grep -E "^golden|^FAIL" "$RES/golden.log"
-    for m in 0.6b 8b; do
-      [ -e "$RES/peer-$m.log" ] && grep -E "^(ok|FAIL) |^     greedy|^peer check" "$RES/peer-$m.log"
+    for m in 0.6b 8b fp8-0.6b fp8-8b; do
+      [ -e "$RES/peer-$m.log" ] && grep -E "^(ok|FAIL) |^     greedy|^(FP8 )?peer check" "$RES/peer-$m.log"
+    done
+    for f in runner-fp8-online runner-fp8-block; do
+      [ -e "$RES/$f.log" ] && echo "$f: $(grep -E "^cuda_runner_check" "$RES/$f.log")"
     done
     if [ -e "$RES/bench-tandem.json" ] || [ -e "$RES/bench-hf.json" ]; then
       local t2=()

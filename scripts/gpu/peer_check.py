@@ -132,7 +132,9 @@ def summarize(rel):
     return dict(worst=float(rel.max()), median=float(torch.median(rel)), worst_row=int(rel.argmax()))
 
 
-def compare(name, prompts, hf, ref, dump_dir, steps, tol):
+def compare(name, prompts, hf, ref, dump_dir, steps, tol, hf_label="HF bf16", ref_label="fp32"):
+    """hf: the peer's rows and tokens; ref: reference prompt rows (fp32 HF; peer_check_fp8.py passes
+    HF bf16 with hf = HF FP8). The labels only name them in the printed lines."""
     import torch
     meta = json.load(open(os.path.join(dump_dir, "meta.json")))
     V = meta["vocab"]
@@ -176,7 +178,7 @@ def compare(name, prompts, hf, ref, dump_dir, steps, tol):
         r["logits_ok"] = r["prompt"]["worst"] <= tol
         if not r["logits_ok"] and ref is not None:
             r["logits_ok"] = r["tandem_vs_fp32"]["worst"] <= 2 * r["hf_bf16_vs_fp32"]["worst"]
-            r["logits_ok_by"] = "fp32 reference"
+            r["logits_ok_by"] = ref_label + " reference"
         passed = r["logits_ok"] and (div is None or r["divergence"]["near_tie"])
         r["pass"] = passed
         ok = ok and passed
@@ -186,17 +188,18 @@ def compare(name, prompts, hf, ref, dump_dir, steps, tol):
                                              r["prompt"]["worst"], r["prompt"]["worst_row"],
                                              r["prompt"]["median"], r["steps"]["worst"]))
         if ref is not None:
-            line += ("; vs fp32 ref: tandem %.2e, HF bf16 %.2e (median rows %.2e / %.2e)" % (
-                r["tandem_vs_fp32"]["worst"], r["hf_bf16_vs_fp32"]["worst"],
+            line += ("; vs %s ref: tandem %.2e, %s %.2e (median rows %.2e / %.2e)" % (
+                ref_label, r["tandem_vs_fp32"]["worst"], hf_label, r["hf_bf16_vs_fp32"]["worst"],
                 r["tandem_vs_fp32"]["median"], r["hf_bf16_vs_fp32"]["median"]))
         if r.get("logits_ok_by"):
-            line += " [over tol %.0e; judged against the fp32 reference: tandem within 2x of HF]" % tol
+            line += " [over tol %.0e; judged against the %s reference: tandem within 2x of %s]" % (
+                tol, ref_label, hf_label)
         log(line)
         if div is None:
             log("     greedy: all %d tokens equal" % steps)
         else:
             d = r["divergence"]
-            log("     greedy: first divergence at step %d of %d (HF %d, tandem %d): HF margin %.4f, "
+            log("     greedy: first divergence at step %d of %d (peer %d, tandem %d): peer margin %.4f, "
                 "tandem error on the pair %.4f + bf16 step %.4f -> %s" % (
                     div, steps, d["hf_token"], d["tandem_token"], d["hf_margin"],
                     d["tandem_err_on_pair"], d["bf16_slack"],

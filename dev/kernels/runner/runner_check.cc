@@ -18,7 +18,9 @@
 // often they equal the CPU runner's picks is printed. Exit 0 when everything holds
 // (argmax differences excused when the CPU's top two are within the error), 1 otherwise, 2 on an
 // error, 77 with no CUDA device.
-// Usage: cuda_runner_check [MODEL_DIR] [--steps N]
+// Usage: cuda_runner_check [MODEL_DIR] [--steps N] [--quantization fp8] [--tol X]
+// --quantization fp8: both runners quantize the projections per channel at load (the same codes
+// and scales: the CPU computes with their dequantized values, CUDA with the FP8 kernels).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -39,7 +41,10 @@ namespace tandem {
 namespace {
 
 constexpr int kBlockSize = 16;
-constexpr double kTolerance = 3e-2;  // bf16 weights, activations and KV through every layer
+// bf16 weights, activations and KV through every layer; --tol changes it (FP8: the GEMM path's
+// activations rounded to e4m3 on the CUDA side only).
+double kTolerance = 3e-2;
+std::string g_quantization;  // --quantization: both runners load with it
 
 struct Seq {
   std::vector<int32_t> tokens;  // all tokens so far
@@ -76,7 +81,7 @@ void CompareStep(const char* step, const std::vector<float>& cpu, const std::vec
   }
   const bool ok = worst <= kTolerance && argmax_diff == 0;
   if (!ok) ++failures;
-  std::printf("%-4s %-34s rows %3d  worst rel %.2e (tol %.0e)  argmax differs %d (+%d near-ties)\n",
+  std::printf("%-4s %-34s rows %3d  worst rel %.2e (tol %.2g)  argmax differs %d (+%d near-ties)\n",
               ok ? "ok" : "FAIL", step, rows, worst, kTolerance, argmax_diff, argmax_excused);
 }
 
@@ -182,7 +187,7 @@ void CompareRunners(const char* what, const std::vector<float>& a, const std::ve
 }
 
 int Run(const std::string& model_dir, int steps) {
-  auto cpu_or = LoadCpuModelRunner(model_dir);
+  auto cpu_or = LoadCpuModelRunner(model_dir, g_quantization);
   if (!cpu_or.ok()) {
     std::fprintf(stderr, "cpu runner: %s\n", cpu_or.status().ToString().c_str());
     return 2;
@@ -193,7 +198,9 @@ int Run(const std::string& model_dir, int steps) {
   for (int i = 0; i < 3; ++i) {
     if (modes[i] != nullptr) setenv("TANDEM_CUDA_GRAPHS", modes[i], 1);
     else unsetenv("TANDEM_CUDA_GRAPHS");
-    auto gpu_or = LoadCudaModelRunner(model_dir, 0);
+    CudaRunnerOptions ro;
+    ro.quantization = g_quantization;
+    auto gpu_or = LoadCudaModelRunner(model_dir, 0, ro);
     if (!gpu_or.ok()) {
       std::fprintf(stderr, "cuda runner: %s\n", gpu_or.status().ToString().c_str());
       return 2;
@@ -387,6 +394,10 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--steps") == 0 && i + 1 < argc) {
       steps = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--quantization") == 0 && i + 1 < argc) {
+      tandem::g_quantization = argv[++i];
+    } else if (std::strcmp(argv[i], "--tol") == 0 && i + 1 < argc) {
+      tandem::kTolerance = std::atof(argv[++i]);
     } else {
       model_dir = argv[i];
     }
