@@ -120,6 +120,7 @@ Value ToJson(const Value& v, CallArgs& a) {
   Value indent = a.GetOr(1, "indent", Value::None());
   if (indent.is_integral()) {
     o.has_indent = true;
+    CheckStringSize(static_cast<size_t>(std::max<int64_t>(0, indent.as_int())), "tojson's indent");
     o.indent = std::string(std::max<int64_t>(0, indent.as_int()), ' ');
   } else if (indent.is_string()) {
     o.has_indent = true;
@@ -243,15 +244,18 @@ std::string HtmlEscape(const std::string& s) {
 
 Value Indent(const Value& v, CallArgs& a) {
   Value width = a.GetOr(0, "width", Value::Int(4));
+  if (!width.is_string()) CheckStringSize(static_cast<size_t>(std::max<int64_t>(0, width.as_int())), "indent");
   std::string ind = width.is_string() ? width.str() : std::string(std::max<int64_t>(0, width.as_int()), ' ');
   bool first = Truthy(a.GetOr(1, "first", Value::Bool(false)));
   bool blank = Truthy(a.GetOr(2, "blank", Value::Bool(false)));
   std::vector<std::string> lines = PySplitLines(PyStr(v) + "\n", false);
   std::string rv;
+  CheckStringSize(ind.size(), "indent");
   for (size_t k = 0; k < lines.size(); ++k) {
     if (k) rv += "\n";
     if (k && (blank || !lines[k].empty())) rv += ind;
     rv += lines[k];
+    CheckStringSize(rv.size(), "indent");
   }
   if (first) rv = ind + rv;
   return Value::Str(std::move(rv));
@@ -281,11 +285,22 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          std::string sep = PyStr(a.GetOr(0, "d", Value::Str("")));
          std::string attr = AttrArg(a, 1);
          std::string out;
+         if (v.is_string() && attr.empty()) {
+           // The characters of a string, without a Value per character; the size known up front.
+           const std::u32string u = Utf8Decode(v.str());
+           if (!u.empty()) CheckStringSize(v.str().size() + (u.size() - 1) * sep.size(), "join");
+           for (size_t k = 0; k < u.size(); ++k) {
+             if (k) out += sep;
+             AppendUtf8(out, u[k]);
+           }
+           return Value::Str(std::move(out));
+         }
          bool first = true;
          for (const auto& item : Iterate(v)) {
            if (!first) out += sep;
            first = false;
            out += PyStr(attr.empty() ? item : AttrPath(item, attr));
+           CheckStringSize(out.size(), "join");
          }
          return Value::Str(std::move(out));
        }},
@@ -306,7 +321,8 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
          return Value::Str(PyReplace(PyStr(v), PyStr(a.GetOr(0, "old", Value::Str(""))),
                                      PyStr(a.GetOr(1, "new", Value::Str(""))),
                                      a.GetOr(2, "count", Value::Int(-1)).is_integral()
-                                         ? a.GetOr(2, "count", Value::Int(-1)).as_int() : -1));
+                                         ? a.GetOr(2, "count", Value::Int(-1)).as_int() : -1,
+                                     kMaxTemplateStringBytes));
        }},
       {"selectattr", [](Evaluator&, const Value& v, CallArgs& a) { return SelectReject(v, a, true, true); }},
       {"rejectattr", [](Evaluator&, const Value& v, CallArgs& a) { return SelectReject(v, a, true, false); }},

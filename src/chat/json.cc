@@ -99,7 +99,10 @@ std::string KeyString(const Value& k) {
 void Dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth) {
   auto newline = [&](int d) {
     out.push_back('\n');
-    for (int k = 0; k < d; ++k) out += o.indent;
+    for (int k = 0; k < d; ++k) {
+      out += o.indent;
+      CheckStringSize(out.size(), "tojson");
+    }
   };
   switch (v.type) {
     case Value::Type::kNone: out += "null"; return;
@@ -121,6 +124,7 @@ void Dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth)
         if (k) out += o.item_separator;
         if (o.has_indent) newline(depth + 1);
         Dump(out, (*v.list)[k], o, depth + 1);
+        CheckStringSize(out.size(), "tojson");
       }
       if (o.has_indent) newline(depth);
       out.push_back(']');
@@ -144,6 +148,7 @@ void Dump(std::string& out, const Value& v, const JsonDumpOptions& o, int depth)
         AppendJsonString(out, entries[k].first, o.ensure_ascii);
         out += o.key_separator;
         Dump(out, *entries[k].second, o, depth + 1);
+        CheckStringSize(out.size(), "tojson");
       }
       if (o.has_indent) newline(depth);
       out.push_back('}');

@@ -71,7 +71,8 @@ Value StringMethod(const Value& self, const std::string& name, CallArgs& a) {
   if (name == "lstrip") return Value::Str(PyStrip(s, OptStr(a, 0, "chars"), true, false));
   if (name == "rstrip") return Value::Str(PyStrip(s, OptStr(a, 0, "chars"), false, true));
   if (name == "replace")
-    return Value::Str(PyReplace(s, ReqStr(a, 0, "old"), ReqStr(a, 1, "new"), OptInt(a, 2, "count", -1)));
+    return Value::Str(PyReplace(s, ReqStr(a, 0, "old"), ReqStr(a, 1, "new"), OptInt(a, 2, "count", -1),
+                                kMaxTemplateStringBytes));
   if (name == "lower") return Value::Str(PyLower(s));
   if (name == "upper") return Value::Str(PyUpper(s));
   if (name == "title") return Value::Str(PyTitle(s));

@@ -16,6 +16,11 @@ namespace {
 }
 
 Value Repeat(const Value& seq, int64_t n) {
+  const size_t unit = seq.is_string() ? seq.str().size() : seq.list->size();
+  if (n > 0 && unit > 0) {
+    // Strings: their bytes; lists: as many items as a string of that many bytes.
+    if (static_cast<uint64_t>(n) > kMaxTemplateStringBytes / unit) CheckStringSize(kMaxTemplateStringBytes + 1, "'*'");
+  }
   if (seq.is_string()) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += seq.str();
@@ -54,7 +59,11 @@ Value Evaluator::EvalBinary(const Expr& e) {
   Value a = Eval(*e.args[0]);
   Value b = Eval(*e.args[1]);
   const std::string& op = e.name;
-  if (op == "~") return Value::Str(PyStr(a) + PyStr(b));
+  if (op == "~") {
+    std::string sa = PyStr(a), sb = PyStr(b);
+    CheckStringSize(sa.size() + sb.size(), "'~'");
+    return Value::Str(sa + sb);
+  }
   if (a.is_number() && b.is_number()) {
     bool fl = a.type == Value::Type::kFloat || b.type == Value::Type::kFloat;
     // Python's integers are unbounded, these are 64-bit: a result past int64 is a TemplateError
@@ -111,7 +120,10 @@ Value Evaluator::EvalBinary(const Expr& e) {
     }
   }
   if (op == "+") {
-    if (a.is_string() && b.is_string()) return Value::Str(a.str() + b.str());
+    if (a.is_string() && b.is_string()) {
+      CheckStringSize(a.str().size() + b.str().size(), "'+'");
+      return Value::Str(a.str() + b.str());
+    }
     if (a.is_list() && b.is_list() && a.is_tuple == b.is_tuple) {
       ValueList out = *a.list;
       out.insert(out.end(), b.list->begin(), b.list->end());

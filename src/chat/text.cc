@@ -237,8 +237,14 @@ std::vector<std::string> PySplitLines(std::string_view s, bool keepends) {
   return lines;
 }
 
-std::string PyReplace(std::string_view s, std::string_view old, std::string_view repl, int64_t count) {
+std::string PyReplace(std::string_view s, std::string_view old, std::string_view repl, int64_t count,
+                      size_t max_bytes) {
   std::string out;
+  auto check = [&] {
+    if (out.size() > max_bytes) {
+      throw std::length_error("replace would make a string of more than " + std::to_string(max_bytes >> 20) + " MiB");
+    }
+  };
   if (old.empty()) {
     // Python inserts repl between every code point (and at both ends).
     std::u32string u = Utf8Decode(s);
@@ -249,6 +255,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
         ++n;
       }
       if (k < u.size()) AppendUtf8(out, u[k]);
+      check();
     }
     return out;
   }
@@ -259,6 +266,7 @@ std::string PyReplace(std::string_view s, std::string_view old, std::string_view
     if (k == std::string_view::npos) break;
     out.append(s.substr(pos, k - pos));
     out.append(repl);
+    check();
     pos = k + old.size();
     ++n;
   }

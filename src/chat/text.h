@@ -33,7 +33,9 @@ std::string PyStrip(std::string_view s, const std::optional<std::string>& chars,
 std::vector<std::string> PySplit(std::string_view s, const std::optional<std::string>& sep,
                                  int64_t maxsplit, bool from_right);
 std::vector<std::string> PySplitLines(std::string_view s, bool keepends);
-std::string PyReplace(std::string_view s, std::string_view old, std::string_view repl, int64_t count);
+// max_bytes: a result growing past it throws std::length_error (the template's string cap).
+std::string PyReplace(std::string_view s, std::string_view old, std::string_view repl, int64_t count,
+                      size_t max_bytes = static_cast<size_t>(-1));
 int64_t PyCount(std::string_view s, std::string_view sub);
 // str.find / rfind in code points; -1 when absent.
 int64_t PyFind(std::string_view s, std::string_view sub, bool from_right);

@@ -36,7 +36,15 @@ Value Value::Float(double x) {
   v.f = x;
   return v;
 }
+void CheckStringSize(size_t bytes, const char* what) {
+  if (bytes > kMaxTemplateStringBytes) {
+    throw TemplateError(std::string(what) + " would make a string of more than " +
+                        std::to_string(kMaxTemplateStringBytes >> 20) + " MiB");
+  }
+}
+
 Value Value::Str(std::string x) {
+  CheckStringSize(x.size(), "a string value");
   Value v;
   v.type = Type::kString;
   v.s = std::make_shared<const std::string>(std::move(x));
@@ -258,6 +266,7 @@ std::string PyRepr(const Value& v) {
       for (size_t k = 0; k < v.list->size(); ++k) {
         if (k) out += ", ";
         out += PyRepr((*v.list)[k]);
+        CheckStringSize(out.size(), "repr() of a list");
       }
       if (v.is_tuple && v.list->size() == 1) out += ",";
       out += v.is_tuple ? ")" : "]";
@@ -270,6 +279,7 @@ std::string PyRepr(const Value& v) {
         if (!first) out += ", ";
         first = false;
         out += PyRepr(k) + ": " + PyRepr(x);
+        CheckStringSize(out.size(), "repr() of a dict");
       }
       out += v.is_namespace ? "}>" : "}";
       return out;

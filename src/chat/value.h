@@ -25,6 +25,16 @@ struct TemplateError : std::runtime_error {
   bool located;
 };
 
+// The largest string a render may build (any value, or text being built for one): past it is a
+// TemplateError. Without it a template multiplies its strings without bound: chained `join`s
+// (each inserts its separator between every character), `'x' * n`, `s ~ s` in a loop (found by
+// fuzzing: a 592-byte template spent 12 s under ASan building joins of joins). Same size as the
+// output budget (eval.h kMaxTemplateOutputBytes).
+inline constexpr size_t kMaxTemplateStringBytes = size_t{16} << 20;
+// Throws the TemplateError when `bytes` exceeds kMaxTemplateStringBytes; `what` names the operation.
+void CheckStringSize(size_t bytes, const char* what);
+
+
 struct Value;
 struct Dict;
 struct CallArgs;

@@ -2,6 +2,7 @@
 // templates fail cleanly (never crash); raise_exception's message is the error.
 #include <random>
 
+
 #include <gtest/gtest.h>
 
 #include "chat/template.h"
@@ -87,6 +88,38 @@ TEST(ChatErrorTest, OutputBeyondTheBudgetIsAnError) {
   auto ok = t->Render(ojson::object());
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->size(), size_t{1} << 20);
+}
+
+TEST(ChatErrorTest, StringsBeyondTheCapAreErrors) {
+  // Each grows a value past kMaxTemplateStringBytes (16 MiB) before anything is output; jinja2 would
+  // build them until memory ran out. Fuzzer find: chained joins, 12 s for a 592-byte template under
+  // ASan (corpus regress-string-cap).
+  const char* grow[] = {
+      "{{ 'x' * 100000000000 }}",
+      "{{ (['x'] * 100000000000) | length }}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s | length }}",
+      "{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s | length }}",
+      "{{ 'abcdefgh' | join('0123456789abcdef') | join('0123456789abcdef') | join('0123456789abcdef') | "
+      "join('0123456789abcdef') | join('0123456789abcdef') | join('0123456789abcdef') | length }}",
+      "{{ ('a' * 1000000) | replace('a', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') | length }}",
+      "{{ ('a' * 1000000).replace('a', 'bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb') | length }}",
+      "{{ 'x' | indent(100000000000) }}",
+      "{{ [1, [2]] | tojson(indent=100000000000) }}",
+      "{{ ([['y' * 10000000]] * 3) | tojson | length }}",
+      "{{ (['y' * 10000000] * 3) | string | length }}",
+  };
+  for (const char* t : grow) {
+    SCOPED_TRACE(t);
+    Status st = RenderError(t);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("more than 16 MiB"), std::string::npos) << st.message();
+  }
+  // Within the cap: 8 MiB strings are values like any other.
+  auto t = ChatTemplate::Parse("{{ ('x' * 8388608) | length }} {{ ('ab' * 4194304 ~ 'c') | length }}");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto ok = t->Render(ojson::object());
+  ASSERT_TRUE(ok.ok()) << ok.status().ToString();
+  EXPECT_EQ(*ok, "8388608 8388609");
 }
 
 TEST(ChatErrorTest, UndefinedErrorsNameTheVariable) {
