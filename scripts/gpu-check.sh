@@ -47,6 +47,8 @@
 #   ncu-step  Nsight Compute over a few decode steps of cuda_engine_bench (batch
 #             GPU_CHECK_NCU_STEP_BATCH, default 1): each kernel's time alone, per step
 #             (scripts/gpu/ncu_step_table.py; compare the sum with the bench's graph step)
+#   ncu-kernel  Nsight Compute sections on chosen kernels of cuda_engine_bench (GPU_CHECK_NCU_KERNEL,
+#             a regex, default Fp8Gemv; _SKIP, _COUNT, _ARGS: see the stage), report in ncu-kernel.txt
 #   hf        scripts/gpu/hf_bench.py: HF transformers on the same shapes (GPU_CHECK_HF_ARGS adds
 #             arguments, e.g. "--batches 1,8")
 # The benchmark table (bench_table.py) prints when bench or hf ran.
@@ -377,7 +379,7 @@ device() {
       --dump "$BIN/cuda_peer_dump" --workdir "$peer_dir" --json "$RES/peer-fp8-$m.json" "${keep[@]}"
   done
 
-  if want bench || want ncu-step; then
+  if want bench || want ncu-step || want ncu-kernel; then
     if unpack cuda_engine_bench; then
       if [ ! -e "$ckpt8/config.json" ]; then
         run_stage make-8b 200 60 python3 scripts/gpu/peer_check.py --model 8b --make-only --keep \
@@ -432,7 +434,20 @@ device() {
       --steps 3 --warmup 1 --repeats 1 > '$RES/ncu-step.csv' 2> '$RES/ncu-step.err'"
     python3 scripts/gpu/ncu_step_table.py "$RES/ncu-step.csv" | tee "$RES/ncu-step.txt"
   fi
-  if want bench || want ncu-step; then
+  if want ncu-kernel && [ -x "$BIN/cuda_engine_bench" ] && command -v ncu > /dev/null; then
+    # Nsight Compute's sections (speed of light, memory, warp states, occupancy, scheduler) on the
+    # kernels of cuda_engine_bench matching GPU_CHECK_NCU_KERNEL (a regex, default Fp8Gemv),
+    # launches GPU_CHECK_NCU_KERNEL_SKIP (default 400) .. + GPU_CHECK_NCU_KERNEL_COUNT (default 4),
+    # the bench run with GPU_CHECK_NCU_KERNEL_ARGS (default: FP8 decode at batch 1).
+    # shellcheck disable=SC2086
+    run_stage ncu-kernel 300 60 bash -c "ncu --clock-control none --graph-profiling node \
+      --kernel-name regex:'${GPU_CHECK_NCU_KERNEL:-Fp8Gemv}' --launch-skip ${GPU_CHECK_NCU_KERNEL_SKIP:-400} \
+      --launch-count ${GPU_CHECK_NCU_KERNEL_COUNT:-4} --section SpeedOfLight --section MemoryWorkloadAnalysis \
+      --section WarpStateStats --section Occupancy --section SchedulerStats --section LaunchStats \
+      '$BIN/cuda_engine_bench' '$ckpt8' ${GPU_CHECK_NCU_KERNEL_ARGS:---quantization fp8 --batches 1 --prefill 16 --steps 3 --warmup 1 --repeats 1} \
+      > '$RES/ncu-kernel.txt' 2>&1"
+  fi
+  if want bench || want ncu-step || want ncu-kernel; then
     [ "${GPU_CHECK_KEEP:-0}" = 1 ] || rm -rf "$ckpt8"
   fi
   if want hf; then
