@@ -6,32 +6,33 @@
 
 namespace tandem::chat {
 
+size_t Utf8DecodeOne(std::string_view s, size_t i, char32_t* cp) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
+  if (n < 0 || i + static_cast<size_t>(n) >= s.size()) {
+    *cp = 0xFFFD;
+    return 1;
+  }
+  char32_t v = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
+  for (int k = 1; k <= n; ++k) {
+    unsigned char cc = static_cast<unsigned char>(s[i + k]);
+    if ((cc & 0xC0) != 0x80) {
+      *cp = 0xFFFD;
+      return 1;
+    }
+    v = (v << 6) | (cc & 0x3F);
+  }
+  *cp = v;
+  return static_cast<size_t>(n) + 1;
+}
+
 std::u32string Utf8Decode(std::string_view s) {
   std::u32string out;
   out.reserve(s.size());
-  size_t i = 0;
-  while (i < s.size()) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    int n = c < 0x80 ? 0 : (c >> 5) == 6 ? 1 : (c >> 4) == 14 ? 2 : (c >> 3) == 30 ? 3 : -1;
-    if (n < 0 || i + static_cast<size_t>(n) >= s.size()) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
-    char32_t cp = n == 0 ? c : n == 1 ? (c & 0x1F) : n == 2 ? (c & 0x0F) : (c & 0x07);
-    bool ok = true;
-    for (int k = 1; k <= n; ++k) {
-      unsigned char cc = static_cast<unsigned char>(s[i + k]);
-      if ((cc & 0xC0) != 0x80) { ok = false; break; }
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if (!ok) {
-      out.push_back(0xFFFD);
-      ++i;
-      continue;
-    }
+  for (size_t i = 0; i < s.size();) {
+    char32_t cp;
+    i += Utf8DecodeOne(s, i, &cp);
     out.push_back(cp);
-    i += n + 1;
   }
   return out;
 }

@@ -11,6 +11,9 @@
 namespace tandem::chat {
 
 std::u32string Utf8Decode(std::string_view s);  // invalid bytes decode as U+FFFD
+// The code point at byte i (s[i] exists) as Utf8Decode reads it: *cp, and the bytes it took (1 for
+// an invalid byte, which is U+FFFD).
+size_t Utf8DecodeOne(std::string_view s, size_t i, char32_t* cp);
 std::string Utf8Encode(std::u32string_view s);
 void AppendUtf8(std::string& out, char32_t c);
 size_t Utf8Length(std::string_view s);

@@ -235,7 +235,20 @@ std::string StrRepr(const std::string& s) {
   bool has_double = s.find('"') != std::string::npos;
   char quote = (has_single && !has_double) ? '"' : '\'';
   std::string out(1, quote);
-  for (char32_t c : Utf8Decode(s)) {
+  out.reserve(s.size() + 2);
+  // Printable ASCII other than the quote and the backslash is copied in runs; everything else is
+  // decoded as Utf8Decode does, one code point at a time (no u32string of the whole value).
+  auto plain = [quote](unsigned char c) { return c >= 0x20 && c < 0x7F && c != quote && c != '\\'; };
+  for (size_t i = 0; i < s.size();) {
+    size_t j = i;
+    while (j < s.size() && plain(static_cast<unsigned char>(s[j]))) ++j;
+    if (j > i) {
+      out.append(s, i, j - i);
+      i = j;
+      continue;
+    }
+    char32_t c;
+    i += Utf8DecodeOne(s, i, &c);
     if (c == static_cast<char32_t>(quote) || c == '\\') {
       out.push_back('\\');
       out.push_back(static_cast<char>(c));
