@@ -27,7 +27,9 @@
 #   scripts/gpu-e2e.sh l40s               on the device: the random Qwen3-8B in an L40S's budget
 #                                         (L40S_BUDGET_GIB, default 44) through `tandem run`, agg and
 #                                         disagg, every golden prompt answered (issue 19).
-# Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory). Logs go to $OUT. Never touches clocks, power or modes.
+# Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory);
+# E2E_RUN_ARGS: more arguments for `tandem run` (e.g. "--quantization fp8"). Logs go to $OUT. Never
+# touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -84,8 +86,9 @@ device() {
         --model "$model" --port $port --namespace e2e-serve --log-dir "$out/run-$mode" > "$log" 2>&1 &
     else
       echo "== tandem run --mode $mode --device cuda:0"
+      # shellcheck disable=SC2086
       TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" run --mode "$mode" --device cuda:0 \
-        --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" > "$log" 2>&1 &
+        --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" ${E2E_RUN_ARGS:-} > "$log" 2>&1 &
     fi
     local pid=$!
     python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "$mode" \
@@ -96,6 +99,14 @@ device() {
   done
   echo "== summary"
   python3 scripts/gpu/e2e_golden.py --summarize "$out"/e2e-*.json
+  if [ -e "$out/e2e-agg.json" ] && [ -e "$out/e2e-disagg.json" ]; then
+    # Disaggregated output against aggregated (the same kernels on both sides: equal text expected,
+    # also where both differ from HF's golden, e.g. with E2E_RUN_ARGS="--quantization fp8").
+    python3 -c 'import json, sys
+a, d = (json.load(open(p))["prompts"] for p in sys.argv[1:3])
+same = sum(x["text"] == y["text"] for x, y in zip(a, d))
+print("disagg text equals agg text: %d of %d prompts" % (same, len(a)))' "$out/e2e-agg.json" "$out/e2e-disagg.json"
+  fi
   return $rc
 }
 

@@ -152,7 +152,8 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "Weight quantization: fp8 quantizes an unquantized checkpoint's linear weights to "
                  "FP8 E4M3 per output channel at load (vLLM's --quantization fp8); FP8 "
                  "checkpoints (quantization_config fp8 or compressed-tensors) are recognized "
-                 "without it. The CPU engine dequantizes FP8 weights to fp32 at load")
+                 "without it. The CPU engine dequantizes FP8 weights to fp32 at load; the CUDA engine "
+                 "(sm_90) keeps the layers' projections in FP8")
       ->check(CLI::IsMember({"", "none", "fp8"}));
   app.add_option("--kv-cache-dtype", opt->kv_cache_dtype,
                  "KV cache element type: auto (fp32 on the CPU, bf16 on CUDA) or fp8 / fp8_e4m3 "

@@ -179,7 +179,8 @@ Status LoadFp8Linears(const SafetensorsModel& st, const ModelConfig& c, const Qu
   for (std::thread& th : pool) th.join();
   for (const Status& s : status) TANDEM_RETURN_IF_ERROR(s);
   w->fp8 = true;
-  w->fp8_describe = fmt::format("fp8 e4m3 ({}): {} projections with 128x128 block scales, {} per channel{}",
+  w->fp8_describe = fmt::format("{}: {} projections with 128x128 block scales, {} per channel{}; decode "
+                                "batches up to 8 through tandem's FP8 GEMV, larger ones through cuBLASLt's FP8 GEMM",
                                 q.Describe(), blocks.load(), channels.load(),
                                 requantized > 0 ? fmt::format(" ({} requantized per channel from other "
                                                               "blocks)", requantized.load())

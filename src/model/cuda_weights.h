@@ -81,7 +81,7 @@ struct CudaWeights {
   std::vector<DeviceLayer> layers;
 
   bool fp8 = false;        // the layers' projections are FP8 (DeviceLayer)
-  std::string fp8_describe;  // "fp8 e4m3, 128x128 block scales" / "per-channel scales" (the log)
+  std::string fp8_describe;  // the scheme, the projections per scale layout, the kernels (the log)
 
   const DeviceArray& lm_head_or_embed() const { return lm_head.bytes() > 0 ? lm_head : embed; }
   size_t bytes() const;    // device bytes held
