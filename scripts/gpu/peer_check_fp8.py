@@ -2,15 +2,18 @@
 """FP8 peer check (issue 28, deliverable 4): tandem's CUDA runner on an FP8 checkpoint against HF
 transformers running the same checkpoint, on random weights with Qwen3-8B's or Qwen3-0.6B's config.
 
-  1. the random bf16 checkpoint of peer_check.py (qwen3_random.py; made unless it is there);
+  1. the random bf16 model of peer_check.py (qwen3_random.py) with each projection's 128 x 128 blocks
+     scaled by 1, 2 or 3 in turn (so the FP8 block scales differ), saved as WORKDIR/qwen3-<name>-blocky;
   2. HF quantizes it at load with FineGrainedFP8Config (e4m3 weights, 128 x 128 block scales
      `weight_scale_inv`, activations quantized per token and 128 columns at run time: the scheme
-     of Qwen/Qwen3-8B-FP8) and saves it (save_pretrained) into WORKDIR/qwen3-<name>-fp8;
+     of Qwen/Qwen3-8B-FP8) and saves it (save_pretrained) into WORKDIR/qwen3-<name>-fp8; the script
+     stops unless the saved config says fp8 with 128x128 blocks and q_proj is float8_e4m3fn with a scale;
   3. HF FP8: the saved checkpoint loaded back with FineGrainedFP8Config(dequantize=True) (HF's FP8
      matmul kernels come from the `kernels` hub package, absent on the device machine): every prompt
      row's logits and N greedy steps (peer_check.hf_side) with the checkpoint's weights and bf16
      activations; HF bf16 (the unquantized model): the prompt rows, the reference both are held to;
-  4. cuda_peer_dump on the saved FP8 checkpoint (tandem reads the block scales as stored), twice:
+  4. cuda_peer_dump on the saved FP8 checkpoint (tandem reads the block scales as stored: its log must
+     say every projection kept 128x128 block scales), twice:
      as tandem serves (prefill GEMMs W8A8: activations quantized per token and 128 columns) and
      with TANDEM_FP8_GEMM=dequant (every row weight-only, HF's numerics);
   5. peer_check.compare: tandem FP8 against HF FP8 per row (worst, median), both against HF bf16,
@@ -53,12 +56,26 @@ def main():
     name = a.model
     t_all = time.time()
     os.makedirs(a.workdir, exist_ok=True)
-    ckpt = os.path.join(a.workdir, "qwen3-" + name)
-    ckpt8 = ckpt + "-fp8"
+    ckpt = os.path.join(a.workdir, "qwen3-%s-blocky" % name)
+    ckpt8 = os.path.join(a.workdir, "qwen3-%s-fp8" % name)
     log("== FP8 peer check qwen3-%s: torch %s, transformers %s" % (name, torch.__version__,
                                                                   transformers.__version__))
     made_bf16 = not os.path.exists(os.path.join(ckpt, "config.json"))
-    peer_check.ensure_checkpoint(name, ckpt)
+    if made_bf16:
+        # The random model with each projection's 128 x 128 blocks scaled by 1, 2 or 3 in turn, so
+        # that the blocks' FP8 scales differ and a misread scale grid shows (i.i.d. weights would give
+        # every block nearly the same scale).
+        model = qwen3_random.build(name, seed=peer_check.SEED)
+        with torch.no_grad():
+            for mod_name, mod in model.named_modules():
+                if isinstance(mod, torch.nn.Linear) and ".layers." in mod_name:
+                    w = mod.weight
+                    r = torch.arange(w.shape[0], device=w.device) // 128
+                    c = torch.arange(w.shape[1], device=w.device) // 128
+                    w.mul_(((r[:, None] + c[None, :]) % 3 + 1).to(w.dtype))
+        peer_check.ensure_checkpoint(name, ckpt, model)
+        del model
+        qwen3_random.empty_cache()
     prompts = peer_check.make_prompts()
 
     # HF bf16: the reference rows.
@@ -82,6 +99,18 @@ def main():
     model.save_pretrained(ckpt8)
     qc = json.load(open(os.path.join(ckpt8, "config.json"))).get("quantization_config")
     log("HF FP8 model quantized and saved in %.1f s: quantization_config %s" % (time.time() - t0, json.dumps(qc)))
+    # What is being checked must be there: a fine-grained FP8 checkpoint with e4m3 projections.
+    if not qc or qc.get("quant_method") != "fp8" or list(qc.get("weight_block_size") or []) != [128, 128]:
+        raise SystemExit("the saved checkpoint is not FineGrainedFP8 with 128x128 blocks: %s" % json.dumps(qc))
+    from safetensors import safe_open
+    idx = os.path.join(ckpt8, "model.safetensors.index.json")
+    qname = "model.layers.0.self_attn.q_proj.weight"
+    fname = json.load(open(idx))["weight_map"][qname] if os.path.exists(idx) else "model.safetensors"
+    with safe_open(os.path.join(ckpt8, fname), "pt") as f:
+        qdtype = f.get_tensor(qname).dtype
+        has_scale = qname + "_scale_inv" in f.keys()
+    if qdtype != torch.float8_e4m3fn or not has_scale:
+        raise SystemExit("%s is %s (scale_inv %s): not an FP8 checkpoint" % (qname, qdtype, has_scale))
     del model
     qwen3_random.empty_cache()
     # HF's FP8 forward needs the `kernels` hub package (not on the device machine, which has no
@@ -112,10 +141,17 @@ def main():
         cmd = [a.dump, ckpt8, "--ids", ids_file, "--out", dump_dir, "--steps", str(a.steps), "--prompt-logits"]
         log("== tandem %s: %s$ %s" % (mode, "".join("%s=%s " % kv for kv in env.items()), " ".join(cmd)))
         t0 = time.time()
-        rc = subprocess.call(cmd, env=dict(os.environ, **env))
-        log("cuda_peer_dump exit %d in %.1f s" % (rc, time.time() - t0))
-        if rc != 0:
+        run = subprocess.run(cmd, env=dict(os.environ, **env), capture_output=True, text=True)
+        sys.stdout.write(run.stdout)
+        sys.stdout.write(run.stderr)
+        log("cuda_peer_dump exit %d in %.1f s" % (run.returncode, time.time() - t0))
+        if run.returncode != 0:
             return 2
+        # tandem must have kept the checkpoint's blocks (not requantized per channel).
+        want = "%d projections with 128x128 block scales, 0 per channel" % (4 * qwen3_random.make_config(name).num_hidden_layers)
+        if want not in run.stdout + run.stderr:
+            log("FAIL: tandem's log does not say '%s'" % want)
+            return 1
         mode_ok, results = peer_check.compare("%s-fp8-%s" % (name, mode), prompts, hf, ref, dump_dir, a.steps,
                                               a.tol, hf_label="HF FP8 dequantized", ref_label="HF bf16")
         shutil.rmtree(dump_dir, ignore_errors=True)

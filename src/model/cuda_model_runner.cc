@@ -155,6 +155,18 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   TANDEM_ASSIGN_OR_RETURN(ModelConfig config, LoadModelConfig(model_dir));
   TANDEM_ASSIGN_OR_RETURN(const QuantizationConfig quant,
                           ResolveQuantization(config.quantization, options.quantization));
+  if (quant.enabled()) {
+    // The FP8 GEMM's shapes (kernels/cuda/fp8_linear.h): every projection's n and k multiples of 16.
+    const int64_t dims[] = {config.hidden_size, config.intermediate_size,
+                            static_cast<int64_t>(config.num_attention_heads) * config.head_dim,
+                            static_cast<int64_t>(config.num_key_value_heads) * config.head_dim};
+    for (int64_t d : dims) {
+      if (d % 16 != 0) {
+        return Err(StatusCode::kUnimplemented, "CUDA runner: {} weights need hidden, intermediate and head "
+                   "dimensions that are multiples of 16 (the FP8 GEMM's), this model has {}", quant.Describe(), d);
+      }
+    }
+  }
   if (config.head_dim != 64 && config.head_dim != 128) {
     return Err(StatusCode::kUnimplemented, "CUDA runner: head_dim {} (the prefill kernel has 64 "
                "and 128)", config.head_dim);

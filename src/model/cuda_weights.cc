@@ -146,14 +146,15 @@ Status LoadFp8Linears(const SafetensorsModel& st, const ModelConfig& c, const Qu
   const int layers = c.num_hidden_layers;
   std::vector<Status> status(static_cast<size_t>(threads));
   std::atomic<int> next{0};
-  std::atomic<int> blocks{0}, channels{0}, requantized{0};
-  auto worker = [&](int t) {
+  std::atomic<int> blocks{0}, channels{0}, requantized{0}, from_unquantized{0};
+  std::atomic<bool> failed{false};  // one worker's error stops the others at their next layer
+  auto work = [&](int t) {
     Status& out = status[static_cast<size_t>(t)];
     if (cudaSetDevice(device) != cudaSuccess) {
       out = Err(StatusCode::kInternal, "cudaSetDevice({}) in a loader thread", device);
       return;
     }
-    for (int l = next++; l < layers && out.ok(); l = next++) {
+    for (int l = next++; l < layers && out.ok() && !failed; l = next++) {
       DeviceLayer& d = w->layers[static_cast<size_t>(l)];
       const std::pair<DeviceArray*, DeviceArray*> dst[] = {
           {&d.qkv, &d.qkv_scale}, {&d.o, &d.o_scale}, {&d.gate_up, &d.gate_up_scale}, {&d.down, &d.down_scale}};
@@ -171,8 +172,17 @@ Status LoadFp8Linears(const SafetensorsModel& st, const ModelConfig& c, const Qu
         *block_flags[i] = packed->block128;
         ++(packed->block128 ? blocks : channels);
         requantized += packed->requantized ? 1 : 0;
+        from_unquantized += packed->from_unquantized ? 1 : 0;
       }
     }
+  };
+  auto worker = [&](int t) {
+    try {
+      work(t);
+    } catch (const std::exception& e) {  // std::bad_alloc of a part's float copy, above all
+      status[static_cast<size_t>(t)] = Err(StatusCode::kResourceExhausted, "packing FP8 weights: {}", e.what());
+    }
+    if (!status[static_cast<size_t>(t)].ok()) failed = true;
   };
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) pool.emplace_back(worker, t);
@@ -182,9 +192,13 @@ Status LoadFp8Linears(const SafetensorsModel& st, const ModelConfig& c, const Qu
   w->fp8_describe = fmt::format("{}: {} projections with 128x128 block scales, {} per channel{}; decode "
                                 "batches up to 8 through tandem's FP8 GEMV, larger ones through cuBLASLt's FP8 GEMM",
                                 q.Describe(), blocks.load(), channels.load(),
-                                requantized > 0 ? fmt::format(" ({} requantized per channel from other "
-                                                              "blocks)", requantized.load())
-                                                : std::string());
+                                (requantized > 0 ? fmt::format(" ({} requantized per channel from other "
+                                                               "blocks)", requantized.load())
+                                                 : std::string()) +
+                                    (from_unquantized > 0 && q.source != "online"
+                                         ? fmt::format(" ({} with parts the checkpoint left unquantized, "
+                                                       "quantized per channel at load)", from_unquantized.load())
+                                         : std::string()));
   return Status::Ok();
 }
 
@@ -274,7 +288,8 @@ Result<CudaWeights> LoadCudaWeights(const SafetensorsModel& st, const ModelConfi
   log::info("weights: {:.2f} GiB{} onto the GPU in {:.2f} s ({:.2f} GB/s), {} tensors from {} "
             "file(s), {} staging chunks of up to {} MiB, {} host threads",
             bytes / (1ull << 30), fp8 ? " (fp8 projections, the rest bf16)" : " bf16", seconds, seconds > 0 ? bytes / seconds / 1e9 : 0.0,
-            plan.tensors().size(), st.num_files(), chunks.size(), staging >> 20, threads);
+            plan.tensors().size() + (fp8 ? 8 * static_cast<size_t>(c.num_hidden_layers) : 0), st.num_files(),
+            chunks.size(), staging >> 20, threads);
   return out;
 }
 

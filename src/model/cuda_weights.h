@@ -57,7 +57,7 @@ class DeviceArray {
 
 // With FP8 weights (CudaWeights::fp8) qkv, o, gate_up and down hold e4m3 codes (1 byte each, same
 // shapes) and *_scale their fp32 scales (kernels/cuda/fp8_linear.h: [rows] per channel, or
-// [rows / 128, ceil(cols / 128)] in 128 x 128 blocks, as CudaWeights::fp8_block128 says per tensor).
+// [rows / 128, Fp8BlockScaleCols(cols)] in 128 x 128 blocks, as each projection's *_block128 says).
 struct DeviceLayer {
   DeviceArray input_norm;  // [hidden]
   DeviceArray qkv;         // [(nh + 2 nkv) * hd, hidden]

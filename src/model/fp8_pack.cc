@@ -92,6 +92,7 @@ Result<Fp8PackedLinear> PackFp8Linear(const SafetensorsModel& st, const std::vec
       }
     } else {
       // BF16 / F16 / F32 (an unquantized part, or --quantization fp8): per row.
+      out.from_unquantized = true;
       std::vector<float> w;
       TANDEM_RETURN_IF_ERROR(TensorToFloat(*t, &w));
       QuantizeRows(w.data(), rows, cols, codes, out.scales.data() + row0, threads);

@@ -33,6 +33,7 @@ struct Fp8PackedLinear {
   std::vector<float> scales;
   int64_t scale_cols = 1;
   bool requantized = false;     // some part was dequantized and quantized again per row
+  bool from_unquantized = false;  // some part was BF16 / F16 / F32 (quantized per row here)
 };
 
 // One checkpoint tensor of a fused projection: its name and rows (all parts share `cols`).

@@ -88,8 +88,9 @@ Status Plan(const SafetensorsModel& st, std::string name, const std::vector<Sour
     TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, s.name, s.shape));
     if (t->dtype == DType::kF8E4M3) {
       return Err(StatusCode::kUnimplemented,
-                 "tensor {} in {} is FP8 (F8_E4M3): the CUDA engine runs FP8 only in the linear "
-                 "projections of the layers (not the embeddings, norms or lm_head)", t->name, t->file);
+                 "tensor {} in {} is FP8 (F8_E4M3): the CUDA engine runs FP8 only in the layers' "
+                 "projections, and only with a quantization_config in config.json saying how they are "
+                 "scaled (--device cpu dequantizes FP8 tensors it can scale)", t->name, t->file);
     }
     if (t->dtype == DType::kOther) {
       return Err(StatusCode::kUnimplemented,

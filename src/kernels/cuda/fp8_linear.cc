@@ -230,6 +230,9 @@ Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const Fp8G
                 static_cast<int>(layout.act_scales), static_cast<int>(layout.weight_scales));
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
+  // One plan per prefill length seen: bounded (a heuristic lookup is tens of microseconds; the
+  // decode graphs' batch sizes come back at once).
+  if (plans_.size() >= kMaxPlans) plans_.clear();
   auto p = std::make_unique<Plan>();
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "desc"));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -259,6 +262,12 @@ Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const Fp8G
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = workspace_bytes_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
+  // Only algorithms that need no more than the 16-byte alignment Run checks.
+  const uint32_t align = 16;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
+  }
   cublasLtMatmulHeuristicResult_t found[1];
   int count = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op, p->w,

@@ -135,6 +135,7 @@ class Fp8Gemm {
  private:
   struct Plan;
   using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool, int, int>;
+  static constexpr size_t kMaxPlans = 1024;
   Fp8Gemm(void* lt, void* workspace, size_t workspace_bytes);
   Result<const Plan*> PlanFor(const Fp8LinearArgs& a, const Fp8GemmLayout& layout);
 

@@ -36,14 +36,14 @@ __device__ inline float AbsMax8(const uint4& v) {
   return m;
 }
 
-// grid (ceil(groups / 8), m), 256 threads: warp w of CTA b takes group 8 b + w of row
-// blockIdx.y, lane i its columns 4i .. 4i + 3 (8 bytes).
+// grid (m, ceil(groups / 8)), 256 threads: warp w of CTA (r, b) takes group 8 b + w of row r, lane i
+// its columns 4i .. 4i + 3 (8 bytes). Rows in grid.x: a step's tokens may pass grid.y's 65535.
 __global__ void QuantizeGroupsKernel(const __nv_bfloat16* x, int64_t ldx, int k, bool k_major,
                                      int64_t ld, uint8_t* q, float* scales) {
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int groups = (k + 127) / 128;
-  const int gi = blockIdx.x * 8 + warp;
-  const int row = blockIdx.y;
+  const int gi = blockIdx.y * 8 + warp;
+  const int row = blockIdx.x;
   if (gi >= groups) return;
   const int col = gi * 128 + lane * 4;
   const bool in = col < k;  // k % 8 == 0: the lane's four columns are all in or all out
@@ -116,7 +116,7 @@ cudaError_t LaunchQuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, in
     TANDEM_LAUNCH(QuantizeRowsKernel, dim3(m), dim3(256), 0, stream, x, ldx, k, q, scales);
   } else {
     const int groups = (k + 127) / 128;
-    TANDEM_LAUNCH(QuantizeGroupsKernel, dim3((groups + 7) / 8, m), dim3(256), 0, stream, x, ldx, k,
+    TANDEM_LAUNCH(QuantizeGroupsKernel, dim3(m, (groups + 7) / 8), dim3(256), 0, stream, x, ldx, k,
                   scales_k_major, scales_ld, q, scales);
   }
   return cudaGetLastError();

@@ -149,6 +149,7 @@ TEST_F(Fp8CheckpointTest, PackedProjectionsEqualTheDequantizedWeights) {
         ASSERT_TRUE(packed.ok()) << packed.status().ToString();
         EXPECT_EQ(packed->block128, k.block128) << f.name;
         EXPECT_FALSE(packed->requantized);
+        EXPECT_EQ(packed->from_unquantized, k.quantization == "fp8") << f.name;
         // Block scales come with each block row padded to a multiple of 4 (the device layout).
         std::vector<float> scales;
         const int64_t kb = (f.cols + 127) / 128;
