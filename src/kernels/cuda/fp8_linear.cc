@@ -19,6 +19,13 @@ namespace tandem::cuda {
 namespace {
 
 bool Aligned16Ptr(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+// The largest power of two up to 256 dividing the address (cuBLASLt's alignment preferences).
+int AlignmentOf(const void* p) {
+  const auto v = reinterpret_cast<uintptr_t>(p);
+  int a = 256;
+  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
+  return a;
+}
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 int KGroups(int k) { return (k + 127) / 128; }
 // Rows of the k-major activation scales: m rounded up to 4 (16-byte rows of floats).
@@ -224,10 +231,12 @@ Status Fp8Gemm::RunDequantized(const Fp8LinearArgs& a, cudaStream_t stream) {
   return LinearCublas(*cublas_, b, stream);
 }
 
-Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const Fp8GemmLayout& layout) {
+Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const void* codes,
+                                              const Fp8GemmLayout& layout) {
   const bool block = a.w.scaling == Fp8Scaling::kBlock128;
   const Key key(a.m, a.n, a.k, a.ldx, a.ldy, static_cast<int>(a.out_dtype), block,
-                static_cast<int>(layout.act_scales), static_cast<int>(layout.weight_scales));
+                static_cast<int>(layout.act_scales) * 4 + static_cast<int>(layout.weight_scales),
+                std::min({AlignmentOf(a.w.q), AlignmentOf(codes), AlignmentOf(a.y)}));
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   // One plan per prefill length seen: bounded (a heuristic lookup is tens of microseconds; the
@@ -262,8 +271,9 @@ Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const Fp8G
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
   const uint64_t ws = workspace_bytes_;
   cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  // Only algorithms that need no more than the 16-byte alignment Run checks.
-  const uint32_t align = 16;
+  // Only algorithms that need no more alignment than W, the scratch (x's codes) and y have (cuBLASLt
+  // assumes 256 bytes otherwise; the engine's buffers have it, other callers may pass less).
+  const uint32_t align = static_cast<uint32_t>(std::get<8>(key));
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
     cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
@@ -301,7 +311,7 @@ Status Fp8Gemm::Run(const Fp8LinearArgs& a, void* scratch, size_t scratch_bytes,
   auto* codes = static_cast<uint8_t*>(scratch);
   auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + RoundUp(static_cast<size_t>(a.m) * a.k, 256));
   TANDEM_RETURN_IF_ERROR(QuantizeFp8Activations(a.x, a.ldx, a.m, a.k, block, layout, codes, scales, stream));
-  TANDEM_ASSIGN_OR_RETURN(const Plan* p, PlanFor(a, layout));
+  TANDEM_ASSIGN_OR_RETURN(const Plan* p, PlanFor(a, codes, layout));
   const void* sa = a.w.scale;
   const void* sb = scales;
   TANDEM_RETURN_IF_ERROR(LtStatus(

@@ -134,10 +134,11 @@ class Fp8Gemm {
 
  private:
   struct Plan;
+  // m, n, k, ldx, ldy, out dtype, block scales, layout, alignment of W / x codes / y.
   using Key = std::tuple<int, int, int, int64_t, int64_t, int, bool, int, int>;
   static constexpr size_t kMaxPlans = 1024;
   Fp8Gemm(void* lt, void* workspace, size_t workspace_bytes);
-  Result<const Plan*> PlanFor(const Fp8LinearArgs& a, const Fp8GemmLayout& layout);
+  Result<const Plan*> PlanFor(const Fp8LinearArgs& a, const void* codes, const Fp8GemmLayout& layout);
 
   Status RunDequantized(const Fp8LinearArgs& a, cudaStream_t stream);
 
