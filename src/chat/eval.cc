@@ -27,8 +27,16 @@ Value Evaluator::Lookup(const std::string& name) const {
 
 void Evaluator::Assign(const std::string& name, Value v) { (*frames_.back())[name] = std::move(v); }
 
+void Evaluator::Step(int line) {
+  if (++steps_ > kMaxTemplateSteps) {
+    FailAt(line, "the rendering takes more than " + std::to_string(kMaxTemplateSteps >> 20) +
+                     "M steps (statements and loop iterations)");
+  }
+}
+
 Evaluator::Flow Evaluator::Exec(const Body& body, std::string& out) {
   for (const auto& s : body) {
+    Step(s->line);
     Flow f = ExecStmt(*s, out);
     if (f != Flow::kNormal) return f;
   }
@@ -149,6 +157,7 @@ Evaluator::Flow Evaluator::ExecFor(const Stmt& s, std::string& out) {
   if (s.cond) {
     ValueList kept;
     for (auto& item : items) {
+      Step(s.line);
       auto frame = std::make_shared<Frame>();
       Unpack(s.targets, item, *frame, s.line);
       frames_.push_back(frame);
@@ -161,6 +170,7 @@ Evaluator::Flow Evaluator::ExecFor(const Stmt& s, std::string& out) {
   if (items.empty()) return Exec(s.else_body, out);
   const int64_t n = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < n; ++k) {
+    Step(s.line);
     auto frame = std::make_shared<Frame>();
     Unpack(s.targets, items[k], *frame, s.line);
     Value loop = Value::NewDict();

@@ -42,6 +42,10 @@ inline constexpr int kMaxTemplateCallDepth = 256;
 // writes it): beyond is a TemplateError. Macros whose output doubles with each nesting level grow
 // without bound within the call depth (found by fuzzing: 20 s for one 3.7 KB template).
 inline constexpr size_t kMaxTemplateOutputBytes = size_t{16} << 20;
+// Statements executed plus loop iterations in one render: beyond is a TemplateError. Templates are
+// programs (loops over range() nest); a chat template of a real model takes a few thousand steps
+// for a long conversation. Bounds a render's time whatever the template does.
+inline constexpr int64_t kMaxTemplateSteps = int64_t{2} << 20;
 
 class Evaluator {
  public:
@@ -69,6 +73,8 @@ class Evaluator {
 
   std::vector<std::shared_ptr<Frame>> frames_;
   size_t emitted_ = 0;  // Emit's count, for kMaxTemplateOutputBytes
+  int64_t steps_ = 0;   // for kMaxTemplateSteps
+  void Step(int line);  // one more step, within the budget
 };
 
 // "<message> at line N"

@@ -170,6 +170,11 @@ ValueList Iterate(const Value& v) {
       return keys;
     }
     case Value::Type::kString: {
+      // A value per character: a long string (up to kMaxTemplateStringBytes) would be millions.
+      if (v.str().size() > kMaxIteratedStringBytes) {
+        throw TemplateError("iterating over a string of more than " + std::to_string(kMaxIteratedStringBytes >> 20) +
+                            " MiB, a value per character");
+      }
       ValueList chars;
       for (char32_t c : Utf8Decode(v.str())) {
         std::string s;

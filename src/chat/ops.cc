@@ -18,8 +18,14 @@ namespace {
 Value Repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.str().size() : seq.list->size();
   if (n > 0 && unit > 0) {
-    // Strings: their bytes; lists: as many items as a string of that many bytes.
-    if (static_cast<uint64_t>(n) > kMaxTemplateStringBytes / unit) CheckStringSize(kMaxTemplateStringBytes + 1, "'*'");
+    // Strings: up to kMaxTemplateStringBytes bytes; lists: up to kMaxIteratedStringBytes items.
+    if (seq.is_string() && static_cast<uint64_t>(n) > kMaxTemplateStringBytes / unit) {
+      CheckStringSize(kMaxTemplateStringBytes + 1, "'*'");
+    }
+    if (!seq.is_string() && static_cast<uint64_t>(n) > kMaxIteratedStringBytes / unit) {
+      throw TemplateError("'*' would make a list of more than " + std::to_string(kMaxIteratedStringBytes >> 20) +
+                          "M items");
+    }
   }
   if (seq.is_string()) {
     std::string out;

@@ -31,6 +31,8 @@ struct TemplateError : std::runtime_error {
 // fuzzing: a 592-byte template spent 12 s under ASan building joins of joins). Same size as the
 // output budget (eval.h kMaxTemplateOutputBytes).
 inline constexpr size_t kMaxTemplateStringBytes = size_t{16} << 20;
+// Iterate() over a string makes a value per character: only strings up to this size.
+inline constexpr size_t kMaxIteratedStringBytes = size_t{1} << 20;
 // Throws the TemplateError when `bytes` exceeds kMaxTemplateStringBytes; `what` names the operation.
 void CheckStringSize(size_t bytes, const char* what);
 
