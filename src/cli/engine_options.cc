@@ -51,6 +51,7 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.kv_offload_disk_wait_ms = kv_offload_disk_wait_ms;
   config.quantization = quantization;
   config.kv_cache_dtype = kv_cache_dtype;
+  config.cpu_threads = threads;
   // FP8 weights make other KV than the checkpoint's own: a disk tier must not mix them.
   if (config.kv_offload_disk_bytes > 0) {
     config.kv_offload_model_id = ModelIdentity(ModelDir()) + (quantization.empty() ? "" : " quantization:" + quantization) +
@@ -95,7 +96,7 @@ const std::vector<std::string>& EngineSizeFlagNames() {
       "max-num-seqs", "max-waiting-requests", "max-num-batched-tokens", "block-size",
       "num-kv-blocks", "kv-cache-gib", "gpu-memory-utilization", "max-model-len",
       "kv-offload-host-gib", "kv-offload-disk-dir", "kv-offload-disk-gib", "kv-offload-disk-wait-ms",
-      "quantization", "kv-cache-dtype"};
+      "quantization", "kv-cache-dtype", "threads"};
   return names;
 }
 
@@ -155,6 +156,10 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
                  "without it. The CPU engine dequantizes FP8 weights to fp32 at load; the CUDA engine "
                  "(sm_90) keeps the layers' projections in FP8")
       ->check(CLI::IsMember({"", "none", "fp8"}));
+  app.add_option("--threads", opt->threads,
+                 "CPU engine threads (0, the default: the cores this process may use, its affinity "
+                 "mask capped by its cgroup CPU quota, e.g. Docker's --cpus or a Kubernetes CPU limit)")
+      ->check(CLI::Range(0, 4096));
   app.add_option("--kv-cache-dtype", opt->kv_cache_dtype,
                  "KV cache element type: auto (fp32 on the CPU, bf16 on CUDA) or fp8 / fp8_e4m3 "
                  "(vLLM's names: FP8 E4M3 with scale 1.0, a quarter of the CPU pool's bytes; prefill "

@@ -35,6 +35,7 @@ struct EngineOptions {
   int max_model_len = 0;
   std::string quantization;       // "" (the checkpoint's own) | fp8 (model/quantization.h)
   std::string kv_cache_dtype = "auto";  // auto | fp8 | fp8_e4m3 (model/quantization.h)
+  int threads = 0;                 // CPU engine threads; 0: the cores the process may use
 
   EngineConfig ToEngineConfig() const;
   std::string ModelDir() const;          // model_dir or the bundled model

@@ -41,6 +41,7 @@ struct GenerateOptions {
   double gpu_memory_utilization = 0.9;
   std::string quantization;
   std::string kv_cache_dtype = "auto";
+  int threads = 0;
 };
 
 int Fail(const Status& status) {
@@ -58,6 +59,7 @@ int RunGenerate(const GenerateOptions& opt) {
   config.gpu_memory_utilization = opt.gpu_memory_utilization;
   config.quantization = opt.quantization;
   config.kv_cache_dtype = opt.kv_cache_dtype;
+  config.cpu_threads = opt.threads;
   const Result<int> device_id = ParseDevice(opt.device);
   if (!device_id.ok()) return Fail(device_id.status());
   auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat, *device_id);
@@ -182,6 +184,9 @@ Runner RegisterGenerate(CLI::App& app) {
       ->check(CLI::IsMember({"", "none", "fp8"}));
   app.add_option("--kv-cache-dtype", opt->kv_cache_dtype, "auto, or fp8 / fp8_e4m3: an FP8 E4M3 KV cache")
       ->check(CLI::IsMember({"auto", "fp8", "fp8_e4m3"}));
+  app.add_option("--threads", opt->threads,
+                 "CPU engine threads (0: the cores this process may use: affinity, cgroup CPU quota)")
+      ->check(CLI::Range(0, 4096));
   return [opt] { return RunGenerate(*opt); };
 }
 

@@ -2,7 +2,9 @@
 
 #include <filesystem>
 
+#include "common/cpu_cores.h"
 #include "common/logging.h"
+#include "kernels/cpu/matmul.h"
 #include "model/cuda_model_runner.h"
 
 namespace tandem::cli {
@@ -30,7 +32,13 @@ namespace {
 
 Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, int device_id,
                                                 const EngineConfig& config) {
-  if (device_id < 0) return LoadCpuModelRunner(model_dir, config.quantization, config.kv_cache_dtype);
+  if (device_id < 0) {
+    const int threads = config.cpu_threads > 0 ? config.cpu_threads : UsableCores();
+    cpu::SetLinearThreads(threads);
+    log::info("CPU engine: {} threads ({}; usable cores {})", cpu::LinearThreads(),
+              config.cpu_threads > 0 ? "--threads" : "the default", DescribeUsableCores());
+    return LoadCpuModelRunner(model_dir, config.quantization, config.kv_cache_dtype);
+  }
   if (config.kv_cache_dtype != "auto") {
     return Err(StatusCode::kUnimplemented, "--kv-cache-dtype {}: the CUDA engine keeps a bf16 KV cache for "
                "now (FP8 KV runs on the CPU engine)", config.kv_cache_dtype);

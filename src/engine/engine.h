@@ -60,6 +60,9 @@ struct EngineConfig {
   std::string quantization;
   // --kv-cache-dtype (model/quantization.h): "auto", "fp8", "fp8_e4m3".
   std::string kv_cache_dtype = "auto";
+  // --threads: the CPU runner's threads (0: common/cpu_cores.h UsableCores(), the affinity mask
+  // capped by the cgroup CPU quota). The CUDA runner ignores it.
+  int cpu_threads = 0;
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;

@@ -15,4 +15,8 @@ void Linear(const float* x, int m, int k, const float* w, int n, const float* bi
   }
 }
 
+void SetLinearThreads(int n) { openblas_set_num_threads(n < 1 ? 1 : n); }
+
+int LinearThreads() { return openblas_get_num_threads(); }
+
 }  // namespace tandem::cpu
