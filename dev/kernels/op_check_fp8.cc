@@ -437,6 +437,18 @@ void TimedShape(const char* label, int n, int k, const std::vector<int>& ms, std
       wb.emplace_back(static_cast<size_t>(n) * k);
       UploadBf16(wb.back().get(), q.dequant);
     }
+    // The bf16 Linear beside it on the same x and y (W set per call from the rotated copies).
+    auto bf16_args = [&](int m) {
+      cuda::LinearArgs b;
+      b.x = io.x.get();
+      b.ldx = k;
+      b.y = io.y.get();
+      b.ldy = n;
+      b.m = m;
+      b.n = n;
+      b.k = k;
+      return b;
+    };
     for (int m : ms) {
       int call = 0;
       if (m <= cuda::kGemvMaxRows) {
@@ -450,14 +462,7 @@ void TimedShape(const char* label, int n, int k, const std::vector<int>& ms, std
           OC_OK(cuda::Fp8LinearGemv(io.Args(q.Weight(call++ % copies), m, n, k), 0, st));
         });
         row.bytes = 1.0 * n * k + 2.0 * m * k + 2.0 * m * n;
-        cuda::LinearArgs b;
-        b.x = io.x.get();
-        b.ldx = k;
-        b.y = io.y.get();
-        b.ldy = n;
-        b.m = m;
-        b.n = n;
-        b.k = k;
+        cuda::LinearArgs b = bf16_args(m);
         const double bf16_us = TimeUsGraph([&](cudaStream_t st) {
           b.w = wb[call++ % wb.size()].get();
           OC_OK(cuda::LinearGemv(b, 0, st));
@@ -488,14 +493,7 @@ void TimedShape(const char* label, int n, int k, const std::vector<int>& ms, std
           OC_OK(Gemm()->Run(io.Args(q.Weight(call++ % copies), m, n, k), io.scratch.get(), io.scratch.size(), nullptr));
         });
         row.flops = 2.0 * m * n * k;
-        cuda::LinearArgs b;
-        b.x = io.x.get();
-        b.ldx = k;
-        b.y = io.y.get();
-        b.ldy = n;
-        b.m = m;
-        b.n = n;
-        b.k = k;
+        cuda::LinearArgs b = bf16_args(m);
         static Result<cuda::CublasHandle> handle = cuda::CublasHandle::Create();
         OC_OK(handle.status());
         const double bf16_us = TimeUs([&] {

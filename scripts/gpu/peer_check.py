@@ -112,6 +112,18 @@ def fp32_reference(model, prompts):
     return rows
 
 
+def fresh_dump_dir(dump_dir, prompts):
+    """Empties dump_dir and writes the prompts' ids into it (ids.txt, one prompt a line, as
+    cuda_peer_dump --ids reads them); returns that file's path."""
+    shutil.rmtree(dump_dir, ignore_errors=True)
+    os.makedirs(dump_dir)
+    ids_file = os.path.join(dump_dir, "ids.txt")
+    with open(ids_file, "w") as f:
+        for ids in prompts:
+            f.write(" ".join(map(str, ids)) + "\n")
+    return ids_file
+
+
 def row_rel(a, b):
     """||a - b|| / ||b|| per row (float64)."""
     d = (a.double() - b.double()).norm(dim=-1)
@@ -258,12 +270,7 @@ def main():
     qwen3_random.empty_cache()
 
     dump_dir = os.path.join(a.workdir, "dump-" + name)
-    shutil.rmtree(dump_dir, ignore_errors=True)
-    os.makedirs(dump_dir)
-    ids_file = os.path.join(dump_dir, "ids.txt")
-    with open(ids_file, "w") as f:
-        for ids in prompts:
-            f.write(" ".join(map(str, ids)) + "\n")
+    ids_file = fresh_dump_dir(dump_dir, prompts)
     cmd = [a.dump, ckpt, "--ids", ids_file, "--out", dump_dir, "--steps", str(a.steps),
            "--prompt-logits"]
     log("$ " + " ".join(cmd))

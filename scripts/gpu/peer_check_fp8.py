@@ -132,12 +132,7 @@ def main():
     ok, all_results = True, {}
     for mode, env in (("weight-only", {"TANDEM_FP8_GEMM": "dequant"}), ("w8a8", {})):
         dump_dir = os.path.join(a.workdir, "dump-%s-fp8" % name)
-        shutil.rmtree(dump_dir, ignore_errors=True)
-        os.makedirs(dump_dir)
-        ids_file = os.path.join(dump_dir, "ids.txt")
-        with open(ids_file, "w") as f:
-            for ids in prompts:
-                f.write(" ".join(map(str, ids)) + "\n")
+        ids_file = peer_check.fresh_dump_dir(dump_dir, prompts)
         cmd = [a.dump, ckpt8, "--ids", ids_file, "--out", dump_dir, "--steps", str(a.steps), "--prompt-logits"]
         log("== tandem %s: %s$ %s" % (mode, "".join("%s=%s " % kv for kv in env.items()), " ".join(cmd)))
         t0 = time.time()

@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstdint>
 
 // Kernel launch and dynamic shared memory through macros, so that dev/kernels/emu can run the
@@ -70,6 +71,29 @@ __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global
 __host__ __device__ inline bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;
 }
+
+// 16 bytes from global memory (p 16-byte aligned; the emulator checks). LoadStream: read-only, not
+// kept in L1, L2 fetching the 256 bytes around the address (weights streamed once by the GEMVs);
+// LoadCached: through L1 (__ldg: activations every warp of an SM reads).
+#ifdef TANDEM_CUDA_EMU
+__device__ inline uint4 LoadStream(const void* p) {
+  if (!Aligned16(p)) std::abort();
+  return *reinterpret_cast<const uint4*>(p);
+}
+__device__ inline uint4 LoadCached(const void* p) {
+  if (!Aligned16(p)) std::abort();
+  return *reinterpret_cast<const uint4*>(p);
+}
+#else
+__device__ inline uint4 LoadStream(const void* p) {
+  uint4 v;
+  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
+      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+      : "l"(p));
+  return v;
+}
+__device__ inline uint4 LoadCached(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
+#endif
 
 // 8 bf16 values <-> one uint4 (16 bytes).
 __device__ inline void Bf16x8ToFloat(const uint4& v, float* out) {

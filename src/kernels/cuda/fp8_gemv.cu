@@ -28,25 +28,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 64;
 
-#ifdef TANDEM_CUDA_EMU
-__device__ inline uint4 LoadStream(const void* p) {
-  if (!Aligned16(p)) std::abort();
-  return *reinterpret_cast<const uint4*>(p);
-}
-__device__ inline uint4 LoadCached(const void* p) {
-  if (!Aligned16(p)) std::abort();
-  return *reinterpret_cast<const uint4*>(p);
-}
-#else
-__device__ inline uint4 LoadStream(const void* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ inline uint4 LoadCached(const void* p) { return __ldg(reinterpret_cast<const uint4*>(p)); }
-#endif
 
 // NT: 8-row tiles of x (m <= 8 NT); U: k steps per batch of loads (two batches in flight); BLOCK: 128 x 128 block scales
 // (else per channel); OutT: __nv_bfloat16 or float. grid.x = ceil(ceil(n / 16) / (8 / KS)).

@@ -10,6 +10,7 @@
 #include <cublasLt.h>
 #endif
 
+#include "kernels/cuda/cublaslt_prefs.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/fp8_linear_kernels.h"
@@ -19,13 +20,6 @@ namespace tandem::cuda {
 namespace {
 
 bool Aligned16Ptr(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-// The largest power of two up to 256 dividing the address (cuBLASLt's alignment preferences).
-int AlignmentOf(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 256;
-  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
-  return a;
-}
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 int KGroups(int k) { return (k + 127) / 128; }
 // Rows of the k-major activation scales: m rounded up to 4 (16-byte rows of floats).
@@ -157,6 +151,22 @@ Status LtStatus(cublasStatus_t s, const char* what) {
   return Err(StatusCode::kInternal, "cuBLASLt FP8 GEMM: {}: {}", what, cublasGetStatusString(s));
 }
 
+// The bf16 Linear's arguments for the same x, bias and y, with W = w (the bias add needs none).
+LinearArgs Bf16Args(const Fp8LinearArgs& a, const __nv_bfloat16* w) {
+  LinearArgs b;
+  b.x = a.x;
+  b.ldx = a.ldx;
+  b.w = w;
+  b.bias = a.bias;
+  b.y = a.y;
+  b.ldy = a.ldy;
+  b.out_dtype = a.out_dtype;
+  b.m = a.m;
+  b.n = a.n;
+  b.k = a.k;
+  return b;
+}
+
 }  // namespace
 
 struct Fp8Gemm::Plan {
@@ -217,18 +227,7 @@ Status Fp8Gemm::RunDequantized(const Fp8LinearArgs& a, cudaStream_t stream) {
   }
   auto* w = static_cast<__nv_bfloat16*>(dequant_);
   TANDEM_RETURN_IF_ERROR(DequantizeFp8Weight(a.w, a.n, a.k, w, stream));
-  LinearArgs b;
-  b.x = a.x;
-  b.ldx = a.ldx;
-  b.w = w;
-  b.bias = a.bias;
-  b.y = a.y;
-  b.ldy = a.ldy;
-  b.out_dtype = a.out_dtype;
-  b.m = a.m;
-  b.n = a.n;
-  b.k = a.k;
-  return LinearCublas(*cublas_, b, stream);
+  return LinearCublas(*cublas_, Bf16Args(a, w), stream);
 }
 
 Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const void* codes,
@@ -236,7 +235,7 @@ Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const void
   const bool block = a.w.scaling == Fp8Scaling::kBlock128;
   const Key key(a.m, a.n, a.k, a.ldx, a.ldy, static_cast<int>(a.out_dtype), block,
                 static_cast<int>(layout.act_scales) * 4 + static_cast<int>(layout.weight_scales),
-                std::min({AlignmentOf(a.w.q), AlignmentOf(codes), AlignmentOf(a.y)}));
+                std::min({detail::AlignmentOf(a.w.q), detail::AlignmentOf(codes), detail::AlignmentOf(a.y)}));
   auto it = plans_.find(key);
   if (it != plans_.end()) return it->second.get();
   // One plan per prefill length seen: bounded (a heuristic lookup is tens of microseconds; the
@@ -269,15 +268,9 @@ Result<const Fp8Gemm::Plan*> Fp8Gemm::PlanFor(const Fp8LinearArgs& a, const void
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatrixLayoutCreate(&p->y, y_type, a.n, a.m, a.ldy), "y layout"));
   cublasLtMatmulPreference_t pref = nullptr;
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
-  const uint64_t ws = workspace_bytes_;
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  // Only algorithms that need no more alignment than W, the scratch (x's codes) and y have (cuBLASLt
-  // assumes 256 bytes otherwise; the engine's buffers have it, other callers may pass less).
-  const uint32_t align = static_cast<uint32_t>(std::get<8>(key));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-  }
+  // Only algorithms that need no more alignment than W, the scratch (x's codes) and y have (the
+  // engine's buffers have 256 bytes, other callers may pass less).
+  detail::SetPreference(pref, workspace_bytes_, static_cast<uint32_t>(std::get<8>(key)));
   cublasLtMatmulHeuristicResult_t found[1];
   int count = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), p->op, p->w,
@@ -323,16 +316,7 @@ Status Fp8Gemm::Run(const Fp8LinearArgs& a, void* scratch, size_t scratch_bytes,
       cublasLtMatmul(static_cast<cublasLtHandle_t>(lt_), p->op, &alpha, a.w.q, p->w, codes, p->x, &beta, a.y,
                      p->y, a.y, p->y, &p->algo, workspace_, workspace_bytes_, stream),
       "cublasLtMatmul"));
-  if (a.bias != nullptr) {
-    LinearArgs b;
-    b.bias = a.bias;
-    b.y = a.y;
-    b.ldy = a.ldy;
-    b.out_dtype = a.out_dtype;
-    b.m = a.m;
-    b.n = a.n;
-    TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchAddBias(b, stream));
-  }
+  if (a.bias != nullptr) TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchAddBias(Bf16Args(a, nullptr), stream));
   return Status::Ok();
 }
 

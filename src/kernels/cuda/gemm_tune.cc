@@ -8,20 +8,12 @@
 #include <cublasLt.h>
 #endif
 
+#include "kernels/cuda/cublaslt_prefs.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace tandem::cuda {
-namespace {
 
-// The largest power of two up to 256 dividing the address (cuBLASLt's alignment preferences).
-int AlignmentOf(const void* p) {
-  const auto v = reinterpret_cast<uintptr_t>(p);
-  int a = 256;
-  while (a > 1 && v % static_cast<uintptr_t>(a) != 0) a /= 2;
-  return a;
-}
-
-}  // namespace
+using detail::AlignmentOf;
 
 GemmTuner::GemmTuner(void* lt, void* workspace, size_t workspace_bytes)
     : lt_(lt), workspace_(workspace), workspace_bytes_(workspace_bytes) {}
@@ -126,13 +118,7 @@ Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStre
 
   cublasLtMatmulPreference_t pref = nullptr;
   TANDEM_RETURN_IF_ERROR(LtStatus(cublasLtMatmulPreferenceCreate(&pref), "preference"));
-  const uint64_t ws = workspace_bytes_;
-  const uint32_t align = static_cast<uint32_t>(std::get<6>(key));
-  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES}) {
-    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
-  }
+  detail::SetPreference(pref, workspace_bytes_, static_cast<uint32_t>(std::get<6>(key)));
   cublasLtMatmulHeuristicResult_t found[kCandidates];
   int count = 0;
   const cublasStatus_t hs = cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(lt_), e->op, e->w, e->x,

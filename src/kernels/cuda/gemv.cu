@@ -31,28 +31,6 @@ constexpr int kThreads = 32 * kWarps;
 constexpr int kTileRows = 16;
 constexpr int kStepCols = 32;
 
-#ifdef TANDEM_CUDA_EMU
-__device__ inline uint4 LoadStream(const __nv_bfloat16* p) {
-  if (!Aligned16(p)) std::abort();
-  return *reinterpret_cast<const uint4*>(p);
-}
-__device__ inline uint4 LoadCached(const __nv_bfloat16* p) {
-  if (!Aligned16(p)) std::abort();
-  return *reinterpret_cast<const uint4*>(p);
-}
-#else
-// Read-only, not kept in L1, L2 fetches 256 bytes around the address.
-__device__ inline uint4 LoadStream(const __nv_bfloat16* p) {
-  uint4 v;
-  asm("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0, %1, %2, %3}, [%4];"
-      : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-      : "l"(p));
-  return v;
-}
-__device__ inline uint4 LoadCached(const __nv_bfloat16* p) {
-  return __ldg(reinterpret_cast<const uint4*>(p));
-}
-#endif
 
 struct GemvParams {
   const __nv_bfloat16* x;
