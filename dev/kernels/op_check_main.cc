@@ -23,7 +23,7 @@ int main(int argc, char** argv) {
       only = argv[++i];
     } else {
       std::fprintf(stderr, "usage: %s [--seed N] [--small] [--only embedding|rms_norm|qk_norm_rope|silu_mul|"
-                   "reshape_and_cache|prefill|decode|linear|fp8|sampling|kv_copy]\n", argv[0]);
+                   "reshape_and_cache|prefill|decode|linear|fp8|kv_fp8|sampling|kv_copy]\n", argv[0]);
       return 2;
     }
   }
@@ -56,7 +56,7 @@ int main(int argc, char** argv) {
       {"qk_norm_rope", CheckQkNormRope},   {"silu_mul", CheckSiluMul},
       {"reshape_and_cache", CheckReshapeAndCache}, {"prefill", CheckPagedPrefill},
       {"decode", CheckPagedDecode},        {"linear", CheckLinear},
-      {"fp8", CheckFp8},
+      {"fp8", CheckFp8},                   {"kv_fp8", CheckKvFp8},
       {"sampling", CheckSampling},         {"kv_copy", CheckKvBlockCopy},
   };
   const auto t0 = std::chrono::steady_clock::now();

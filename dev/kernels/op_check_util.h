@@ -157,6 +157,7 @@ void CheckWgmmaProbe();  // op_check_wgmma.cc, in the prefill group (Hopper buil
 void CheckPagedDecode();
 void CheckLinear();
 void CheckFp8();  // op_check_fp8.cc
+void CheckKvFp8();  // op_check_kv_fp8.cc
 void CheckSampling();
 void CheckKvBlockCopy();  // op_check_kv_copy.cc
 void CheckTokenBitmask();  // op_check_bitmask.cc, in the sampling group

@@ -470,8 +470,22 @@ inline float Bf16Half(uint32_t w, int hi) {
   return f;
 }
 
-// d += A B, m16n8k16, bf16 A (row) and B (col), fp32 accumulators.
-inline void MmaM16N8K16Bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+// IEEE binary16 bits -> float, exactly (subnormals included).
+inline float F16Bits(uint32_t h) {
+  const uint32_t sign = (h >> 15) & 1u, exp = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+  float v = exp == 0 ? std::ldexp(static_cast<float>(man), -24)
+            : exp == 31 ? (man == 0 ? INFINITY : NAN)
+                        : std::ldexp(static_cast<float>(man | 0x400u), static_cast<int>(exp) - 25);
+  return sign ? -v : v;
+}
+inline float F16Half(uint32_t w, int hi) { return F16Bits(hi ? (w >> 16) : (w & 0xffffu)); }
+
+// d += A B, m16n8k16, bf16 A (row) and B (col), fp32 accumulators; f16: the same with f16 inputs.
+inline void MmaM16N8K16(float d[4], const uint32_t a[4], const uint32_t b[2], bool f16);
+inline void MmaM16N8K16Bf16(float d[4], const uint32_t a[4], const uint32_t b[2]) { MmaM16N8K16(d, a, b, false); }
+inline void MmaM16N8K16F16(float d[4], const uint32_t a[4], const uint32_t b[2]) { MmaM16N8K16(d, a, b, true); }
+inline void MmaM16N8K16(float d[4], const uint32_t a[4], const uint32_t b[2], bool f16) {
+  auto Half = [f16](uint32_t w, int hi) { return f16 ? F16Half(w, hi) : Bf16Half(w, hi); };
   struct Frag {
     uint32_t a[4], b[2];
   };
@@ -482,12 +496,12 @@ inline void MmaM16N8K16Bf16(float d[4], const uint32_t a[4], const uint32_t b[2]
   for (int l = 0; l < 32; ++l) {
     const int g = l >> 2, t = l & 3;
     for (int e = 0; e < 2; ++e) {
-      A[g][2 * t + e] = Bf16Half(all[l].a[0], e);
-      A[g + 8][2 * t + e] = Bf16Half(all[l].a[1], e);
-      A[g][2 * t + 8 + e] = Bf16Half(all[l].a[2], e);
-      A[g + 8][2 * t + 8 + e] = Bf16Half(all[l].a[3], e);
-      B[2 * t + e][g] = Bf16Half(all[l].b[0], e);
-      B[2 * t + 8 + e][g] = Bf16Half(all[l].b[1], e);
+      A[g][2 * t + e] = Half(all[l].a[0], e);
+      A[g + 8][2 * t + e] = Half(all[l].a[1], e);
+      A[g][2 * t + 8 + e] = Half(all[l].a[2], e);
+      A[g + 8][2 * t + 8 + e] = Half(all[l].a[3], e);
+      B[2 * t + e][g] = Half(all[l].b[0], e);
+      B[2 * t + 8 + e][g] = Half(all[l].b[1], e);
     }
   }
   const int g = Lane() >> 2, t = Lane() & 3;

@@ -71,6 +71,41 @@ __device__ inline void Fp8x4ToBf16x4(uint32_t codes, uint32_t& lo, uint32_t& hi)
   hi = TimesTwoTo120(((b >> 4) & 0x07ff07ffu) | (b & 0x80008000u));
 }
 
+// Four e4m3 codes -> two f16x2 words (lo = {e0, e1}, hi = {e2, e3}), each the code's exact value
+// (every e4m3 value is an f16 value: 3 <= 10 mantissa bits, 2^-9..448 inside f16's range). sm_89+:
+// two cvt.rn.f16x2.e4m3x2; elsewhere (sm_80, the emulator) the bf16 trick's layout for f16: the 7
+// magnitude bits under the sign, shifted right by 1, are the f16 of the value times 2^-8, times
+// 256 by one exact f16x2 multiply (subnormals kept: f16 arithmetic keeps them).
+__device__ inline void Fp8x4ToF16x4(uint32_t codes, uint32_t& lo, uint32_t& hi) {
+#if defined(TANDEM_CUDA_EMU) || (defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890)
+  const uint32_t a = Prmt(codes, 0x1404u);
+  const uint32_t b = Prmt(codes, 0x3424u);
+  const uint32_t la = ((a >> 1) & 0x3f803f80u) | (a & 0x80008000u);
+  const uint32_t lb = ((b >> 1) & 0x3f803f80u) | (b & 0x80008000u);
+#ifdef TANDEM_CUDA_EMU
+  auto times256 = [](uint32_t w) {
+    uint32_t out = 0;
+    for (int h = 0; h < 2; ++h) {
+      const uint32_t bits = (w >> (16 * h)) & 0xffffu;
+      const __half x = __ushort_as_half(static_cast<unsigned short>(bits));
+      const __half y = __float2half_rn(__half2float(x) * 256.0f);  // exact
+      out |= static_cast<uint32_t>(__half_as_ushort(y)) << (16 * h);
+    }
+    return out;
+  };
+  lo = times256(la);
+  hi = times256(lb);
+#else
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(lo) : "r"(la), "r"(0x5c005c00u));  // 0x5c00: f16 256
+  asm("mul.rn.f16x2 %0, %1, %2;" : "=r"(hi) : "r"(lb), "r"(0x5c005c00u));
+#endif
+#else
+  asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %2;\ncvt.rn.f16x2.e4m3x2 %0, l;\ncvt.rn.f16x2.e4m3x2 %1, h;\n}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(codes));
+#endif
+}
+
 // 16 codes (one 16-byte load) -> 8 bf16x2 words, word j = elements {2j, 2j + 1}.
 __device__ inline void Fp8x16ToBf16x16(const uint4& v, uint32_t w[8]) {
   Fp8x4ToBf16x4(v.x, w[0], w[1]);

@@ -1,5 +1,5 @@
 // Warp-level tensor-core and async-copy helpers for sm_80+ (included only by .cu files), as inline
-// PTX: mma.sync m16n8k16 bf16 (fp32 accumulate), ldmatrix x4 (plain and .trans), cp.async 16 bytes
+// PTX: mma.sync m16n8k16 bf16 or f16 (fp32 accumulate), ldmatrix x4 (plain and .trans), cp.async 16 bytes
 // (zero-fill when invalid) with commit / wait_group. Under TANDEM_CUDA_EMU each one calls its
 // emulation in dev/kernels/emu/cuda_emu.h, which follows the PTX ISA's fragment layouts:
 //
@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -26,10 +27,26 @@ __device__ inline uint32_t PackBf16x2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
+// Two floats as one f16x2 register (lo in the low half), round to nearest even.
+__device__ inline uint32_t PackF16x2(float lo, float hi) {
+  const __half2 v = __floats2half2_rn(lo, hi);
+  static_assert(sizeof(v) == sizeof(uint32_t));
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// A bf16x2 register as f16x2 (each half through float; exact for |x| in f16's normal range).
+__device__ inline uint32_t Bf16x2ToF16x2(uint32_t w) {
+  const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&w);
+  return PackF16x2(__low2float(v), __high2float(v));
+}
+
 #ifdef TANDEM_CUDA_EMU
 
 __device__ inline void MmaBf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   ::emu::MmaM16N8K16Bf16(d, a, b);
+}
+__device__ inline void MmaF16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  ::emu::MmaM16N8K16F16(d, a, b);
 }
 __device__ inline void LdMatrixX4(uint32_t r[4], const void* row) { ::emu::LdMatrix(r, row, false); }
 __device__ inline void LdMatrixX4Trans(uint32_t r[4], const void* row) {
@@ -59,6 +76,15 @@ __device__ inline uint32_t SmemAddr(const void* p) {
 __device__ inline void MmaBf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// d += A B (m16n8k16, f16 inputs, fp32 accumulators).
+__device__ inline void MmaF16(float d[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));

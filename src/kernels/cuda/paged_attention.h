@@ -37,6 +37,13 @@
 // kernel), kLegacy (or kFill without workspace_initialized) by a second kernel. The grid depends
 // on num_seqs and num_splits only (CTAs past a sequence's last chunk exit), so a CUDA graph
 // captured with a fixed num_splits serves any contexts. head_dim 64, 128 or 256.
+// FP8 E4M3 KV (--kv-cache-dtype fp8): PagedDecodeArgs::kv_pool_fp8 instead of kv_pool, the same
+// layout at one byte an element (the codes of kernels/cpu/fp8.h), an element's value its code times
+// its KV head's k_scales / v_scales entry. The mma kernel only (head_dim 64 or 128, groups <= 16,
+// sm_80+; Unimplemented elsewhere): each warp's 16-key tile lands by cp.async as codes (half of
+// bf16's bytes), is converted exactly to f16 into a tile of its own (fp8_utils.cuh) and goes
+// through the same tensor-core code with f16 MMAs (Q converted to f16 once, P rounded to f16); the
+// K scale is folded into the softmax scale and the V scale into the output. Prefill reads bf16: DequantizeKvBlocks (kv_dequant.h) first.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.
 #pragma once
 
@@ -105,7 +112,12 @@ struct PagedDecodeArgs {
   int64_t q_stride = 0;
   __nv_bfloat16* out = nullptr;      // [num_seqs, num_heads, head_dim], row stride out_stride
   int64_t out_stride = 0;
-  const __nv_bfloat16* kv_pool = nullptr;
+  const __nv_bfloat16* kv_pool = nullptr;  // [num_blocks, 2, block_size, num_kv_heads, head_dim]
+  // FP8 KV instead (kv_pool null): codes in kv_pool's layout, one byte each; k_scales / v_scales
+  // [num_kv_heads] fp32 (device; null: 1.0).
+  const uint8_t* kv_pool_fp8 = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   const int32_t* context_lens = nullptr;  // [num_seqs], >= 1, this step's token included
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
   int block_table_stride = 0;
@@ -192,8 +204,8 @@ cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaSt
 namespace tandem::cuda {
 
 // Errors: InvalidArgument (sizes, head counts not dividing, null pointers, row strides, q / kv_pool
-// / workspace not 16-byte aligned, a workspace too small),
-// Unimplemented (an unsupported head_dim), Internal (CUDA). Device-side values (start positions,
+// / workspace not 16-byte aligned, a workspace too small, both or neither of kv_pool and
+// kv_pool_fp8), Unimplemented (an unsupported head_dim; FP8 KV where the mma kernel does not run), Internal (CUDA). Device-side values (start positions,
 // context lengths, block ids) are not checked: the caller validates them on the host.
 Status PagedPrefill(const PagedPrefillArgs& args, cudaStream_t stream);
 Status PagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);

@@ -132,7 +132,10 @@ int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& d) {
 }
 
 DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimits& d) {
-  const DecodeKernel asked = a.kernel != DecodeKernel::kAuto ? a.kernel : EnvKernel();
+  // An FP8 pool has the row-load mma kernel only (PagedDecode refuses it where that does not fit).
+  const DecodeKernel asked = a.kv_pool_fp8 != nullptr      ? DecodeKernel::kMma
+                             : a.kernel != DecodeKernel::kAuto ? a.kernel
+                                                               : EnvKernel();
   if (asked == DecodeKernel::kSimt || a.num_kv_heads <= 0) return DecodeKernel::kSimt;
   const int group = a.num_heads / a.num_kv_heads;
   const bool fits = d.cc_major >= 8 && group >= 1 && group <= kMaxGroupMma &&

@@ -20,7 +20,20 @@
 // bf16 (8.5 KiB a stage): 106.25 KiB at 3 stages (two CTAs per SM on sm_80 / sm_90 / sm_100),
 // 72.25 KiB at 2 stages (GPUs with 99 KiB a block: one CTA per SM); rows padded by 16 bytes so
 // that the 8 row addresses of an ldmatrix hit different bank groups.
+//
+// FP8 KV (kFp8, PagedDecodeArgs::kv_pool_fp8; row loads only): the same shared memory per CTA, a
+// warp's region holding a deeper ring of stages of codes (K then V, 16 x HD bytes each, unpadded:
+// 4 KiB a stage at head_dim 128, half of bf16's; 5 stages where bf16 has 3, so 4 tiles in flight,
+// not 2: results/2026-12-04a-* found the kernel bound by the bytes each warp keeps in flight, the
+// 2-stage-ahead FP8 ring no faster than bf16's) and one 16-bit tile (16 x kLd) that the warp
+// converts the landed K into, then V, before the same ldmatrix code reads it. The tile is f16, not
+// bf16: cvt.rn.f16x2.e4m3x2 gives two exact values an instruction on sm_89+ (Fp8x4ToF16x4), where
+// the bf16 bit trick took about five integer operations and a multiply per pair and left the
+// kernel issue-bound (no faster than over bf16 at half the bytes; results/2026-12-04a-*), so the
+// MMAs of this path are f16 (Q converted once, P rounded to f16: finer than bf16 on [0, 1]).
+// K's scale multiplies the softmax scale, V's the output.
 #include "kernels/cuda/device_limits.h"
+#include "kernels/cuda/fp8_utils.cuh"
 #include "kernels/cuda/mma_utils.cuh"
 #include "kernels/cuda/paged_decode_split.cuh"
 
@@ -44,14 +57,24 @@ struct MmaSmem {
   static_assert(kWarpBytes >= sizeof(float) * 16 * HD, "warp output");
   static_assert(kWarps * kWarpBytes >= sizeof(float) * 2 * 16 * kPagedDecodeMaxSplits, "merge");
   static_assert(kKV % 16 == 0 && kStageBytes % 16 == 0 && (kLd * 2) % 16 == 0);
+  // FP8: a warp's kRingFp8 stages of codes, then its f16 tile (one 16 x kLd matrix: K, then V),
+  // inside the same kWarpBytes: 5 stages (4 tiles in flight) where bf16 has 3, 3 where it has 2.
+  static constexpr size_t kStageBytesFp8 = 2 * kTile * HD;
+  static constexpr size_t kTileBytesFp8 = sizeof(__nv_bfloat16) * kTile * kLd;
+  static constexpr int kRingFp8 = static_cast<int>((kWarpBytes - kTileBytesFp8) / kStageBytesFp8);
+  static constexpr size_t kTileFp8 = kRingFp8 * kStageBytesFp8;  // offset of the f16 tile
+  static_assert(kRingFp8 >= kStages && kRingFp8 <= 5 && kStageBytesFp8 % 16 == 0, "fp8 stages");
 };
 
-template <int HD, int kStages, bool kRowLoads>
+template <int HD, int kStages, bool kRowLoads, bool kFp8>
 __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
+  static_assert(!kFp8 || kRowLoads, "FP8 KV has the row loads only");
   // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
   // start fetching its weights now; it reads this kernel's output only after its wait.
   TriggerDependents();
   using L = MmaSmem<HD, kStages>;
+  // Stages of the warp's cp.async ring: kStages of bf16, L::kRingFp8 of FP8 codes.
+  constexpr int kRing = kFp8 ? L::kRingFp8 : kStages;
   constexpr int kLd = L::kLd;
   constexpr int kChunks = HD / 8;   // 16-byte chunks per row
   constexpr int kKSteps = HD / 16;  // k-steps of Q K^T
@@ -75,26 +98,52 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
   __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * L::kWarpBytes);
+  // FP8: the warp's stages of codes and its f16 tile (16-bit elements, as ldmatrix reads them);
+  // the scales of this CTA's KV head.
+  uint8_t* sKV8 = smem + L::kKV + warp * L::kWarpBytes;
+  __nv_bfloat16* sTile = reinterpret_cast<__nv_bfloat16*>(sKV8 + L::kTileFp8);
+  float scale = a.scale, v_scale = 1.0f;
+  if constexpr (kFp8) {
+    if (a.k_scales != nullptr) scale *= a.k_scales[kvh];
+    if (a.v_scales != nullptr) v_scale = a.v_scales[kvh];
+  }
 
-  // Row loads: lane r of the warp holds the block id of row r % 16 of the tiles kStages - 1
-  // ahead (the next tile to load in next0, the one after in next1 at 3 stages: the prologue's
-  // reads are issued together); the lanes copying a row take it by shuffle.
+  // Row loads: lane r of the warp holds the block id of row r % 16 of the next kRing - 1 tiles to
+  // load (next[0] the first; the prologue's reads are issued together); the lanes copying a row
+  // take it by shuffle.
   const int tile_row = lane & (kTile - 1);
   auto block_of = [&](int i) -> int {
     const int p = start + (warp + kWarps * i) * kTile + tile_row;
     return i < my_tiles && p < end ? table[p / a.block_size] : 0;
   };
-  static_assert(kStages == 2 || kStages == 3);
-  int next0 = kRowLoads ? block_of(0) : 0;
-  int next1 = kRowLoads && kStages == 3 ? block_of(1) : 0;
+  static_assert(kRing >= 2 && kRing <= 5);
+  int next[kRing - 1];
+#pragma unroll
+  for (int j = 0; j < kRing - 1; ++j) next[j] = kRowLoads ? block_of(j) : 0;
   auto load_tile_rows = [&](int i, int stage) {
     const int n0 = start + (warp + kWarps * i) * kTile;
-    const int blocks = next0;
-    if constexpr (kStages == 3) {
-      next0 = next1;
-      next1 = block_of(i + 2);
-    } else {
-      next0 = block_of(i + 1);
+    const int blocks = next[0];
+#pragma unroll
+    for (int j = 0; j + 1 < kRing - 1; ++j) next[j] = next[j + 1];
+    next[kRing - 2] = block_of(i + kRing - 1);
+    if constexpr (kFp8) {  // HD / 16 lanes per row of codes
+      constexpr int kChunks8 = HD / 16, kRows8 = 32 / kChunks8;
+      const int sub = lane / kChunks8, col = (lane % kChunks8) * 16;
+      uint8_t* dk = sKV8 + stage * L::kStageBytesFp8;
+      uint8_t* dv = dk + kTile * HD;
+#pragma unroll
+      for (int j = 0; j < kTile / kRows8; ++j) {
+        const int r = j * kRows8 + sub, p = n0 + r;
+        const int64_t block = __shfl_sync(kFullMask, blocks, r);
+        const bool valid = p < end;  // zero codes past `end`
+        const uint8_t* src =
+            valid ? a.kv_pool_fp8 + (block * 2 * a.block_size + p % a.block_size) * row_elems +
+                        static_cast<int64_t>(kvh) * HD + col
+                  : a.kv_pool_fp8;
+        CpAsync16(dk + r * HD + col, src, valid);
+        CpAsync16(dv + r * HD + col, valid ? src + v_shift : src, valid);
+      }
+      return;
     }
     constexpr int kRows = 32 / kChunks;  // rows one instruction covers
     const int sub = lane / kChunks, col = (lane % kChunks) * 8;
@@ -145,7 +194,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   };
 
   // Group 0: Q (every thread; rows past the group zero) and this warp's tile 0; groups 1 ..
-  // kStages - 2: its next tiles (empty past its last).
+  // kRing - 2: its next tiles (empty past its last).
   for (int c = tid; c < 16 * kChunks; c += kThreads) {
     const int r = c / kChunks, col = (c % kChunks) * 8;
     const bool valid = r < group;
@@ -153,33 +202,70 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
               valid ? a.q + seq * a.q_stride + static_cast<int64_t>(h0 + r) * HD + col : a.q, valid);
   }
 #pragma unroll
-  for (int i = 0; i < kStages - 1; ++i) {
+  for (int i = 0; i < kRing - 1; ++i) {
     if (i < my_tiles) load_tile(i, i);
     CpAsyncCommit();
   }
-  CpAsyncWait<kStages - 2>();  // Q (and tile 0) of this thread landed
+  CpAsyncWait<kRing - 2>();  // Q (and tile 0) of this thread landed
   __syncthreads();             // every thread's Q copies landed
 
   uint32_t qf[kKSteps][4];
 #pragma unroll
   for (int kk = 0; kk < kKSteps; ++kk) {
     LdMatrixX4(qf[kk], sQ + (lane & 15) * kLd + kk * 16 + (lane >> 4) * 8);
+    if constexpr (kFp8) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) qf[kk][j] = Bf16x2ToF16x2(qf[kk][j]);
+    }
   }
+  // The MMA and P's packing of this path's 16-bit type (FP8 KV: f16).
+  auto mma = [](float d[4], const uint32_t a[4], const uint32_t b[2]) {
+    if constexpr (kFp8) {
+      MmaF16(d, a, b);
+    } else {
+      MmaBf16(d, a, b);
+    }
+  };
+  auto pack = [](float lo, float hi) { return kFp8 ? PackF16x2(lo, hi) : PackBf16x2(lo, hi); };
   float o[kDTiles][4];
 #pragma unroll
   for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
   const int col2 = 2 * (lane & 3);
-  const float sl2 = a.scale * kLog2e;
+  const float sl2 = scale * kLog2e;
   float m0 = -INFINITY, m1 = -INFINITY;  // rows lane / 4 and lane / 4 + 8: raw-score max
   float l0 = 0.0f, l1 = 0.0f;            // this lane's part of the exp sums
 
   for (int i = 0; i < my_tiles; ++i) {
-    CpAsyncWait<kStages - 2>();  // this lane's copies of tile i landed
-    __syncwarp();                // and every lane's; the stage of tile i - 1 is free
-    if (i + kStages - 1 < my_tiles) load_tile(i + kStages - 1, (i + kStages - 1) % kStages);
+    CpAsyncWait<kRing - 2>();  // this lane's copies of tile i landed
+    __syncwarp();              // and every lane's; the stage of tile i - 1 is free
+    if (i + kRing - 1 < my_tiles) load_tile(i + kRing - 1, (i + kRing - 1) % kRing);
     CpAsyncCommit();
     const __nv_bfloat16* tk = sKV + (i % kStages) * 2 * kTile * kLd;
     const __nv_bfloat16* tv = tk + kTile * kLd;
+    // FP8: the 16 x HD codes of K (v = 0) or V (v = 1) of stage i % kRing -> the warp's f16 tile
+    // (its earlier readers are past a __syncwarp); 16-byte chunk c is row c / (HD / 16).
+    auto convert = [&](int v) {
+      constexpr int kChunks8 = HD / 16;
+      const uint8_t* src = sKV8 + (i % kRing) * L::kStageBytesFp8 + v * kTile * HD;
+#pragma unroll
+      for (int c = lane; c < kTile * kChunks8; c += 32) {
+        const int row = c / kChunks8, col = (c % kChunks8) * 16;
+        const uint4 codes = *reinterpret_cast<const uint4*>(src + row * HD + col);
+        uint32_t w[8];
+        Fp8x4ToF16x4(codes.x, w[0], w[1]);
+        Fp8x4ToF16x4(codes.y, w[2], w[3]);
+        Fp8x4ToF16x4(codes.z, w[4], w[5]);
+        Fp8x4ToF16x4(codes.w, w[6], w[7]);
+        uint4* dst = reinterpret_cast<uint4*>(sTile + row * kLd + col);
+        dst[0] = make_uint4(w[0], w[1], w[2], w[3]);
+        dst[1] = make_uint4(w[4], w[5], w[6], w[7]);
+      }
+      __syncwarp();
+    };
+    if constexpr (kFp8) {
+      convert(0);
+      tk = tv = sTile;
+    }
     const int n0 = start + (warp + kWarps * i) * kTile;
 
     // S = Q K^T, 16 rows x 16 keys: one ldmatrix x4 a k-step gives both n8 key tiles' B
@@ -189,8 +275,8 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     for (int kk = 0; kk < kKSteps; ++kk) {
       uint32_t kb[4];
       LdMatrixX4(kb, tk + ((lane >> 4) * 8 + (lane & 7)) * kLd + kk * 16 + ((lane >> 3) & 1) * 8);
-      MmaBf16(s[0], qf[kk], kb);
-      MmaBf16(s[1], qf[kk], kb + 2);
+      mma(s[0], qf[kk], kb);
+      mma(s[1], qf[kk], kb + 2);
     }
     if (n0 + kTile > end) {  // the chunk's last tile: keys past it do not count
 #pragma unroll
@@ -220,10 +306,14 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     }
     l0 = l0 * alpha0 + (s[0][0] + s[0][1]) + (s[1][0] + s[1][1]);
     l1 = l1 * alpha1 + (s[0][2] + s[0][3]) + (s[1][2] + s[1][3]);
+    if constexpr (kFp8) {
+      __syncwarp();  // every lane's K fragments are read: V may take the tile
+      convert(1);
+    }
     // O = O alpha + P V: the two S accumulators are P's A fragment; V's B fragments by
     // ldmatrix.trans (matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15)).
-    const uint32_t pa[4] = {PackBf16x2(s[0][0], s[0][1]), PackBf16x2(s[0][2], s[0][3]),
-                            PackBf16x2(s[1][0], s[1][1]), PackBf16x2(s[1][2], s[1][3])};
+    const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
+                            pack(s[1][2], s[1][3])};
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       o[2 * dp][0] *= alpha0;
@@ -236,8 +326,8 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
       o[2 * dp + 1][3] *= alpha1;
       uint32_t vb[4];
       LdMatrixX4Trans(vb, tv + (((lane >> 3) & 1) * 8 + (lane & 7)) * kLd + dp * 16 + (lane >> 4) * 8);
-      MmaBf16(o[2 * dp], pa, vb);
-      MmaBf16(o[2 * dp + 1], pa, vb + 2);
+      mma(o[2 * dp], pa, vb);
+      mma(o[2 * dp + 1], pa, vb + 2);
     }
   }
   CpAsyncWait<0>();  // (only empty groups remain)
@@ -278,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
       sum += wt * s_l[w][g];
       acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * L::kWarpBytes)[g * HD + d];
     }
-    acc /= sum;
+    acc = acc / sum * v_scale;
     const int h = h0 + g;
     if (used == 1) {
       a.out[seq * a.out_stride + static_cast<int64_t>(h) * HD + d] = __float2bfloat16_rn(acc);
@@ -287,7 +377,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
       const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + h) * ws.splits + split;
       ws.partial_out[row * HD + d] = acc;
       if (d == 0) {
-        ws.max_logits[row] = mx * a.scale;
+        ws.max_logits[row] = mx * scale;
         ws.exp_sums[row] = sum;
       }
     }
@@ -297,10 +387,10 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   MergeSplits<HD, 16>(a, ws, seq, h0, group, used, reinterpret_cast<float*>(smem + L::kKV));
 }
 
-template <int HD, int kStages, bool kRowLoads>
+template <int HD, int kStages, bool kRowLoads, bool kFp8 = false>
 cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
   constexpr size_t kBytes = MmaSmem<HD, kStages>::kBytes;
-  auto* kernel = &PagedDecodeMmaKernel<HD, kStages, kRowLoads>;
+  auto* kernel = &PagedDecodeMmaKernel<HD, kStages, kRowLoads, kFp8>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes));
   if (err != cudaSuccess) return err;
@@ -310,6 +400,7 @@ cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaSt
 
 template <int HD, int kStages>
 cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+  if (a.kv_pool_fp8 != nullptr) return LaunchMmaLoads<HD, kStages, true, true>(a, ws, stream);
   return a.kernel == DecodeKernel::kMmaPairLoads ? LaunchMmaLoads<HD, kStages, false>(a, ws, stream)
                                                  : LaunchMmaLoads<HD, kStages, true>(a, ws, stream);
 }

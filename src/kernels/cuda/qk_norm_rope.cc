@@ -43,10 +43,10 @@ Status QkNormRopeCache(const QkNormRopeCacheArgs& c, cudaStream_t stream) {
                a.num_kv_heads, c.block_size);
   }
   if (a.num_tokens == 0) return Status::Ok();
-  if (c.v == nullptr || c.slot_mapping == nullptr || c.kv_pool == nullptr ||
+  if (c.v == nullptr || c.slot_mapping == nullptr || (c.kv_pool == nullptr) == (c.kv_pool_fp8 == nullptr) ||
       c.v_stride < int64_t{a.num_kv_heads} * a.head_dim) {
-    return Err(StatusCode::kInvalidArgument, "QkNormRopeCache: null v / slot_mapping / kv_pool or "
-               "v row stride {} below num_kv_heads * head_dim", c.v_stride);
+    return Err(StatusCode::kInvalidArgument, "QkNormRopeCache: null v / slot_mapping, not exactly one of "
+               "kv_pool and kv_pool_fp8, or v row stride {} below num_kv_heads * head_dim", c.v_stride);
   }
   TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchQkNormRopeCache(c, stream));
   return Status::Ok();

@@ -1,4 +1,5 @@
 #include "kernels/cuda/device_utils.cuh"
+#include "kernels/cuda/fp8_utils.cuh"
 #include "kernels/cuda/qk_norm_rope.h"
 
 #include <cstdint>
@@ -8,6 +9,22 @@ namespace {
 
 constexpr int kWarpsPerBlock = 4;
 constexpr int kMaxPairsPerLane = 4;  // head_dim <= 2 * 32 * 4 = 256
+
+// FP8 KV: 1 / the KV head's scale (1 without scales), and a value's code as the pool stores it:
+// the bf16 value (what the bf16 pool would hold) times that, rounded to e4m3.
+__device__ inline float InvScale(const float* scales, int kvh) {
+  return scales != nullptr ? 1.0f / scales[kvh] : 1.0f;
+}
+__device__ inline uint8_t KvCode(float bf16_value, float inv_scale) {
+  return FloatToFp8(bf16_value * inv_scale);
+}
+// Eight values -> eight codes in one 8-byte word (element e in byte e).
+__device__ inline uint2 KvCodes8(const float (&v)[8], float inv_scale) {
+  uint32_t w[2] = {0, 0};
+#pragma unroll
+  for (int e = 0; e < 8; ++e) w[e / 4] |= static_cast<uint32_t>(KvCode(RoundBf16(v[e]), inv_scale)) << (8 * (e % 4));
+  return make_uint2(w[0], w[1]);
+}
 
 // One warp per (token, head), q heads first then k heads. Lane l owns the rotation pairs
 // (i, i + half) for i = l, l + 32, ... < half. kCache (QkNormRopeCache): a k head goes to the pool
@@ -27,6 +44,8 @@ __global__ void QkNormRopeKernel(QkNormRopeCacheArgs c) {
   const __nv_bfloat16* w = is_q ? a.q_norm : a.k_norm;
   const int half = a.head_dim / 2;
   __nv_bfloat16* dst = x;  // where the rotated head goes
+  uint8_t* dst8 = nullptr;  // or its codes (FP8 KV)
+  float inv_k = 1.0f;
   if constexpr (kCache) {
     if (!is_q) {
       const int64_t slot = c.slot_mapping[t];
@@ -34,11 +53,18 @@ __global__ void QkNormRopeKernel(QkNormRopeCacheArgs c) {
       const int kvh = h - a.num_heads;
       const int64_t row = static_cast<int64_t>(a.num_kv_heads) * a.head_dim;
       const int64_t block = slot / c.block_size, offset = slot % c.block_size;
-      dst = c.kv_pool + ((block * 2 + 0) * c.block_size + offset) * row +
-            static_cast<int64_t>(kvh) * a.head_dim;
-      __nv_bfloat16* v_dst = dst + static_cast<int64_t>(c.block_size) * row;
+      const int64_t at = ((block * 2 + 0) * c.block_size + offset) * row + static_cast<int64_t>(kvh) * a.head_dim;
+      const int64_t v_shift = static_cast<int64_t>(c.block_size) * row;
       const __nv_bfloat16* v_src = c.v + t * c.v_stride + static_cast<int64_t>(kvh) * a.head_dim;
-      for (int i = lane; i < a.head_dim; i += 32) v_dst[i] = v_src[i];
+      if (c.kv_pool_fp8 != nullptr) {
+        dst8 = c.kv_pool_fp8 + at;
+        inv_k = InvScale(c.k_scales, kvh);
+        const float inv_v = InvScale(c.v_scales, kvh);
+        for (int i = lane; i < a.head_dim; i += 32) dst8[v_shift + i] = KvCode(__bfloat162float(v_src[i]), inv_v);
+      } else {
+        dst = c.kv_pool + at;
+        for (int i = lane; i < a.head_dim; i += 32) dst[v_shift + i] = v_src[i];
+      }
     }
   }
 
@@ -71,8 +97,15 @@ __global__ void QkNormRopeKernel(QkNormRopeCacheArgs c) {
       const float angle = pos * a.inv_freq[i];
       float s, co;
       sincosf(angle, &s, &co);
-      dst[i] = __float2bfloat16_rn(x1[j] * co - x2[j] * s);
-      dst[i + half] = __float2bfloat16_rn(x2[j] * co + x1[j] * s);
+      const __nv_bfloat16 y1 = __float2bfloat16_rn(x1[j] * co - x2[j] * s);
+      const __nv_bfloat16 y2 = __float2bfloat16_rn(x2[j] * co + x1[j] * s);
+      if (dst8 != nullptr) {
+        dst8[i] = KvCode(__bfloat162float(y1), inv_k);
+        dst8[i + half] = KvCode(__bfloat162float(y2), inv_k);
+      } else {
+        dst[i] = y1;
+        dst[i + half] = y2;
+      }
     }
   }
 }
@@ -139,13 +172,25 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) QkNormRopeVecKernel(QkNor
       for (int e = 0; e < 8; ++e) v[e] = 0.0f;
     }
     __nv_bfloat16* dst = x;
+    uint8_t* dst8 = nullptr;  // FP8 KV: k's codes go here
+    float inv_k = 1.0f;
     if constexpr (kCache) {
       if (!is_q && active) {  // k to the pool at the token's slot, v copied beside it
         const int kvh = h - a.num_heads;
         const int64_t block = slot / c.block_size, offset = slot % c.block_size;
-        dst = c.kv_pool + ((block * 2 + 0) * c.block_size + offset) * row + static_cast<int64_t>(kvh) * HD;
-        *reinterpret_cast<uint4*>(dst + static_cast<int64_t>(c.block_size) * row + 8 * j) =
-            *reinterpret_cast<const uint4*>(c.v + t * c.v_stride + static_cast<int64_t>(kvh) * HD + 8 * j);
+        const int64_t at = ((block * 2 + 0) * c.block_size + offset) * row + static_cast<int64_t>(kvh) * HD;
+        const int64_t v_shift = static_cast<int64_t>(c.block_size) * row;
+        const __nv_bfloat16* v_src = c.v + t * c.v_stride + static_cast<int64_t>(kvh) * HD + 8 * j;
+        if (c.kv_pool_fp8 != nullptr) {
+          dst8 = c.kv_pool_fp8 + at;
+          inv_k = InvScale(c.k_scales, kvh);
+          float vv[8];
+          load8(v_src, vv);
+          *reinterpret_cast<uint2*>(dst8 + v_shift + 8 * j) = KvCodes8(vv, InvScale(c.v_scales, kvh));
+        } else {
+          dst = c.kv_pool + at;
+          *reinterpret_cast<uint4*>(dst + v_shift + 8 * j) = *reinterpret_cast<const uint4*>(v_src);
+        }
       }
     }
     const __nv_bfloat16* wn = is_q ? a.q_norm : a.k_norm;
@@ -166,8 +211,11 @@ __global__ void __launch_bounds__(32 * kWarpsPerBlock) QkNormRopeVecKernel(QkNor
       float y[8];
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = low ? v[e] * co[e] - pv[e] * sn[e] : v[e] * co[e] + pv[e] * sn[e];
-      const uint4 out = FloatToBf16x8(y);
-      *reinterpret_cast<uint4*>(dst + 8 * j) = out;
+      if (dst8 != nullptr) {
+        *reinterpret_cast<uint2*>(dst8 + 8 * j) = KvCodes8(y, inv_k);
+      } else {
+        *reinterpret_cast<uint4*>(dst + 8 * j) = FloatToBf16x8(y);
+      }
     }
   }
 }
@@ -197,7 +245,10 @@ cudaError_t Launch(const QkNormRopeCacheArgs& c, cudaStream_t stream) {
              Aligned16(a.k) && a.q_stride % 8 == 0 && a.k_stride % 8 == 0 &&
              (a.q_norm == nullptr || Aligned16(a.q_norm)) && (a.k_norm == nullptr || Aligned16(a.k_norm)) &&
              (a.q_norm == nullptr) == (a.k_norm == nullptr);
-  if (kCache) vec = vec && Aligned16(c.v) && c.v_stride % 8 == 0 && Aligned16(c.kv_pool);
+  if (kCache) {
+    vec = vec && Aligned16(c.v) && c.v_stride % 8 == 0 &&
+          (c.kv_pool_fp8 != nullptr ? Aligned16(c.kv_pool_fp8) : Aligned16(c.kv_pool));
+  }
   if (vec) {
     switch (a.head_dim) {
       case 64: return LaunchVec<64, kCache>(c, stream);

@@ -15,6 +15,9 @@
 // does; k is normed and rotated and written, with v copied, into the paged KV pool at the token's
 // slot (bit for bit what QkNormRope then ReshapeAndCache store). The k slice of the input is left
 // as it was (attention reads K from the pool). One launch instead of two.
+// With kv_pool_fp8 (--kv-cache-dtype fp8) the pool holds FP8 E4M3 codes instead: each stored
+// element is FloatToFp8(bf16 value / its KV head's scale), round to nearest even, saturating at
+// +-448 (what cpu::ReshapeAndCacheFp8 does to the same bf16 values; kernels/cpu/fp8.h).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -46,6 +49,11 @@ struct QkNormRopeCacheArgs {
   int64_t v_stride = 0;
   const int64_t* slot_mapping = nullptr;  // [num_tokens]; < num_blocks * block_size, or < 0: skip
   __nv_bfloat16* kv_pool = nullptr;       // [num_blocks, 2, block_size, num_kv_heads, head_dim]
+  // FP8 KV instead (kv_pool null): the same layout, one byte an element; k_scales / v_scales
+  // [num_kv_heads] fp32 (device; null: 1.0).
+  uint8_t* kv_pool_fp8 = nullptr;
+  const float* k_scales = nullptr;
+  const float* v_scales = nullptr;
   int block_size = 0;
 };
 
@@ -62,8 +70,8 @@ namespace tandem::cuda {
 
 // Errors: InvalidArgument (odd or > 256 head_dim, strides too small, null pointers), Internal (CUDA).
 Status QkNormRope(const QkNormRopeArgs& args, cudaStream_t stream);
-// Errors: as QkNormRope, and InvalidArgument for num_kv_heads == 0, a null v / slot_mapping /
-// kv_pool, block_size <= 0 or v's row stride below num_kv_heads * head_dim. Slots are not checked
+// Errors: as QkNormRope, and InvalidArgument for num_kv_heads == 0, a null v / slot_mapping, not
+// exactly one of kv_pool and kv_pool_fp8, block_size <= 0 or v's row stride below num_kv_heads * head_dim. Slots are not checked
 // against the pool (device values).
 Status QkNormRopeCache(const QkNormRopeCacheArgs& args, cudaStream_t stream);
 
