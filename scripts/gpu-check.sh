@@ -25,11 +25,19 @@
 #             GPU_CHECK_SANITIZE=1
 #   ncu       Nsight Compute (clock control off) on the tensor-core decode kernels, both loads, at
 #             each shape of GPU_CHECK_NCU_SHAPES (default 64x4096,1x4096: batch x context, Qwen3-8B
-#             heads), untimed op_check rows (OPCHECK_DECODE_TIMED, OPCHECK_NO_TIMING)
+#             heads), untimed op_check rows (OPCHECK_DECODE_TIMED, OPCHECK_NO_TIMING);
+#             GPU_CHECK_NCU_KV_FP8=1: also its FP8-KV instance (OPCHECK_KV_FP8_TIMED)
 #   runner    cuda_runner_check: the CUDA ModelRunner against the CPU runner on the bundled tiny model
 #   fp8       cuda_runner_check with FP8 projections: the tiny model with --quantization fp8 (both
 #             runners quantize per channel at load), then its FP8 block checkpoint made by
 #             tests/tools/make_fp8_checkpoint.py; GPU_CHECK_FP8_RUNNER_ARGS adds arguments (--tol)
+#   kv-fp8    cuda_runner_check with an FP8 E4M3 KV cache on both runners (--kv-cache-dtype fp8: the
+#             CUDA decode kernel over the codes, prefill over their bf16 copy), logits within 15%
+#             and the same argmax but near-ties (--tol 0.15, as the fp8 stage: the CPU rounds fp32
+#             K/V to e4m3, CUDA bf16 K/V, so a code is a step (1/16 to 1/8) off where the two
+#             straddle a rounding tie, and six random layers grow it: 8.7% worst on the H200,
+#             4.5% on the CPU emulator, against 2% with bf16 KV);
+#             GPU_CHECK_KV_FP8_RUNNER_ARGS adds arguments (--quantization fp8)
 #   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
 #             against tests/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
 #   peer-fp8-0.6b, peer-fp8-8b  scripts/gpu/peer_check_fp8.py: the random checkpoint quantized by
@@ -274,6 +282,13 @@ device() {
         --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section WarpStateStats --section SchedulerStats --section LaunchStats \
         "$BIN/cuda_op_check" --only decode
+      if [ "${GPU_CHECK_NCU_KV_FP8:-0}" = 1 ]; then  # the FP8-KV instance of the kernel, same shape
+        run_stage "ncu-kv-fp8-$shape" 150 30 env OPCHECK_KV_FP8_TIMED="$shape" OPCHECK_NO_TIMING=1 \
+          ncu --clock-control none --kernel-name regex:PagedDecodeMmaKernel --launch-count 1 \
+          --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+          --section WarpStateStats --section SchedulerStats --section LaunchStats --section SourceCounters \
+          "$BIN/cuda_op_check" --only kv_fp8
+      fi
     done
   fi
 
@@ -332,7 +347,7 @@ device() {
     cat "$archs_log" | tee -a "$OUT_DIR/gpu-check.log"
     note archs "${#targets[@]} binaries listed (archs.log)"
   fi
-  if want runner || want golden || want fp8; then
+  if want runner || want golden || want fp8 || want kv-fp8; then
     mkdir -p "$models" && tar xJf models/tiny-qwen3.tar.xz -C "$models"
   fi
   if want runner; then
@@ -350,6 +365,13 @@ device() {
       run_stage runner-fp8-block 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3-fp8-block" --steps 8 \
         ${GPU_CHECK_FP8_RUNNER_ARGS:-}
     else note fp8 "no binary"; fi
+  fi
+  if want kv-fp8; then
+    if unpack cuda_runner_check; then
+      # shellcheck disable=SC2086
+      run_stage runner-kv-fp8 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3" --steps 8 \
+        --kv-cache-dtype fp8 --tol 0.15 ${GPU_CHECK_KV_FP8_RUNNER_ARGS:-}
+    else note kv-fp8 "no binary"; fi
   fi
   local have_dump=0
   unpack cuda_peer_dump > /dev/null 2>&1 && have_dump=1

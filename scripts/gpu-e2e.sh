@@ -93,6 +93,9 @@ device() {
     local pid=$!
     python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "$mode" \
       --golden "$CARRY/golden" --out "$out/e2e-$mode.json" || rc=1
+    # The decode worker logs its KV transfer totals every 5 s (--stats-interval-s): wait for the
+    # line that counts every transfer of the run (bytes per transfer: FP8 KV against bf16).
+    [ "$mode" = disagg ] && sleep 6
     kill -TERM "$pid" 2>/dev/null; sleep 2; kill -KILL "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
     grep -h "KV transfer backend\|KV Transfer metrics\|External prefix\|KV cache\|weights" "$log" | tail -8
     echo "remote prefills: $(grep -c 'remote prefill:' "$log"), failed: $(grep -c 'remote prefill failed' "$log")"

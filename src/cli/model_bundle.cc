@@ -39,16 +39,13 @@ Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, in
               config.cpu_threads > 0 ? "--threads" : "the default", DescribeUsableCores());
     return LoadCpuModelRunner(model_dir, config.quantization, config.kv_cache_dtype);
   }
-  if (config.kv_cache_dtype != "auto") {
-    return Err(StatusCode::kUnimplemented, "--kv-cache-dtype {}: the CUDA engine keeps a bf16 KV cache for "
-               "now (FP8 KV runs on the CPU engine)", config.kv_cache_dtype);
-  }
 #ifdef TANDEM_HAVE_CUDA
   CudaRunnerOptions options;
   // The weights must leave room for the margin and an explicitly sized KV pool.
   options.gpu_memory_utilization = config.gpu_memory_utilization;
   options.reserve_bytes = kDeviceMemoryMarginBytes + config.kv_cache_bytes;
   options.quantization = config.quantization;
+  options.kv_cache_dtype = config.kv_cache_dtype;
   return LoadCudaModelRunner(model_dir, device_id, options);
 #else
   return Err(StatusCode::kFailedPrecondition,

@@ -22,9 +22,11 @@
 #include "kernels/cuda/device_report.h"
 #include "kernels/cuda/kv_block_copy.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/sampling_filter.h"
 #include "model/cuda_runner_impl.h"
 #include "model/cuda_weights.h"
+#include "model/quantization.h"
 #include "model/safetensors.h"
 
 namespace tandem {
@@ -52,6 +54,12 @@ Status CudaModelRunner::AllocateKVCache(int num_blocks, int block_size) {
     TANDEM_CUDA_RETURN_IF_ERROR(cudaMemset(pool.as<void>(), 0, per_layer));
   }
   kv_ = std::move(pools);
+  if (fp8_kv_ && kv_scales_.bytes() == 0) {
+    const std::vector<float> ones(2 * static_cast<size_t>(config_.num_key_value_heads), 1.0f);
+    TANDEM_RETURN_IF_ERROR(kv_scales_.Allocate(sizeof(float) * ones.size()));
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(kv_scales_.as<void>(), ones.data(), sizeof(float) * ones.size(), cudaMemcpyHostToDevice));
+  }
   ++graph_generation_;  // captured decode graphs point into the old pools
   num_blocks_ = num_blocks;
   block_size_ = block_size;
@@ -141,6 +149,11 @@ size_t CudaModelRunner::PendingDeviceBytes(int max_num_seqs, int max_model_len) 
                   sample_);
   constexpr size_t kMaxLogprobs = 20;  // the API's most top_logprobs
   pending += more(rows * kMaxLogprobs * (sizeof(int32_t) + sizeof(float)), topk_);
+  if (fp8_kv_ && block_size_ > 0) {  // the prefill's bf16 scratch (StepPlan::fp8_groups)
+    const size_t one_seq = static_cast<size_t>((max_model_len + block_size_ - 1) / block_size_) *
+                           (KVBlockBytes(block_size_) / config_.num_hidden_layers) * 2;
+    pending += more(std::max(kFp8PrefillScratchBytes, one_seq), kv_scratch_);
+  }
   return pending;
 }
 
@@ -185,7 +198,26 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
                "{} is sm_{}{} (--device cpu runs them dequantized)", quant.Describe(), device,
                cuda::CurrentDeviceLimits().cc_major, cuda::CurrentDeviceLimits().cc_minor);
   }
+  TANDEM_ASSIGN_OR_RETURN(const KvCacheDtype kv_dtype, ParseKvCacheDtype(options.kv_cache_dtype));
+  const bool fp8_kv = kv_dtype == KvCacheDtype::kFp8E4M3;
+  if (fp8_kv) {
+    // The decode kernel that reads FP8 codes (kernels/cuda/paged_attention.h) is the tensor-core one.
+    cuda::PagedDecodeArgs probe;
+    probe.kv_pool_fp8 = reinterpret_cast<const uint8_t*>(16);  // only its presence is read
+    probe.num_heads = config.num_attention_heads;
+    probe.num_kv_heads = config.num_key_value_heads;
+    probe.head_dim = config.head_dim;
+    if (cuda::detail::ChoosePagedDecodeKernel(probe, cuda::CurrentDeviceLimits()) != cuda::DecodeKernel::kMma) {
+      return Err(StatusCode::kUnimplemented, "CUDA runner: --kv-cache-dtype {} needs the tensor-core decode "
+                 "kernel (sm_80+, head_dim 64 or 128, at most 16 query heads per KV head); {} with {} / {} heads",
+                 options.kv_cache_dtype, device, config.num_attention_heads, config.num_key_value_heads);
+    }
+  }
   log::info("{}", device);
+  if (fp8_kv) {
+    log::info("KV cache: FP8 E4M3 (scale 1.0 per KV head), half of bf16's bytes; decode attention reads "
+              "the codes (tensor-core kernel), prefill a bf16 copy of its sequences' blocks");
+  }
   cuda::KernelShapes shapes;
   shapes.head_dim = config.head_dim;
   shapes.num_heads = config.num_attention_heads;
@@ -198,7 +230,7 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   load.gpu_memory_utilization = options.gpu_memory_utilization;
   // cuBLAS's workspace and one 16-token KV block besides the caller's part.
   load.reserve_bytes = options.reserve_bytes + CudaModelRunner::kCublasWorkspaceBytes +
-                       CudaModelRunner::KVBlockBytesOf(config, 16);
+                       CudaModelRunner::KVBlockBytesOf(config, 16, fp8_kv);
   load.quantization = quant;
   load.model_name = std::filesystem::path(model_dir).filename().string();
   if (load.model_name.empty()) load.model_name = model_dir;
@@ -207,7 +239,7 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   cudaStream_t stream = nullptr;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto runner = std::make_unique<CudaModelRunner>(std::move(config), device_id, std::move(weights),
-                                                  std::move(cublas), stream);
+                                                  std::move(cublas), stream, fp8_kv);
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

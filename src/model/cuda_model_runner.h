@@ -28,6 +28,12 @@ struct CudaRunnerOptions {
   // layers' projections in FP8 on the device (kernels/cuda/fp8_linear.h; model/fp8_pack.h);
   // Unimplemented on GPUs other than sm_90 (named at load, before anything is copied).
   std::string quantization;
+  // --kv-cache-dtype (model/quantization.h): "auto" keeps bf16; "fp8" / "fp8_e4m3" stores K and V
+  // as FP8 E4M3 with per-KV-head scales of 1.0 (half of bf16's bytes per block; decode reads the
+  // codes, prefill a bf16 copy of its sequences' blocks: kernels/cuda/paged_attention.h,
+  // kv_dequant.h). Unimplemented where the tensor-core decode kernel does not run (sm_80+, at
+  // most 16 query heads per KV head).
+  std::string kv_cache_dtype = "auto";
 };
 
 // Logs the GPU (name, compute capability, memory and bandwidth class, the code loaded for it) and

@@ -31,9 +31,9 @@ namespace tandem {
 class CudaModelRunner final : public ModelRunner {
  public:
   CudaModelRunner(ModelConfig config, int device_id, CudaWeights weights, cuda::CublasHandle cublas,
-                  cudaStream_t stream)
+                  cudaStream_t stream, bool fp8_kv = false)
       : config_(std::move(config)), device_id_(device_id), w_(std::move(weights)),
-        cublas_(std::move(cublas)), stream_(stream) {}
+        cublas_(std::move(cublas)), stream_(stream), fp8_kv_(fp8_kv) {}
   ~CudaModelRunner() override {
     cudaSetDevice(device_id_);
     for (cudaEvent_t e : layer_events_) {
@@ -46,14 +46,18 @@ class CudaModelRunner final : public ModelRunner {
 
   const ModelConfig& config() const override { return config_; }
 
-  // Bytes one KV block of `block_size` tokens takes across all layers (K and V, bf16), for a
-  // config before a runner exists (the weights-fit check at load) and for KVBlockBytes.
-  static size_t KVBlockBytesOf(const ModelConfig& c, int block_size) {
+  // Bytes one KV block of `block_size` tokens takes across all layers (K and V, bf16 or FP8
+  // codes), for a config before a runner exists (the weights-fit check at load) and for
+  // KVBlockBytes.
+  static size_t KVBlockBytesOf(const ModelConfig& c, int block_size, bool fp8_kv) {
     return static_cast<size_t>(c.num_hidden_layers) * 2 * block_size * c.num_key_value_heads *
-           c.head_dim * sizeof(__nv_bfloat16);
+           c.head_dim * (fp8_kv ? 1 : sizeof(__nv_bfloat16));
   }
-  size_t KVBlockBytes(int block_size) const override { return KVBlockBytesOf(config_, block_size); }
-  std::string kv_cache_dtype() const override { return "bf16"; }
+  size_t KVBlockBytes(int block_size) const override { return KVBlockBytesOf(config_, block_size, fp8_kv_); }
+  std::string kv_cache_dtype() const override { return fp8_kv_ ? "fp8_e4m3" : "bf16"; }
+  // FP8 KV: the bf16 scratch pool the prefill slices' blocks are gathered into, per layer
+  // (StepPlan::fp8_groups): at most this many bytes unless one sequence needs more.
+  static constexpr size_t kFp8PrefillScratchBytes = size_t{256} << 20;
   // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
   // cuBLAS asks for on Hopper.
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;
@@ -70,7 +74,7 @@ class CudaModelRunner final : public ModelRunner {
     for (const DeviceArray& a : kv_) own += a.bytes();
     for (const DeviceArray* a : {&meta_, &graph_meta_, &residual_, &hidden_, &qkv_, &attn_,
                                  &gate_up_, &act_, &sel_, &logits_, &workspace_, &picks_, &lse_ws_, &topk_, &sample_,
-                                 &cublas_workspace_, &fp8_scratch_}) {
+                                 &cublas_workspace_, &fp8_scratch_, &kv_scratch_, &kv_scales_}) {
       own += a->bytes();
     }
     m.used_bytes = std::min(m.used_bytes, own + kContextAllowance);
@@ -132,7 +136,10 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<cuda::GemmTuner> tuner_;  // InitOnce; null with TANDEM_GEMM_TUNE=0 or no cuBLASLt
   std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // InitOnce, with FP8 weights (w_.fp8)
   cudaStream_t stream_;
-  std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd]
+  std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
+  bool fp8_kv_ = false;          // --kv-cache-dtype fp8
+  DeviceArray kv_scales_;        // FP8 KV: [2, nkv] fp32, K's then V's (1.0: uncalibrated)
+  DeviceArray kv_scratch_;       // FP8 KV: the prefill's bf16 blocks (grown on demand)
   int num_blocks_ = 0;
   int block_size_ = 0;
   // Step scratch, grown on demand (ReserveTracked: graphs hold their addresses).

@@ -18,6 +18,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/fp8_linear.h"
+#include "kernels/cuda/kv_dequant.h"
 #include "kernels/cuda/linear.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/qk_norm_rope.h"
@@ -60,7 +61,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   const int q_dim = nh * hd, qkv_dim = (nh + 2 * nkv) * hd;
   const float eps = static_cast<float>(c.rms_norm_eps);
   const int T = p.T;
-  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0);
+  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0, p.fp8_src_total);
   const auto* d_slots = reinterpret_cast<const int64_t*>(meta + lay.slots);
   const auto* d_ids = reinterpret_cast<const int32_t*>(meta + lay.ids);
   const auto* d_pos = reinterpret_cast<const int32_t*>(meta + lay.pos);
@@ -69,6 +70,10 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   const auto* d_ctx = reinterpret_cast<const int32_t*>(meta + lay.ctx);
   const auto* d_tables = reinterpret_cast<const int32_t*>(meta + lay.tables);
   const auto* d_rows = reinterpret_cast<const int32_t*>(meta + lay.rows);
+  const auto* d_fp8_tables = reinterpret_cast<const int32_t*>(meta + lay.fp8_tables);
+  const auto* d_fp8_src = reinterpret_cast<const int32_t*>(meta + lay.fp8_src);
+  const float* k_scales = fp8_kv_ ? kv_scales_.as<float>() : nullptr;  // [nkv], then V's
+  const float* v_scales = fp8_kv_ ? k_scales + c.num_key_value_heads : nullptr;
   bf16* x = residual_.as<bf16>();       // [T, hidden] residual stream
   bf16* h = hidden_.as<bf16>();         // [T, hidden] normed input / projection output
   bf16* qkv = qkv_.as<bf16>();          // [T, qkv_dim]: q [nh, hd], k [nkv, hd], v [nkv, hd]
@@ -119,13 +124,13 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     return fused ? cuda::FusedAddRmsNorm(a, stream_) : cuda::RmsNorm(a, stream_);
   };
   // What PagedDecodeArgs and PagedPrefillArgs share (same field names): q in the fused qkv rows,
-  // the output rows, layer l's pool, the block tables, the shapes.
-  auto attention_args = [&](auto& a, int l) {
+  // the output rows, the block tables, the shapes; the pool is set by each (FP8 KV: decode reads
+  // the codes, prefill the scratch pool).
+  auto attention_args = [&](auto& a) {
     a.q = qkv;
     a.q_stride = qkv_dim;
     a.out = attn;
     a.out_stride = q_dim;
-    a.kv_pool = kv_[l].as<bf16>();
     a.block_tables = d_tables;
     a.block_table_stride = p.stride;
     a.num_seqs = p.num_seqs;
@@ -134,6 +139,17 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.num_kv_heads = nkv;
     a.head_dim = hd;
     a.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  };
+  // Layer l's pool into a QkNormRopeCacheArgs or PagedDecodeArgs (same field names): the FP8 codes
+  // and scales with --kv-cache-dtype fp8, else the bf16 pool.
+  auto set_pool = [&](auto& a, int l) {
+    if (fp8_kv_) {
+      a.kv_pool_fp8 = kv_[l].as<uint8_t>();
+      a.k_scales = k_scales;
+      a.v_scales = v_scales;
+    } else {
+      a.kv_pool = kv_[l].as<bf16>();
+    }
   };
   const DeviceArray kNone;
 
@@ -168,7 +184,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     r.v = qkv + q_dim + nkv * hd;
     r.v_stride = qkv_dim;
     r.slot_mapping = d_slots;
-    r.kv_pool = kv_[l].as<bf16>();
+    set_pool(r, l);
     r.block_size = block_size_;
     TANDEM_RETURN_IF_ERROR(cuda::QkNormRopeCache(r, stream_));
     TANDEM_RETURN_IF_ERROR(mark("qk_norm_rope_cache"));
@@ -178,7 +194,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     const int decode_seqs = p.decode_seqs();
     if (decode_seqs > 0) {
       cuda::PagedDecodeArgs a;
-      attention_args(a, l);
+      attention_args(a);
+      set_pool(a, l);
       a.num_seqs = decode_seqs;
       a.context_lens = d_ctx;
       a.max_context_len = p.max_context_len;
@@ -190,7 +207,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     }
     if (!p.decode && decode_seqs < p.num_seqs) {
       cuda::PagedPrefillArgs a;
-      attention_args(a, l);
+      attention_args(a);
+      a.kv_pool = kv_[l].as<bf16>();
       // The remaining slices: their per-sequence arrays from `decode_seqs` on (query_start_loc
       // holds absolute token rows, so q and out stay the step's).
       a.num_seqs = p.num_seqs - decode_seqs;
@@ -198,7 +216,30 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       a.query_start_loc = d_qsl + decode_seqs;
       a.start_pos = d_start + decode_seqs;
       a.max_query_len = p.max_query_len;
-      TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
+      if (!fp8_kv_) {
+        TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
+      }
+      // FP8 KV: each group's blocks to bf16 in the scratch pool, then its slices over that pool.
+      for (const StepPlan::Fp8Group& g : p.fp8_groups) {
+        cuda::DequantizeKvBlocksArgs dq;
+        dq.src_pool = kv_[l].as<uint8_t>();
+        dq.src_blocks = d_fp8_src + g.src_begin;
+        dq.num_blocks = g.blocks;
+        dq.dst_pool = kv_scratch_.as<bf16>();
+        dq.k_scales = k_scales;
+        dq.v_scales = v_scales;
+        dq.block_size = block_size_;
+        dq.num_kv_heads = nkv;
+        dq.head_dim = hd;
+        TANDEM_RETURN_IF_ERROR(cuda::DequantizeKvBlocks(dq, stream_));
+        a.kv_pool = kv_scratch_.as<bf16>();
+        a.num_seqs = g.seq_end - g.seq_begin;
+        a.block_tables = d_fp8_tables + static_cast<size_t>(g.seq_begin) * p.stride;
+        a.query_start_loc = d_qsl + g.seq_begin;
+        a.start_pos = d_start + g.seq_begin;
+        a.max_query_len = g.max_query_len;
+        TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
+      }
     }
     TANDEM_RETURN_IF_ERROR(mark("attention"));
     TANDEM_RETURN_IF_ERROR(proj(attn, q_dim, w.o, w.o_scale, w.o_block128, w.o_bias, h, hidden));

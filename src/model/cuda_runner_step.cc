@@ -128,6 +128,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     probe.num_kv_heads = c.num_key_value_heads;
     probe.head_dim = c.head_dim;  // which decode kernel, hence its split choice
     probe.max_context_len = stride_bucket * block_size_;
+    if (fp8_kv_) probe.kv_pool_fp8 = kv_[0].as<uint8_t>();
     p.num_splits = cuda::PagedDecodeSplits(probe);
   }
   // Logits rows: padded decode computes every token row (row = sequence); otherwise the returned
@@ -171,9 +172,31 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     p.sample_rows = num_arg;
   }
   p.picks_cap = std::max(kMaxDecodeGraphBatch, p.sample_rows);
+  if (fp8_kv_ && !p.decode) {
+    // The prefill slices' blocks, grouped so that a group's bf16 copy fits the scratch budget.
+    const size_t bf16_block = KVBlockBytes(block_size_) / c.num_hidden_layers * 2;
+    const int budget = static_cast<int>(std::max<size_t>(kFp8PrefillScratchBytes / bf16_block, 1));
+    for (int s = p.decode_prefix; s < n_real; ++s) {
+      const SequenceSlice& seq = batch.seqs[s];
+      const int n = static_cast<int>(seq.token_ids.size());
+      const int blocks = (seq.start_pos + n + block_size_ - 1) / block_size_;
+      if (p.fp8_groups.empty() || p.fp8_groups.back().blocks + blocks > budget) {
+        StepPlan::Fp8Group g;
+        g.seq_begin = s;
+        g.src_begin = p.fp8_src_total;
+        p.fp8_groups.push_back(g);
+      }
+      StepPlan::Fp8Group& g = p.fp8_groups.back();
+      g.seq_end = s + 1;
+      g.blocks += blocks;
+      g.max_query_len = std::max(g.max_query_len, n);
+      p.fp8_src_total += blocks;
+      p.fp8_max_blocks = std::max(p.fp8_max_blocks, g.blocks);
+    }
+  }
 
   // ---- inputs: one pinned staging buffer, one upload ----
-  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0);
+  const MetaLayout lay(p.T, p.num_seqs, p.stride, p.gather ? p.rows : 0, p.fp8_src_total);
   TANDEM_RETURN_IF_ERROR(host_meta_.Reserve(lay.total));
   char* hm = host_meta_.as<char>();
   auto* slots = reinterpret_cast<int64_t*>(hm + lay.slots);
@@ -216,6 +239,23 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   if (p.gather) {
     std::copy(logit_rows.begin(), logit_rows.end(), reinterpret_cast<int32_t*>(hm + lay.rows));
   }
+  if (p.fp8_src_total > 0) {  // renumbered tables and the source blocks, group by group
+    auto* fp8_tables = reinterpret_cast<int32_t*>(hm + lay.fp8_tables);
+    auto* fp8_src = reinterpret_cast<int32_t*>(hm + lay.fp8_src);
+    std::memset(fp8_tables, 0, sizeof(int32_t) * p.num_seqs * static_cast<size_t>(p.stride));
+    for (const StepPlan::Fp8Group& g : p.fp8_groups) {
+      int next = 0;
+      for (int s = g.seq_begin; s < g.seq_end; ++s) {
+        const int blocks = (ctx[s] + block_size_ - 1) / block_size_;
+        for (int b = 0; b < blocks; ++b, ++next) {
+          fp8_tables[static_cast<size_t>(s) * p.stride + b] = next;
+          fp8_src[g.src_begin + next] = tables[static_cast<size_t>(s) * p.stride + b];
+        }
+      }
+    }
+    TANDEM_RETURN_IF_ERROR(
+        kv_scratch_.Reserve(static_cast<size_t>(p.fp8_max_blocks) * (KVBlockBytes(block_size_) / c.num_hidden_layers) * 2));
+  }
   DeviceArray& dmeta = p.padded ? graph_meta_ : meta_;
   if (p.padded) {  // sized once for the largest graph, so graphs never see it move
     TANDEM_RETURN_IF_ERROR(ReserveTracked(
@@ -254,6 +294,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     probe.head_dim = hd;
     probe.max_context_len = p.max_context_len;
     probe.num_splits = p.num_splits;
+    if (fp8_kv_) probe.kv_pool_fp8 = kv_[0].as<uint8_t>();  // its kernel's split choice
     size_t ws = cuda::PagedDecodeWorkspaceBytes(probe);
     if (p.padded) ws = std::max(ws, size_t{8} << 20);  // covers every bucket of Qwen3-8B-like models
     const size_t had = workspace_.bytes();

@@ -19,10 +19,12 @@ inline size_t Align16(size_t n) { return (n + 15) / 16 * 16; }
 
 // Byte offsets of a step's inputs in one upload (16-byte aligned): slots int64 [T], ids [T],
 // positions [T], query_start_loc [S + 1], start_pos [S], context_lens [S], block_tables
-// [S, stride], logit_rows [R]; all int32 but the slots.
+// [S, stride], logit_rows [R]; all int32 but the slots. With FP8 KV and G > 0 source blocks to
+// gather for the prefill slices (StepPlan::fp8_groups), then their renumbered block tables
+// fp8_tables [S, stride] (rows of the prefill slices only) and the source block ids fp8_src [G].
 struct MetaLayout {
-  size_t slots, ids, pos, qsl, start, ctx, tables, rows, total;
-  MetaLayout(int T, int S, int stride, int R) {
+  size_t slots, ids, pos, qsl, start, ctx, tables, rows, fp8_tables, fp8_src, total;
+  MetaLayout(int T, int S, int stride, int R, int G = 0) {
     size_t o = 0;
     auto take = [&o](size_t bytes) { const size_t at = o; o = Align16(o + bytes); return at; };
     slots = take(sizeof(int64_t) * T);
@@ -33,6 +35,8 @@ struct MetaLayout {
     ctx = take(sizeof(int32_t) * S);
     tables = take(sizeof(int32_t) * S * static_cast<size_t>(stride));
     rows = take(sizeof(int32_t) * R);
+    fp8_tables = take(G > 0 ? sizeof(int32_t) * S * static_cast<size_t>(stride) : 0);
+    fp8_src = take(sizeof(int32_t) * G);
     total = o;
   }
 };
@@ -68,6 +72,16 @@ struct CudaModelRunner::StepPlan {
   std::vector<int> arg_k;     // its num_logprobs
   std::vector<const PickSpec*> arg_pick;  // its PickSpec (null: greedy)
   bool sampled = false;       // SampleOnDevice ran: the status column is valid
+  // FP8 KV, a step with prefill slices: their blocks are gathered to bf16 (kv_dequant.h) into the
+  // scratch pool, a group of whole sequences at a time (as many as fit kFp8PrefillScratchBytes, at
+  // least one), each group's blocks numbered from 0 in fp8_tables; the group's source block ids
+  // are fp8_src[src_begin, src_begin + blocks).
+  struct Fp8Group {
+    int seq_begin = 0, seq_end = 0, src_begin = 0, blocks = 0, max_query_len = 0;
+  };
+  std::vector<Fp8Group> fp8_groups;
+  int fp8_src_total = 0;   // G: entries of fp8_src
+  int fp8_max_blocks = 0;  // the largest group's blocks (the scratch it needs)
 };
 
 }  // namespace tandem

@@ -17,9 +17,10 @@
 // Prints one line per shape and, with --json FILE, writes the numbers for scripts/gpu/bench_table.py.
 // Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
 //        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N]
-//        [--json FILE] [--cpu] [--quantization fp8]
+//        [--json FILE] [--cpu] [--quantization fp8] [--kv-cache-dtype fp8]
 // --quantization fp8: the checkpoint's linear projections quantized to FP8 per channel at load
 // (or an FP8 checkpoint as stored), the CUDA runner's FP8 path (kernels/cuda/fp8_linear.h).
+// --kv-cache-dtype fp8: an FP8 E4M3 KV cache (half of bf16's bytes; kernels/cuda/paged_attention.h).
 // --timeline N: for each prefill, one more untimed prefill with its kernel groups timed; for each
 // decode batch, the timed steps' host phases, then N more steps with
 // per-kernel-group device time launched eagerly and N from graphs with event nodes between the
@@ -90,6 +91,7 @@ struct Args {
   int context = 1024, steps = 32, warmup = 2, repeats = 3, budget = 0, timeline = 0;
   bool cpu = false;
   std::string quantization;  // --quantization (model/quantization.h): "" or "fp8"
+  std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: "auto" or "fp8"
 };
 
 // DESIGN.md section 5: the H200's measured device-to-device copy and bf16 GEMM ceilings.
@@ -371,7 +373,8 @@ int Run(const Args& a) {
   const double t_load = Now();
   CudaRunnerOptions ro;
   ro.quantization = a.quantization;
-  auto runner_or = a.cpu ? LoadCpuModelRunner(a.model_dir) : LoadCudaModelRunner(a.model_dir, 0, ro);
+  ro.kv_cache_dtype = a.kv_cache_dtype;
+  auto runner_or = a.cpu ? LoadCpuModelRunner(a.model_dir, a.quantization, a.kv_cache_dtype) : LoadCudaModelRunner(a.model_dir, 0, ro);
   if (!runner_or.ok()) {
     std::fprintf(stderr, "load %s: %s\n", a.model_dir.c_str(), runner_or.status().ToString().c_str());
     return 2;
@@ -414,7 +417,7 @@ int Run(const Args& a) {
   std::ostringstream json;
   json << "{\"tool\": \"cuda_engine_bench\", \"backend\": \"" << (a.cpu ? "cpu" : "cuda")
        << "\", \"cuda_graphs_env\": \"" << (graphs ? graphs : "") << "\", \"quantization\": \""
-       << a.quantization << "\", \"load_s\": " << load_s
+       << a.quantization << "\", \"kv_cache_dtype\": \"" << a.kv_cache_dtype << "\", \"load_s\": " << load_s
        << ", \"num_kv_blocks\": " << cfg.num_kv_blocks << ", \"budget\": " << budget
        << ", \"results\": [\n";
   Bench bench(engine, mc, a.timeline);
@@ -442,7 +445,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: %s MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32] [--warmup 2] "
       "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N] [--json FILE] [--cpu] "
-      "[--quantization fp8]\n";
+      "[--quantization fp8] [--kv-cache-dtype fp8]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -463,6 +466,7 @@ int main(int argc, char** argv) {
     else if (arg == "--timeline") a.timeline = std::atoi(value().c_str());
     else if (arg == "--cpu") a.cpu = true;
     else if (arg == "--quantization") a.quantization = value();
+    else if (arg == "--kv-cache-dtype") a.kv_cache_dtype = value();
     else if (!arg.empty() && arg[0] != '-' && a.model_dir.empty()) a.model_dir = arg;
     else {
       std::fprintf(stderr, usage, argv[0]);

@@ -18,7 +18,9 @@
 // often they equal the CPU runner's picks is printed. Exit 0 when everything holds
 // (argmax differences excused when the CPU's top two are within the error), 1 otherwise, 2 on an
 // error, 77 with no CUDA device.
-// Usage: cuda_runner_check [MODEL_DIR] [--steps N] [--quantization fp8] [--tol X]
+// Usage: cuda_runner_check [MODEL_DIR] [--steps N] [--quantization fp8] [--kv-cache-dtype fp8] [--tol X]
+// --kv-cache-dtype fp8: both runners keep an FP8 E4M3 KV cache (scale 1.0; the CPU's codes come
+// from its fp32 K/V, CUDA's from bf16, so a code may differ by one step where they straddle a tie).
 // --quantization fp8: both runners quantize the projections per channel at load (the same codes
 // and scales: the CPU computes with their dequantized values, CUDA with the FP8 kernels).
 #include <algorithm>
@@ -45,6 +47,7 @@ constexpr int kBlockSize = 16;
 // activations rounded to e4m3 on the CUDA side only).
 double kTolerance = 3e-2;
 std::string g_quantization;  // --quantization: both runners load with it
+std::string g_kv_cache_dtype = "auto";  // --kv-cache-dtype: likewise
 
 struct Seq {
   std::vector<int32_t> tokens;  // all tokens so far
@@ -187,7 +190,7 @@ void CompareRunners(const char* what, const std::vector<float>& a, const std::ve
 }
 
 int Run(const std::string& model_dir, int steps) {
-  auto cpu_or = LoadCpuModelRunner(model_dir, g_quantization);
+  auto cpu_or = LoadCpuModelRunner(model_dir, g_quantization, g_kv_cache_dtype);
   if (!cpu_or.ok()) {
     std::fprintf(stderr, "cpu runner: %s\n", cpu_or.status().ToString().c_str());
     return 2;
@@ -200,6 +203,7 @@ int Run(const std::string& model_dir, int steps) {
     else unsetenv("TANDEM_CUDA_GRAPHS");
     CudaRunnerOptions ro;
     ro.quantization = g_quantization;
+    ro.kv_cache_dtype = g_kv_cache_dtype;
     auto gpu_or = LoadCudaModelRunner(model_dir, 0, ro);
     if (!gpu_or.ok()) {
       std::fprintf(stderr, "cuda runner: %s\n", gpu_or.status().ToString().c_str());
@@ -396,6 +400,8 @@ int main(int argc, char** argv) {
       steps = std::atoi(argv[++i]);
     } else if (std::strcmp(argv[i], "--quantization") == 0 && i + 1 < argc) {
       tandem::g_quantization = argv[++i];
+    } else if (std::strcmp(argv[i], "--kv-cache-dtype") == 0 && i + 1 < argc) {
+      tandem::g_kv_cache_dtype = argv[++i];
     } else if (std::strcmp(argv[i], "--tol") == 0 && i + 1 < argc) {
       tandem::kTolerance = std::atof(argv[++i]);
     } else {
