@@ -60,9 +60,9 @@ std::vector<float> Scales(int nkv, bool calibrated, std::mt19937& rng) {
 // Random FP8 codes for a pool whose K/V values are about uniform in [-4, 4] (a few saturate at
 // small scales), quantized with the per-head scales as the cache write does.
 std::vector<uint8_t> RandomCodes(size_t n, int nkv, int hd, const std::vector<float>& ks,
-                                 const std::vector<float>& vs, std::mt19937& rng) {
+                                 const std::vector<float>& vs, std::mt19937& rng, int block_size = kBlockSize) {
   std::vector<uint8_t> codes(n);
-  const size_t row = static_cast<size_t>(nkv) * hd, half = kBlockSize * row;
+  const size_t row = static_cast<size_t>(nkv) * hd, half = block_size * row;
   std::uniform_real_distribution<float> u(-4.0f, 4.0f);
   for (size_t i = 0; i < n; ++i) {
     const int h = static_cast<int>(i % row / hd);
@@ -217,14 +217,16 @@ void DequantizeKvBlocksCase(const Heads& h, int pool_blocks, int gathered, bool 
 }
 
 // Decode over an FP8 pool (and, when time_it, the bf16 kernel on the same values beside it).
+// block_size: 16 (the engine's) puts a 16-key tile in one block; others take the kernel's per-row
+// block lookup.
 void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, bool calibrated,
-                   bool time_it) {
+                   bool time_it, int block_size = kBlockSize) {
   std::mt19937 rng(NextSeed());
   const int num_seqs = static_cast<int>(ctx.size());
   int stride = 0, needed = 0;
   for (int c : ctx) {
-    stride = std::max(stride, (c + kBlockSize - 1) / kBlockSize);
-    needed += (c + kBlockSize - 1) / kBlockSize;
+    stride = std::max(stride, (c + block_size - 1) / block_size);
+    needed += (c + block_size - 1) / block_size;
   }
   const int num_blocks = needed + 3;
   std::vector<int32_t> perm(num_blocks), tables(static_cast<size_t>(num_seqs) * stride, 0);
@@ -232,11 +234,11 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
   std::shuffle(perm.begin(), perm.end(), rng);
   int next = 0;
   for (int s = 0; s < num_seqs; ++s) {
-    for (int b = 0; b < (ctx[s] + kBlockSize - 1) / kBlockSize; ++b) tables[s * stride + b] = perm[next++];
+    for (int b = 0; b < (ctx[s] + block_size - 1) / block_size; ++b) tables[s * stride + b] = perm[next++];
   }
-  const size_t block_elems = size_t{2} * kBlockSize * h.nkv * h.hd;
+  const size_t block_elems = size_t{2} * block_size * h.nkv * h.hd;
   const std::vector<float> ks = Scales(h.nkv, calibrated, rng), vs = Scales(h.nkv, calibrated, rng);
-  const std::vector<uint8_t> codes = RandomCodes(num_blocks * block_elems, h.nkv, h.hd, ks, vs, rng);
+  const std::vector<uint8_t> codes = RandomCodes(num_blocks * block_elems, h.nkv, h.hd, ks, vs, rng, block_size);
   const int q_row = h.nh * h.hd;
   DevBuf<uint8_t> pool(codes.size());
   DevBuf<bf16> q(static_cast<size_t>(num_seqs) * q_row), out(q.size());
@@ -262,7 +264,7 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
   a.block_table_stride = stride;
   a.num_seqs = num_seqs;
   a.max_context_len = *std::max_element(ctx.begin(), ctx.end());
-  a.block_size = kBlockSize;
+  a.block_size = block_size;
   a.num_heads = h.nh;
   a.num_kv_heads = h.nkv;
   a.head_dim = h.hd;
@@ -295,7 +297,7 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
     c.k_scale = ks.data();
     c.v_scale = vs.data();
     c.block_table = tables.data() + static_cast<size_t>(s) * stride;
-    c.block_size = kBlockSize;
+    c.block_size = block_size;
     c.num_heads = h.nh;
     c.num_kv_heads = h.nkv;
     c.head_dim = h.hd;
@@ -308,9 +310,9 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
     worst = std::max(worst, e.rel);
   }
   all.rel = worst;
-  std::string shape = Fmt("seqs %d ctx %d..%d heads %d/%d hd %d splits %d ", num_seqs,
+  std::string shape = Fmt("seqs %d ctx %d..%d heads %d/%d hd %d splits %d block %d ", num_seqs,
                             *std::min_element(ctx.begin(), ctx.end()), a.max_context_len, h.nh, h.nkv,
-                            h.hd, cuda::PagedDecodeSplits(a)) + (calibrated ? "scales random" : "scales 1");
+                            h.hd, cuda::PagedDecodeSplits(a), block_size) + (calibrated ? "scales random" : "scales 1");
   Row r{"paged_decode fp8", shape};
   r.err = all;
   r.tol = kTolAttention;
@@ -389,6 +391,8 @@ void CheckKvFp8() {
   DecodeFp8Case({32, 2, 128}, {250, 17}, 3, true, false);
   DecodeFp8Case({4, 4, 64}, {90, 1, 17}, 3, true, false);
   DecodeFp8Case({8, 2, 64}, {1100, 37}, 0, false, false);
+  DecodeFp8Case(qwen3_8b, {300, 1, 77}, 5, true, false, 8);   // tiles across blocks
+  DecodeFp8Case({24, 4, 128}, {250, 33}, 0, true, false, 24);
   if (Small()) return;
   QkNormRopeCacheFp8Case(2048, qwen3_8b, true);
   DequantizeKvBlocksCase(qwen3_8b, 4096, 2048, true);

@@ -41,7 +41,8 @@
 // layout at one byte an element (the codes of kernels/cpu/fp8.h), an element's value its code times
 // its KV head's k_scales / v_scales entry. The mma kernel only (head_dim 64 or 128, groups <= 16,
 // sm_80+; Unimplemented elsewhere): each warp's 16-key tile lands by cp.async as codes (half of
-// bf16's bytes), is converted exactly to f16 into a tile of its own (fp8_utils.cuh) and goes
+// bf16's bytes; 3 stages, 69 KiB a CTA at head_dim 128, three CTAs an SM where bf16 fits two; the
+// automatic split count still assumes two), is converted exactly to f16 into a tile of its own (fp8_utils.cuh) and goes
 // through the same tensor-core code with f16 MMAs (Q converted to f16 once, P rounded to f16); the
 // K scale is folded into the softmax scale and the V scale into the output. Prefill reads bf16: DequantizeKvBlocks (kv_dequant.h) first.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.

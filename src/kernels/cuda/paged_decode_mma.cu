@@ -22,11 +22,11 @@
 // that the 8 row addresses of an ldmatrix hit different bank groups.
 //
 // FP8 KV (kFp8, PagedDecodeArgs::kv_pool_fp8; row loads only): the same shared memory per CTA, a
-// warp's region holding a deeper ring of stages of codes (K then V, 16 x HD bytes each, unpadded:
-// 4 KiB a stage at head_dim 128, half of bf16's; 5 stages where bf16 has 3, so 4 tiles in flight,
-// not 2: results/2026-12-04a-* found the kernel bound by the bytes each warp keeps in flight, the
-// 2-stage-ahead FP8 ring no faster than bf16's) and one 16-bit tile (16 x kLd) that the warp
-// converts the landed K into, then V, before the same ldmatrix code reads it. The tile is f16, not
+// warp's region holding 3 stages of codes (K then V, 16 x HD bytes each, unpadded: 4 KiB a stage
+// at head_dim 128, half of bf16's) and one 16-bit tile (16 x kLd) that the warp converts the
+// landed K into, then V, before the same ldmatrix code reads it: 69.25 KiB a CTA, three CTAs an SM
+// (Nsight Compute at batch 256 found the kernel issue-latency-bound with two: 0.38 instructions a
+// cycle per scheduler, fixed-latency and MIO dependencies; results/2026-12-04b-*). The tile is f16, not
 // bf16: cvt.rn.f16x2.e4m3x2 gives two exact values an instruction on sm_89+ (Fp8x4ToF16x4), where
 // the bf16 bit trick took about five integer operations and a multiply per pair and left the
 // kernel issue-bound (no faster than over bf16 at half the bytes; results/2026-12-04a-*), so the
@@ -57,17 +57,22 @@ struct MmaSmem {
   static_assert(kWarpBytes >= sizeof(float) * 16 * HD, "warp output");
   static_assert(kWarps * kWarpBytes >= sizeof(float) * 2 * 16 * kPagedDecodeMaxSplits, "merge");
   static_assert(kKV % 16 == 0 && kStageBytes % 16 == 0 && (kLd * 2) % 16 == 0);
-  // FP8: a warp's kRingFp8 stages of codes, then its f16 tile (one 16 x kLd matrix: K, then V),
-  // inside the same kWarpBytes: 5 stages (4 tiles in flight) where bf16 has 3, 3 where it has 2.
+  // FP8 (a layout of its own): a warp's kRingFp8 stages of codes, then its f16 tile (one 16 x kLd
+  // matrix: K, then V). 3 stages: 69.25 KiB a CTA at head_dim 128, so three CTAs (12 warps) an SM
+  // where bf16's 106 KiB allow two.
+  static constexpr int kRingFp8 = 3;
   static constexpr size_t kStageBytesFp8 = 2 * kTile * HD;
   static constexpr size_t kTileBytesFp8 = sizeof(__nv_bfloat16) * kTile * kLd;
-  static constexpr int kRingFp8 = static_cast<int>((kWarpBytes - kTileBytesFp8) / kStageBytesFp8);
   static constexpr size_t kTileFp8 = kRingFp8 * kStageBytesFp8;  // offset of the f16 tile
-  static_assert(kRingFp8 >= kStages && kRingFp8 <= 5 && kStageBytesFp8 % 16 == 0, "fp8 stages");
+  static constexpr size_t kWarpBytesFp8 = kTileFp8 + kTileBytesFp8;
+  static constexpr size_t kBytesFp8 = kKV + kWarps * kWarpBytesFp8;
+  static_assert(kWarpBytesFp8 >= sizeof(float) * 16 * HD, "warp output");
+  static_assert(kWarps * kWarpBytesFp8 >= sizeof(float) * 2 * 16 * kPagedDecodeMaxSplits, "merge");
+  static_assert(kStageBytesFp8 % 16 == 0 && kWarpBytesFp8 % 16 == 0, "fp8 stages");
 };
 
 template <int HD, int kStages, bool kRowLoads, bool kFp8>
-__global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
+__global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
   static_assert(!kFp8 || kRowLoads, "FP8 KV has the row loads only");
   // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
   // start fetching its weights now; it reads this kernel's output only after its wait.
@@ -75,6 +80,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   using L = MmaSmem<HD, kStages>;
   // Stages of the warp's cp.async ring: kStages of bf16, L::kRingFp8 of FP8 codes.
   constexpr int kRing = kFp8 ? L::kRingFp8 : kStages;
+  constexpr size_t kWarpStride = kFp8 ? L::kWarpBytesFp8 : L::kWarpBytes;  // a warp's region
   constexpr int kLd = L::kLd;
   constexpr int kChunks = HD / 8;   // 16-byte chunks per row
   constexpr int kKSteps = HD / 16;  // k-steps of Q K^T
@@ -97,10 +103,10 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
   const int64_t row_elems = static_cast<int64_t>(a.num_kv_heads) * HD;
   const int64_t v_shift = static_cast<int64_t>(a.block_size) * row_elems;
-  __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * L::kWarpBytes);
+  __nv_bfloat16* sKV = reinterpret_cast<__nv_bfloat16*>(smem + L::kKV + warp * kWarpStride);
   // FP8: the warp's stages of codes and its f16 tile (16-bit elements, as ldmatrix reads them);
   // the scales of this CTA's KV head.
-  uint8_t* sKV8 = smem + L::kKV + warp * L::kWarpBytes;
+  uint8_t* sKV8 = smem + L::kKV + warp * kWarpStride;
   __nv_bfloat16* sTile = reinterpret_cast<__nv_bfloat16*>(sKV8 + L::kTileFp8);
   float scale = a.scale, v_scale = 1.0f;
   if constexpr (kFp8) {
@@ -120,12 +126,28 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
   int next[kRing - 1];
 #pragma unroll
   for (int j = 0; j < kRing - 1; ++j) next[j] = kRowLoads ? block_of(j) : 0;
+  // Tiles start at multiples of 16 keys, so where block_size is a multiple of 16 a tile's rows lie
+  // in one block: one block id and one modulo per tile, row r at the tile's base + r rows (the
+  // per-row shuffle, 64-bit products and modulo were about a quarter of the kernel's instructions
+  // at batch 256: results/2026-12-04b-*).
+  const bool tile_in_block = a.block_size % kTile == 0;
   auto load_tile_rows = [&](int i, int stage) {
     const int n0 = start + (warp + kWarps * i) * kTile;
     const int blocks = next[0];
 #pragma unroll
     for (int j = 0; j + 1 < kRing - 1; ++j) next[j] = next[j + 1];
     next[kRing - 2] = block_of(i + kRing - 1);
+    int64_t tile_base = 0;
+    if (tile_in_block) {
+      const int64_t block = __shfl_sync(kFullMask, blocks, 0);
+      tile_base = (block * 2 * a.block_size + n0 % a.block_size) * row_elems + static_cast<int64_t>(kvh) * HD;
+    }
+    // Element offset of row r (key p) of the tile in the pool (K; V is v_shift further).
+    auto row_offset = [&](int r, int p) -> int64_t {
+      if (tile_in_block) return tile_base + r * row_elems;
+      const int64_t block = __shfl_sync(kFullMask, blocks, r);
+      return (block * 2 * a.block_size + p % a.block_size) * row_elems + static_cast<int64_t>(kvh) * HD;
+    };
     if constexpr (kFp8) {  // HD / 16 lanes per row of codes
       constexpr int kChunks8 = HD / 16, kRows8 = 32 / kChunks8;
       const int sub = lane / kChunks8, col = (lane % kChunks8) * 16;
@@ -134,12 +156,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
 #pragma unroll
       for (int j = 0; j < kTile / kRows8; ++j) {
         const int r = j * kRows8 + sub, p = n0 + r;
-        const int64_t block = __shfl_sync(kFullMask, blocks, r);
+        const int64_t at = row_offset(r, p);
         const bool valid = p < end;  // zero codes past `end`
-        const uint8_t* src =
-            valid ? a.kv_pool_fp8 + (block * 2 * a.block_size + p % a.block_size) * row_elems +
-                        static_cast<int64_t>(kvh) * HD + col
-                  : a.kv_pool_fp8;
+        const uint8_t* src = valid ? a.kv_pool_fp8 + at + col : a.kv_pool_fp8;
         CpAsync16(dk + r * HD + col, src, valid);
         CpAsync16(dv + r * HD + col, valid ? src + v_shift : src, valid);
       }
@@ -152,12 +171,9 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
 #pragma unroll
     for (int j = 0; j < kTile / kRows; ++j) {
       const int r = j * kRows + sub, p = n0 + r;
-      const int64_t block = __shfl_sync(kFullMask, blocks, r);
+      const int64_t at = row_offset(r, p);
       const bool valid = p < end;  // zeros past `end` (P is 0 there, V must be finite)
-      const __nv_bfloat16* src =
-          valid ? a.kv_pool + (block * 2 * a.block_size + p % a.block_size) * row_elems +
-                      static_cast<int64_t>(kvh) * HD + col
-                : a.kv_pool;
+      const __nv_bfloat16* src = valid ? a.kv_pool + at + col : a.kv_pool;
       CpAsync16(dk + r * kLd + col, src, valid);
       CpAsync16(dv + r * kLd + col, valid ? src + v_shift : src, valid);
     }
@@ -314,16 +330,19 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     // ldmatrix.trans (matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15)).
     const uint32_t pa[4] = {pack(s[0][0], s[0][1]), pack(s[0][2], s[0][3]), pack(s[1][0], s[1][1]),
                             pack(s[1][2], s[1][3])};
+    // O *= alpha only where a row's max moved (alpha is exactly 1 elsewhere: ex2 of 0), the
+    // warp's choice: after the first tiles of a context the maxima seldom move.
+    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        o[d][0] *= alpha0;
+        o[d][1] *= alpha0;
+        o[d][2] *= alpha1;
+        o[d][3] *= alpha1;
+      }
+    }
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
-      o[2 * dp][0] *= alpha0;
-      o[2 * dp][1] *= alpha0;
-      o[2 * dp][2] *= alpha1;
-      o[2 * dp][3] *= alpha1;
-      o[2 * dp + 1][0] *= alpha0;
-      o[2 * dp + 1][1] *= alpha0;
-      o[2 * dp + 1][2] *= alpha1;
-      o[2 * dp + 1][3] *= alpha1;
       uint32_t vb[4];
       LdMatrixX4Trans(vb, tv + (((lane >> 3) & 1) * 8 + (lane & 7)) * kLd + dp * 16 + (lane >> 4) * 8);
       mma(o[2 * dp], pa, vb);
@@ -366,7 +385,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
     for (int w = 0; w < kWarps; ++w) {
       const float wt = s_m[w][g] == -INFINITY ? 0.0f : Exp2((s_m[w][g] - mx) * sl2);
       sum += wt * s_l[w][g];
-      acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * L::kWarpBytes)[g * HD + d];
+      acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * kWarpStride)[g * HD + d];
     }
     acc = acc / sum * v_scale;
     const int h = h0 + g;
@@ -389,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 2) PagedDecodeMmaKernel(PagedDecodeA
 
 template <int HD, int kStages, bool kRowLoads, bool kFp8 = false>
 cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
-  constexpr size_t kBytes = MmaSmem<HD, kStages>::kBytes;
+  constexpr size_t kBytes = kFp8 ? MmaSmem<HD, kStages>::kBytesFp8 : MmaSmem<HD, kStages>::kBytes;
   auto* kernel = &PagedDecodeMmaKernel<HD, kStages, kRowLoads, kFp8>;
   cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(kBytes));
