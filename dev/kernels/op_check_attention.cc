@@ -296,13 +296,8 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
     // copies of the pool (>= 256 MB in all, so K/V come from HBM as in a real step, not from the
     // 50 MB L2 that a small pool would stay in); the stream-launched time on one pool beside it.
     constexpr int kReps = 20;
-    const int copies = static_cast<int>(
-        std::min<size_t>(kReps, (size_t{256} << 20) / std::max<size_t>(pool.bytes(), 1) + 1));
-    std::vector<DevBuf<bf16>> pools;
-    for (int c = 1; c < copies; ++c) {
-      pools.emplace_back(pool.size());
-      OC_CUDA(cudaMemcpy(pools.back().get(), pool.get(), pool.bytes(), cudaMemcpyDeviceToDevice));
-    }
+    const int copies = L2Copies(pool.bytes(), kReps);
+    const std::vector<DevBuf<bf16>> pools = CopiesOf(pool, copies);
     int rep = 0;
     row.time_us = TimeUsGraph([&](cudaStream_t st) {
       cuda::PagedDecodeArgs b = a;

@@ -322,19 +322,13 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
     // In a CUDA graph over copies of the pool (>= 256 MB in all: K/V from HBM, not L2), as
     // op_check_attention.cc times the bf16 kernel; the bf16 kernel on a pool of the same values.
     constexpr int kReps = 20;
-    const int copies = static_cast<int>(std::min<size_t>(kReps, (size_t{256} << 20) / pool.bytes() + 1));
-    std::vector<DevBuf<uint8_t>> pools;
-    std::vector<DevBuf<bf16>> pools16;
+    const int copies = L2Copies(pool.bytes(), kReps);
     DevBuf<bf16> pool16(codes.size());
     std::vector<float> values(codes.size());
     for (size_t i = 0; i < codes.size(); ++i) values[i] = cpu::Fp8E4M3ToFloat(codes[i]);
     UploadBf16(pool16.get(), values);
-    for (int c = 1; c < copies; ++c) {
-      pools.emplace_back(pool.size());
-      OC_CUDA(cudaMemcpy(pools.back().get(), pool.get(), pool.bytes(), cudaMemcpyDeviceToDevice));
-      pools16.emplace_back(pool16.size());
-      OC_CUDA(cudaMemcpy(pools16.back().get(), pool16.get(), pool16.bytes(), cudaMemcpyDeviceToDevice));
-    }
+    const std::vector<DevBuf<uint8_t>> pools = CopiesOf(pool, copies);
+    const std::vector<DevBuf<bf16>> pools16 = CopiesOf(pool16, copies);
     int rep = 0;
     r.time_us = TimeUsGraph([&](cudaStream_t st) {
       cuda::PagedDecodeArgs b = a;

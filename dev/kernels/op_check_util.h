@@ -117,6 +117,22 @@ double TimeUs(const std::function<void()>& fn, int reps_per_sample = 10, int sam
 double TimeUsGraph(const std::function<void(cudaStream_t)>& fn, int reps_per_sample = 10,
                    int samples = 15);
 
+// A kernel timed over copies of its input reads it from HBM as in a real step, not from the 50 MB
+// L2 that a small input would stay in: L2Copies says how many (>= 256 MB in all, at most
+// max_copies), CopiesOf makes copies 1.. of them (copy 0 is `buf` itself).
+inline int L2Copies(size_t bytes, int max_copies) {
+  return static_cast<int>(std::min<size_t>(max_copies, (size_t{256} << 20) / std::max<size_t>(bytes, 1) + 1));
+}
+template <typename T>
+std::vector<DevBuf<T>> CopiesOf(const DevBuf<T>& buf, int copies) {
+  std::vector<DevBuf<T>> out;
+  for (int c = 1; c < copies; ++c) {
+    out.emplace_back(buf.size());
+    OC_CUDA(cudaMemcpy(out.back().get(), buf.get(), buf.bytes(), cudaMemcpyDeviceToDevice));
+  }
+  return out;
+}
+
 // The measured ceilings of DESIGN.md section 5 (one H200, CUDA 13.0).
 constexpr double kCeilingGBs = 4270.0;
 constexpr double kCeilingTflops = 796.0;
