@@ -1,4 +1,5 @@
-// Linear layer as torch.nn.functional.linear: y = x W^T (+ b), fp32 through OpenBLAS sgemm.
+// Linear layer as torch.nn.functional.linear: y = x W^T (+ b), fp32 through OpenBLAS (sgemv for
+// one row, sgemm otherwise).
 #pragma once
 
 namespace tandem::cpu {
