@@ -151,7 +151,7 @@ size_t CudaModelRunner::PendingDeviceBytes(int max_num_seqs, int max_model_len) 
   pending += more(rows * kMaxLogprobs * (sizeof(int32_t) + sizeof(float)), topk_);
   if (fp8_kv_ && block_size_ > 0) {  // the prefill's bf16 scratch (StepPlan::fp8_groups)
     const size_t one_seq = static_cast<size_t>((max_model_len + block_size_ - 1) / block_size_) *
-                           (KVBlockBytes(block_size_) / config_.num_hidden_layers) * 2;
+                           ScratchBlockBytes();
     pending += more(std::max(kFp8PrefillScratchBytes, one_seq), kv_scratch_);
   }
   return pending;
@@ -200,18 +200,12 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   }
   TANDEM_ASSIGN_OR_RETURN(const KvCacheDtype kv_dtype, ParseKvCacheDtype(options.kv_cache_dtype));
   const bool fp8_kv = kv_dtype == KvCacheDtype::kFp8E4M3;
-  if (fp8_kv) {
-    // The decode kernel that reads FP8 codes (kernels/cuda/paged_attention.h) is the tensor-core one.
-    cuda::PagedDecodeArgs probe;
-    probe.kv_pool_fp8 = reinterpret_cast<const uint8_t*>(16);  // only its presence is read
-    probe.num_heads = config.num_attention_heads;
-    probe.num_kv_heads = config.num_key_value_heads;
-    probe.head_dim = config.head_dim;
-    if (cuda::detail::ChoosePagedDecodeKernel(probe, cuda::CurrentDeviceLimits()) != cuda::DecodeKernel::kMma) {
-      return Err(StatusCode::kUnimplemented, "CUDA runner: --kv-cache-dtype {} needs the tensor-core decode "
-                 "kernel (sm_80+, head_dim 64 or 128, at most 16 query heads per KV head); {} with {} / {} heads",
-                 options.kv_cache_dtype, device, config.num_attention_heads, config.num_key_value_heads);
-    }
+  // The decode kernel that reads FP8 codes (kernels/cuda/paged_attention.h) is the tensor-core one.
+  if (fp8_kv && !cuda::detail::PagedDecodeMmaFits(config.num_attention_heads, config.num_key_value_heads,
+                                                  config.head_dim, cuda::CurrentDeviceLimits())) {
+    return Err(StatusCode::kUnimplemented, "CUDA runner: --kv-cache-dtype {} needs the tensor-core decode "
+               "kernel (sm_80+, head_dim 64 or 128, at most 16 query heads per KV head); {} with {} / {} heads",
+               options.kv_cache_dtype, device, config.num_attention_heads, config.num_key_value_heads);
   }
   log::info("{}", device);
   if (fp8_kv) {

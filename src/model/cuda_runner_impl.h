@@ -58,6 +58,8 @@ class CudaModelRunner final : public ModelRunner {
   // FP8 KV: the bf16 scratch pool the prefill slices' blocks are gathered into, per layer
   // (StepPlan::fp8_groups): at most this many bytes unless one sequence needs more.
   static constexpr size_t kFp8PrefillScratchBytes = size_t{256} << 20;
+  // Bytes of one block of one layer in that scratch pool (bf16 K and V).
+  size_t ScratchBlockBytes() const { return KVBlockBytesOf(config_, block_size_, false) / config_.num_hidden_layers; }
   // cuBLAS gets its workspace from us (graph capture cannot let it allocate one); 32 MiB is what
   // cuBLAS asks for on Hopper.
   static constexpr size_t kCublasWorkspaceBytes = size_t{32} << 20;

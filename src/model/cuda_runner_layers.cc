@@ -208,7 +208,6 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     if (!p.decode && decode_seqs < p.num_seqs) {
       cuda::PagedPrefillArgs a;
       attention_args(a);
-      a.kv_pool = kv_[l].as<bf16>();
       // The remaining slices: their per-sequence arrays from `decode_seqs` on (query_start_loc
       // holds absolute token rows, so q and out stay the step's).
       a.num_seqs = p.num_seqs - decode_seqs;
@@ -217,6 +216,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
       a.start_pos = d_start + decode_seqs;
       a.max_query_len = p.max_query_len;
       if (!fp8_kv_) {
+        a.kv_pool = kv_[l].as<bf16>();
         TANDEM_RETURN_IF_ERROR(cuda::PagedPrefill(a, stream_));
       }
       // FP8 KV: each group's blocks to bf16 in the scratch pool, then its slices over that pool.

@@ -174,8 +174,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   p.picks_cap = std::max(kMaxDecodeGraphBatch, p.sample_rows);
   if (fp8_kv_ && !p.decode) {
     // The prefill slices' blocks, grouped so that a group's bf16 copy fits the scratch budget.
-    const size_t bf16_block = KVBlockBytes(block_size_) / c.num_hidden_layers * 2;
-    const int budget = static_cast<int>(std::max<size_t>(kFp8PrefillScratchBytes / bf16_block, 1));
+    const int budget = static_cast<int>(std::max<size_t>(kFp8PrefillScratchBytes / ScratchBlockBytes(), 1));
     for (int s = p.decode_prefix; s < n_real; ++s) {
       const SequenceSlice& seq = batch.seqs[s];
       const int n = static_cast<int>(seq.token_ids.size());
@@ -254,7 +253,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
       }
     }
     TANDEM_RETURN_IF_ERROR(
-        kv_scratch_.Reserve(static_cast<size_t>(p.fp8_max_blocks) * (KVBlockBytes(block_size_) / c.num_hidden_layers) * 2));
+        kv_scratch_.Reserve(static_cast<size_t>(p.fp8_max_blocks) * ScratchBlockBytes()));
   }
   DeviceArray& dmeta = p.padded ? graph_meta_ : meta_;
   if (p.padded) {  // sized once for the largest graph, so graphs never see it move

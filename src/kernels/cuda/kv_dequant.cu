@@ -20,21 +20,19 @@ __global__ void DequantizeKvBlocksKernel(DequantizeKvBlocksArgs a, int64_t chunk
   const uint4 codes = reinterpret_cast<const uint4*>(a.src_pool)[a.src_blocks[i] * chunks_per_block + c];
   uint32_t w[8];
   Fp8x16ToBf16x16(codes, w);
-  uint4 lo = make_uint4(w[0], w[1], w[2], w[3]), hi = make_uint4(w[4], w[5], w[6], w[7]);
-  if (scale != 1.0f) {
-    float f[8];
-    Bf16x8ToFloat(lo, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] *= scale;
-    lo = FloatToBf16x8(f);
-    Bf16x8ToFloat(hi, f);
-#pragma unroll
-    for (int j = 0; j < 8; ++j) f[j] *= scale;
-    hi = FloatToBf16x8(f);
-  }
   uint4* dst = reinterpret_cast<uint4*>(a.dst_pool) + (i * chunks_per_block + c) * 2;
-  dst[0] = lo;
-  dst[1] = hi;
+#pragma unroll
+  for (int half16 = 0; half16 < 2; ++half16) {  // codes 0-7, then 8-15
+    uint4 v = make_uint4(w[4 * half16], w[4 * half16 + 1], w[4 * half16 + 2], w[4 * half16 + 3]);
+    if (scale != 1.0f) {
+      float f[8];
+      Bf16x8ToFloat(v, f);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) f[j] *= scale;
+      v = FloatToBf16x8(f);
+    }
+    dst[half16] = v;
+  }
 }
 
 }  // namespace

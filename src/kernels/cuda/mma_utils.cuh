@@ -40,6 +40,19 @@ __device__ inline uint32_t Bf16x2ToF16x2(uint32_t w) {
   return PackF16x2(__low2float(v), __high2float(v));
 }
 
+// The online softmax's rescale of a warp's m16n8 fp32 accumulator tiles o[0..N): the rows of
+// lane / 4 (c[0..1]) by alpha0, those of lane / 4 + 8 (c[2..3]) by alpha1.
+template <int N>
+__device__ inline void ScaleAccRows(float (&o)[N][4], float alpha0, float alpha1) {
+#pragma unroll
+  for (int d = 0; d < N; ++d) {
+    o[d][0] *= alpha0;
+    o[d][1] *= alpha0;
+    o[d][2] *= alpha1;
+    o[d][3] *= alpha1;
+  }
+}
+
 #ifdef TANDEM_CUDA_EMU
 
 __device__ inline void MmaBf16(float d[4], const uint32_t a[4], const uint32_t b[2]) {

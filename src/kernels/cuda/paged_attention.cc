@@ -80,7 +80,7 @@ Status PagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
                a.num_splits, kPagedDecodeMaxSplits);
   }
   if (a.kv_pool_fp8 != nullptr &&
-      detail::ChoosePagedDecodeKernel(a, CurrentDeviceLimits()) != DecodeKernel::kMma) {
+      !detail::PagedDecodeMmaFits(a.num_heads, a.num_kv_heads, a.head_dim, CurrentDeviceLimits())) {
     return Err(StatusCode::kUnimplemented, "PagedDecode: an FP8 KV pool needs the tensor-core "
                "kernel (head_dim 64 or 128, at most 16 query heads per KV head, sm_80+); "
                "num_heads {}, num_kv_heads {}, head_dim {}", a.num_heads, a.num_kv_heads, a.head_dim);

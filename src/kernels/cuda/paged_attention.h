@@ -194,6 +194,10 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& args, cudaStream_t stream);
 // at most 4).
 DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& args, const DeviceLimits& limits);
 int PagedDecodeMmaStages(int head_dim, const DeviceLimits& limits);
+// Whether the tensor-core decode kernel serves this shape on a device with `limits` (sm_80+, at most
+// 16 query heads per KV head, head_dim 64 or 128 with its shared memory fitting): the kernel kAuto
+// takes there, and the only one that reads an FP8 pool.
+bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const DeviceLimits& limits);
 int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& limits);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail

@@ -131,16 +131,20 @@ int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& d) {
   return static_cast<int>(std::min<size_t>(d.smem_per_sm / per_cta, 4));
 }
 
+bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const DeviceLimits& d) {
+  if (num_kv_heads <= 0) return false;
+  const int group = num_heads / num_kv_heads;
+  return d.cc_major >= 8 && group >= 1 && group <= kMaxGroupMma && PagedDecodeMmaStages(head_dim, d) > 0;
+}
+
 DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimits& d) {
   // An FP8 pool has the row-load mma kernel only (PagedDecode refuses it where that does not fit).
   const DecodeKernel asked = a.kv_pool_fp8 != nullptr      ? DecodeKernel::kMma
                              : a.kernel != DecodeKernel::kAuto ? a.kernel
                                                                : EnvKernel();
-  if (asked == DecodeKernel::kSimt || a.num_kv_heads <= 0) return DecodeKernel::kSimt;
-  const int group = a.num_heads / a.num_kv_heads;
-  const bool fits = d.cc_major >= 8 && group >= 1 && group <= kMaxGroupMma &&
-                    PagedDecodeMmaStages(a.head_dim, d) > 0;
-  if (!fits) return DecodeKernel::kSimt;
+  if (asked == DecodeKernel::kSimt || !PagedDecodeMmaFits(a.num_heads, a.num_kv_heads, a.head_dim, d)) {
+    return DecodeKernel::kSimt;
+  }
   return asked == DecodeKernel::kMmaPairLoads ? asked : DecodeKernel::kMma;
 }
 

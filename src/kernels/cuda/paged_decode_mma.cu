@@ -21,12 +21,12 @@
 // 72.25 KiB at 2 stages (GPUs with 99 KiB a block: one CTA per SM); rows padded by 16 bytes so
 // that the 8 row addresses of an ldmatrix hit different bank groups.
 //
-// FP8 KV (kFp8, PagedDecodeArgs::kv_pool_fp8; row loads only): the same shared memory per CTA, a
+// FP8 KV (kFp8, PagedDecodeArgs::kv_pool_fp8; row loads only): a shared-memory layout of its own, a
 // warp's region holding 3 stages of codes (K then V, 16 x HD bytes each, unpadded: 4 KiB a stage
 // at head_dim 128, half of bf16's) and one 16-bit tile (16 x kLd) that the warp converts the
 // landed K into, then V, before the same ldmatrix code reads it: 69.25 KiB a CTA, three CTAs an SM
 // (Nsight Compute at batch 256 found the kernel issue-latency-bound with two: 0.38 instructions a
-// cycle per scheduler, fixed-latency and MIO dependencies; results/2026-12-04b-*). The tile is f16, not
+// cycle per scheduler, fixed-latency and MIO dependencies; results/2026-12-04a-*). The tile is f16, not
 // bf16: cvt.rn.f16x2.e4m3x2 gives two exact values an instruction on sm_89+ (Fp8x4ToF16x4), where
 // the bf16 bit trick took about five integer operations and a multiply per pair and left the
 // kernel issue-bound (no faster than over bf16 at half the bytes; results/2026-12-04a-*), so the
@@ -129,7 +129,7 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
   // Tiles start at multiples of 16 keys, so where block_size is a multiple of 16 a tile's rows lie
   // in one block: one block id and one modulo per tile, row r at the tile's base + r rows (the
   // per-row shuffle, 64-bit products and modulo were about a quarter of the kernel's instructions
-  // at batch 256: results/2026-12-04b-*).
+  // at batch 256: results/2026-12-04a-*).
   const bool tile_in_block = a.block_size % kTile == 0;
   auto load_tile_rows = [&](int i, int stage) {
     const int n0 = start + (warp + kWarps * i) * kTile;
@@ -332,15 +332,7 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
                             pack(s[1][2], s[1][3])};
     // O *= alpha only where a row's max moved (alpha is exactly 1 elsewhere: ex2 of 0), the
     // warp's choice: after the first tiles of a context the maxima seldom move.
-    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-      for (int d = 0; d < kDTiles; ++d) {
-        o[d][0] *= alpha0;
-        o[d][1] *= alpha0;
-        o[d][2] *= alpha1;
-        o[d][3] *= alpha1;
-      }
-    }
+    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) ScaleAccRows(o, alpha0, alpha1);
 #pragma unroll
     for (int dp = 0; dp < kDTiles / 2; ++dp) {
       uint32_t vb[4];

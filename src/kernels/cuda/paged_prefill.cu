@@ -428,13 +428,7 @@ __global__ void __launch_bounds__(2 * kBM, kBM == 128 ? 1 : 2) PagedPrefillKerne
     }
     l_run0 = l_run0 * alpha0 + (u0[0] + u0[1]);
     l_run1 = l_run1 * alpha1 + (u1[0] + u1[1]);
-#pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[d][0] *= alpha0;
-      o[d][1] *= alpha0;
-      o[d][2] *= alpha1;
-      o[d][3] *= alpha1;
-    }
+    ScaleAccRows(o, alpha0, alpha1);
 
     // O += P V: the accumulators of key tiles 2ks and 2ks + 1 are the A fragment of k-step ks.
     // V's B fragments by ldmatrix.trans: matrices (keys 0-7 | 8-15) x (dims 0-7 | 8-15).

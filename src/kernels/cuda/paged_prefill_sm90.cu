@@ -271,15 +271,7 @@ __global__ void __launch_bounds__(kThreads, 1) PagedPrefillWgmmaKernel(PagedPref
     FenceRegs(o);
     FenceRegs(p);
     // A warp whose rows all kept their max (alpha 1: later tiles, mostly) leaves O as it is.
-    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) {
-#pragma unroll
-      for (int d = 0; d < 16; ++d) {
-        o[d][0] *= alpha0;
-        o[d][1] *= alpha0;
-        o[d][2] *= alpha1;
-        o[d][3] *= alpha1;
-      }
-    }
+    if (__any_sync(kFullMask, alpha0 != 1.0f || alpha1 != 1.0f)) ScaleAccRows(o, alpha0, alpha1);
     pack_p(s, p);
   }
   WgmmaFence();
