@@ -1,11 +1,12 @@
 // cuda_op_check: every CUDA op of src/kernels/cuda against its CPU reference (src/kernels/cpu) on
-// fresh random inputs, plus timings. Usage: cuda_op_check [--seed N] [--small] [--only OP_GROUP]
+// fresh random inputs, plus timings. Usage: cuda_op_check [--seed N] [--small] [--only OP_GROUP[,OP_GROUP...]]
 // --small: only the small and odd shapes, untimed (quick enough for compute-sanitizer).
 // Exit: 0 all checks pass, 1 a check failed, 2 a CUDA error, 77 no CUDA device.
 #include <chrono>
 #include <cstring>
 #include <ctime>
 #include <random>
+#include <string>
 
 #include "op_check_util.h"
 
@@ -61,7 +62,10 @@ int main(int argc, char** argv) {
   };
   const auto t0 = std::chrono::steady_clock::now();
   for (const Group& g : groups) {
-    if (only != nullptr && std::strcmp(only, g.name) != 0) continue;
+    // --only takes one group or a comma-separated list of them.
+    if (only != nullptr && ("," + std::string(only) + ",").find("," + std::string(g.name) + ",") == std::string::npos) {
+      continue;
+    }
     const auto g0 = std::chrono::steady_clock::now();
     g.fn();
     OC_CUDA(cudaDeviceSynchronize());
