@@ -10,7 +10,6 @@
 
 #include "kernels/cuda/cublaslt_prefs.h"
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/launch_timer.h"
 
 namespace tandem::cuda {
 
@@ -61,6 +60,27 @@ Status LtStatus(cublasStatus_t st, const char* what) {
   return Err(StatusCode::kInternal, "GemmTuner: {}: {}", what, cublasGetStatusString(st));
 }
 
+// Times `launch` (a callable returning Status): two untimed calls, then `reps` between events.
+template <typename F>
+Result<double> TimeUs(F&& launch, int reps, cudaStream_t stream, cudaEvent_t start, cudaEvent_t stop) {
+  for (int i = 0; i < 2; ++i) TANDEM_RETURN_IF_ERROR(launch());
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
+  for (int i = 0; i < reps; ++i) TANDEM_RETURN_IF_ERROR(launch());
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+  return 1e3 * ms / reps;
+}
+
+struct Events {
+  cudaEvent_t start = nullptr, stop = nullptr;
+  ~Events() {
+    if (start) cudaEventDestroy(start);
+    if (stop) cudaEventDestroy(stop);
+  }
+};
+
 }  // namespace
 
 Result<std::unique_ptr<GemmTuner>> GemmTuner::Create(void* workspace, size_t workspace_bytes) {
@@ -106,7 +126,7 @@ Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStre
   cublasLtMatmulPreferenceDestroy(pref);
   if (hs != CUBLAS_STATUS_SUCCESS) count = 0;  // no candidate: cublasGemmEx stays
 
-  detail::EventPair ev;
+  Events ev;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.start));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&ev.stop));
   // The W of each launch: a.w, or the next of `weights` (same shape and alignment class).
@@ -119,7 +139,7 @@ Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStre
   };
   LinearArgs plain = a;
   plain.bias = nullptr;
-  TANDEM_ASSIGN_OR_RETURN(e->gemmex_us, detail::TimeLaunchUs(
+  TANDEM_ASSIGN_OR_RETURN(e->gemmex_us, TimeUs(
                                             [&] {
                                               plain.w = next_w();
                                               return LinearCublas(handle, plain, stream);
@@ -136,7 +156,7 @@ Status GemmTuner::Tune(const CublasHandle& handle, const LinearArgs& a, cudaStre
                                      workspace_bytes_, stream),
                       "cublasLtMatmul");
     };
-    Result<double> us = detail::TimeLaunchUs(launch, kReps, stream, ev.start, ev.stop);
+    Result<double> us = TimeUs(launch, kReps, stream, ev.start, ev.stop);
     if (!us.ok()) continue;  // a candidate that does not run is skipped
     if (*us < 0.97 * e->best_us) {  // 3%: a clear win, not timing noise
       e->best_us = *us;
