@@ -1,8 +1,10 @@
 // The CPU reference ModelRunner (model_runner.h): fp32 forward of Llama-family decoders
 // (Qwen3, Llama, Qwen2, Mistral) over a paged KV cache, following transformers' modeling_*.py.
 //
-// One step: all new tokens of all slices go through each projection as one sgemm
-// ([num_tokens, hidden] x W^T); attention runs per slice over its block table.
+// The weights stay in the checkpoint's dtype, in place in the mapped safetensors file the runner
+// keeps (weights.h); activations are fp32. One step: all new tokens of all slices go through each
+// projection as one cpu::Linear ([num_tokens, hidden] x W^T: a skinny GEMM up to 16 tokens, sgemm
+// over converted chunks of W beyond); attention runs per slice over its block table.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -169,16 +171,16 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
   std::vector<float> up(gate.size());                         // [T, inter]
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
-  cpu::Embedding(ids.data(), T, weights_.embed.data(), hidden, x.data());
+  cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x.data());
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     float* pool = fp8_kv_ ? nullptr : kv_[layer].data();
     uint8_t* pool8 = fp8_kv_ ? kv8_[layer].data() : nullptr;
     cpu::RmsNorm(x.data(), w.input_norm.data(), T, hidden, eps, xn.data());
-    cpu::Linear(xn.data(), T, hidden, w.q_proj.data(), q_dim, bias(w.q_bias), q.data());
-    cpu::Linear(xn.data(), T, hidden, w.k_proj.data(), kv_dim, bias(w.k_bias), k.data());
-    cpu::Linear(xn.data(), T, hidden, w.v_proj.data(), kv_dim, bias(w.v_bias), v.data());
+    cpu::Linear(xn.data(), T, w.q_proj.matrix(), bias(w.q_bias), q.data());
+    cpu::Linear(xn.data(), T, w.k_proj.matrix(), bias(w.k_bias), k.data());
+    cpu::Linear(xn.data(), T, w.v_proj.matrix(), bias(w.v_bias), v.data());
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim
       cpu::RmsNorm(q.data(), w.q_norm.data(), T * nh, hd, eps, q.data());
       cpu::RmsNorm(k.data(), w.k_norm.data(), T * nkv, hd, eps, k.data());
@@ -210,13 +212,13 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.out = attn.data() + static_cast<size_t>(seq_offset[s]) * q_dim;
       cpu::PagedAttention(a);
     }
-    cpu::Linear(attn.data(), T, q_dim, w.o_proj.data(), hidden, bias(w.o_bias), proj.data());
+    cpu::Linear(attn.data(), T, w.o_proj.matrix(), bias(w.o_bias), proj.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
     cpu::RmsNorm(x.data(), w.post_norm.data(), T, hidden, eps, xn.data());
-    cpu::Linear(xn.data(), T, hidden, w.gate_proj.data(), inter, nullptr, gate.data());
-    cpu::Linear(xn.data(), T, hidden, w.up_proj.data(), inter, nullptr, up.data());
+    cpu::Linear(xn.data(), T, w.gate_proj.matrix(), nullptr, gate.data());
+    cpu::Linear(xn.data(), T, w.up_proj.matrix(), nullptr, up.data());
     cpu::SiluMul(gate.data(), up.data(), static_cast<long>(gate.size()), gate.data());
-    cpu::Linear(gate.data(), T, inter, w.down_proj.data(), hidden, nullptr, proj.data());
+    cpu::Linear(gate.data(), T, w.down_proj.matrix(), nullptr, proj.data());
     for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
   }
 
@@ -230,8 +232,7 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
   }
   cpu::RmsNorm(sel.data(), weights_.final_norm.data(), R, hidden, eps, sel.data());
   logits->resize(static_cast<size_t>(R) * c.vocab_size);
-  cpu::Linear(sel.data(), R, hidden, weights_.lm_head_or_embed().data(), c.vocab_size, nullptr,
-              logits->data());
+  cpu::Linear(sel.data(), R, weights_.lm_head_or_embed().matrix(), nullptr, logits->data());
   return Status::Ok();
 }
 
@@ -247,7 +248,14 @@ Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model
     log::info("weights: {}, dequantized to fp32 for the CPU engine", config.quantization.Describe());
   }
   TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
-  TANDEM_ASSIGN_OR_RETURN(ModelWeights weights, LoadModelWeights(st, config));
+  TANDEM_ASSIGN_OR_RETURN(ModelWeights weights,
+                          LoadModelWeights(std::make_shared<const SafetensorsModel>(std::move(st)), config));
+  const cpu::WeightMatrix head = weights.lm_head_or_embed().matrix();
+  log::info("CPU weights: {:.1f} MiB ({} matrices{}; lm_head {}{}), kernels {}",
+            static_cast<double>(weights.bytes()) / (1 << 20), cpu::WeightTypeName(weights.embed.matrix().type),
+            weights.embed.owned.empty() ? " in place in the checkpoint's mapping" : "",
+            cpu::WeightTypeName(head.type), weights.lm_head.empty() ? ", tied to the embedding" : "",
+            cpu::LinearIsaName(cpu::ActiveLinearIsa()));
   if (kv_dtype == KvCacheDtype::kFp8E4M3) {
     log::info("KV cache: FP8 E4M3 (scale 1.0 per layer and KV head), a quarter of the fp32 pool's bytes");
   }

@@ -13,6 +13,7 @@
 
 #include "common/file_util.h"
 #include "kernels/cpu/fp8.h"
+#include "kernels/cpu/weight_matrix.h"
 
 namespace tandem {
 namespace {
@@ -74,37 +75,9 @@ std::string ShapeString(std::span<const int64_t> shape) {
   return s + "]";
 }
 
-float BFloat16ToFloat(uint16_t b) {
-  uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float BFloat16ToFloat(uint16_t b) { return cpu::Bf16BitsToFloat(b); }
 
-float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t exp = (h >> 10) & 0x1fu;
-  uint32_t mant = h & 0x3ffu;
-  uint32_t bits;
-  if (exp == 0x1f) {  // inf / NaN
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else if (exp != 0) {  // normal
-    bits = sign | ((exp + 112u) << 23) | (mant << 13);
-  } else if (mant == 0) {  // zero
-    bits = sign;
-  } else {  // subnormal: normalize
-    int e = 113;  // 127 - 15 + 1
-    while ((mant & 0x400u) == 0) {
-      mant <<= 1;
-      --e;
-    }
-    mant &= 0x3ffu;
-    bits = sign | (static_cast<uint32_t>(e) << 23) | (mant << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float HalfToFloat(uint16_t h) { return cpu::HalfBitsToFloat(h); }
 
 Status TensorToFloat(const TensorView& t, std::vector<float>* out) {
   const int64_t n = t.num_elements();

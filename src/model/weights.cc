@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include <fmt/format.h>
 
@@ -34,6 +35,40 @@ Status Bind(const SafetensorsModel& st, const std::string& name, std::vector<int
                "of an FP8 checkpoint may be", name, t->file);
   }
   return TensorToFloat(*t, out);
+}
+
+// t in place as a kernel matrix [rows, cols]: BF16/F16/F32 whose data is aligned to its element.
+bool InPlace(const TensorView& t, int64_t rows, int64_t cols, cpu::WeightMatrix* m) {
+  cpu::WeightType type;
+  switch (t.dtype) {
+    case DType::kBF16: type = cpu::WeightType::kBF16; break;
+    case DType::kF16: type = cpu::WeightType::kF16; break;
+    case DType::kF32: type = cpu::WeightType::kF32; break;
+    default: return false;
+  }
+  if (reinterpret_cast<uintptr_t>(t.data) % cpu::WeightTypeBytes(type) != 0) return false;
+  *m = cpu::WeightMatrix{type, t.data, rows, cols};
+  return true;
+}
+
+// t (not F8_E4M3) as a MatrixWeight: in place when it can be, else fp32 (TensorToFloat's errors).
+Status MatrixOf(const TensorView& t, int64_t rows, int64_t cols, MatrixWeight* out) {
+  out->owned.clear();
+  out->mapped = cpu::WeightMatrix{cpu::WeightType::kF32, nullptr, rows, cols};
+  if (InPlace(t, rows, cols, &out->mapped)) return Status::Ok();
+  out->mapped.data = nullptr;
+  return TensorToFloat(t, &out->owned);
+}
+
+// A matrix that is not a linear projection (the embedding): in place; F8_E4M3 is refused.
+Status BindMatrix(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
+                  MatrixWeight* out) {
+  TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
+  if (t->dtype == DType::kF8E4M3) {
+    return Err(StatusCode::kInvalidArgument, "tensor {} in {} is F8_E4M3; only the linear projections "
+               "of an FP8 checkpoint may be", name, t->file);
+  }
+  return MatrixOf(*t, expected[0], expected[1], out);
 }
 
 // The shape of a scale tensor, as [rows, cols] of scale blocks: [] and [n] are [1, 1] and [n, 1].
@@ -78,26 +113,53 @@ Result<Fp8WeightView> FindFp8Scales(const SafetensorsModel& st, const std::strin
 }
 
 Status BindLinear(const SafetensorsModel& st, const std::string& name, std::vector<int64_t> expected,
-                  const QuantizationConfig& q, std::vector<float>* out) {
+                  const QuantizationConfig& q, MatrixWeight* out) {
   TANDEM_ASSIGN_OR_RETURN(const TensorView* t, FindWeight(st, name, expected));
+  const int64_t rows = expected[0], cols = expected[1];
   if (q.source == "online") {
-    TANDEM_RETURN_IF_ERROR(TensorToFloat(*t, out));
-    const int64_t rows = expected[0], cols = expected[1];
-    std::vector<uint8_t> codes(out->size());
+    out->mapped = cpu::WeightMatrix{cpu::WeightType::kF32, nullptr, rows, cols};
+    TANDEM_RETURN_IF_ERROR(TensorToFloat(*t, &out->owned));
+    std::vector<uint8_t> codes(out->owned.size());
     std::vector<float> scales(rows);
-    cpu::QuantizeFp8E4M3PerRow(out->data(), rows, cols, codes.data(), scales.data());
-    cpu::DequantizeFp8E4M3(codes.data(), rows, cols, scales.data(), 1, cols, out->data());
+    cpu::QuantizeFp8E4M3PerRow(out->owned.data(), rows, cols, codes.data(), scales.data());
+    cpu::DequantizeFp8E4M3(codes.data(), rows, cols, scales.data(), 1, cols, out->owned.data());
     return Status::Ok();
   }
-  if (t->dtype != DType::kF8E4M3) return TensorToFloat(*t, out);
-  const int64_t rows = expected[0], cols = expected[1];
+  if (t->dtype != DType::kF8E4M3) return MatrixOf(*t, rows, cols, out);
   TANDEM_ASSIGN_OR_RETURN(const Fp8WeightView v, FindFp8Scales(st, name, t, rows, cols, q));
-  out->resize(static_cast<size_t>(rows * cols));
-  cpu::DequantizeFp8E4M3(t->data, rows, cols, v.scales.data(), v.block_rows, v.block_cols, out->data());
+  out->mapped = cpu::WeightMatrix{cpu::WeightType::kF32, nullptr, rows, cols};
+  out->owned.resize(static_cast<size_t>(rows * cols));
+  cpu::DequantizeFp8E4M3(t->data, rows, cols, v.scales.data(), v.block_rows, v.block_cols, out->owned.data());
   return Status::Ok();
 }
 
-Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelConfig& c) {
+std::vector<float> MatrixWeight::ToFloat() const {
+  if (!owned.empty()) return owned;
+  std::vector<float> out(static_cast<size_t>(mapped.rows * mapped.cols));
+  if (mapped.data != nullptr) cpu::WeightRowsToFloat(mapped, 0, mapped.rows, out.data());
+  return out;
+}
+
+size_t MatrixWeight::bytes() const {
+  if (!owned.empty()) return owned.size() * sizeof(float);
+  if (mapped.data == nullptr) return 0;
+  return static_cast<size_t>(mapped.rows * mapped.cols) * cpu::WeightTypeBytes(mapped.type);
+}
+
+size_t ModelWeights::bytes() const {
+  auto vec = [](const std::vector<float>& v) { return v.size() * sizeof(float); };
+  size_t total = embed.bytes() + lm_head.bytes() + vec(final_norm);
+  for (const LayerWeights& l : layers) {
+    total += l.q_proj.bytes() + l.k_proj.bytes() + l.v_proj.bytes() + l.o_proj.bytes() +
+             l.gate_proj.bytes() + l.up_proj.bytes() + l.down_proj.bytes();
+    total += vec(l.input_norm) + vec(l.q_bias) + vec(l.k_bias) + vec(l.v_bias) + vec(l.o_bias) +
+             vec(l.q_norm) + vec(l.k_norm) + vec(l.post_norm);
+  }
+  return total;
+}
+
+Result<ModelWeights> LoadModelWeights(std::shared_ptr<const SafetensorsModel> source, const ModelConfig& c) {
+  const SafetensorsModel& st = *source;
   const int64_t hidden = c.hidden_size;
   const int64_t q_dim = static_cast<int64_t>(c.num_attention_heads) * c.head_dim;
   const int64_t kv_dim = static_cast<int64_t>(c.num_key_value_heads) * c.head_dim;
@@ -105,7 +167,7 @@ Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelCon
   const bool o_bias = c.attention_bias && c.architecture != "Qwen2ForCausalLM";
 
   ModelWeights w;
-  TANDEM_RETURN_IF_ERROR(Bind(st, "model.embed_tokens.weight", {c.vocab_size, hidden}, &w.embed));
+  TANDEM_RETURN_IF_ERROR(BindMatrix(st, "model.embed_tokens.weight", {c.vocab_size, hidden}, &w.embed));
   w.layers.resize(c.num_hidden_layers);
   for (int i = 0; i < c.num_hidden_layers; ++i) {
     LayerWeights& l = w.layers[i];
@@ -137,6 +199,7 @@ Result<ModelWeights> LoadModelWeights(const SafetensorsModel& st, const ModelCon
     const QuantizationConfig lm_head_q = c.quantization.source == "online" ? QuantizationConfig() : c.quantization;
     TANDEM_RETURN_IF_ERROR(BindLinear(st, "lm_head.weight", {c.vocab_size, hidden}, lm_head_q, &w.lm_head));
   }
+  w.source = std::move(source);
   return w;
 }
 

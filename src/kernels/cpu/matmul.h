@@ -1,16 +1,44 @@
-// Linear layer as torch.nn.functional.linear: y = x W^T (+ b), fp32 through OpenBLAS (sgemv for
-// one row, sgemm otherwise).
+// Linear layers as torch.nn.functional.linear: y = x W^T (+ b), x and y fp32, W [n, k] (Hugging
+// Face's [out, in]) in bf16, f16 or fp32 as the checkpoint holds it (weight_matrix.h; issue 29).
+//
+//   m <= 16 (decode): a skinny GEMM of our own (gemv.h) streams W once for all m rows, converting
+//     every element exactly to fp32 and accumulating with fp32 FMAs; AVX-512, AVX2 or portable code
+//     as the CPU allows (chosen at run time). W's rows are split across the CPU pool (thread_pool.h).
+//   m > 16 (prefill): W's rows are split across the pool; each thread converts its rows to fp32 in
+//     chunks (a scratch of its own, at most ~256 KiB) and calls cblas_sgemm on each chunk, or on W
+//     itself when fp32. OpenBLAS runs single-threaded: the pool is the only parallelism.
+// Every output element is one fp32 sum over k: the results match a cblas_sgemm over W converted to
+// fp32 up to the order of the additions (a few ulps), independently of the thread count.
 #pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/weight_matrix.h"
 
 namespace tandem::cpu {
 
-// x: [m, k] (row stride k), w: [n, k] (HF [out, in]), bias: [n] or nullptr, y: [m, n].
+// x: [m, k] (row stride k = w.cols), w: [n, k], bias: [n] or nullptr, y: [m, n] (row stride n).
+// m >= 0; m == 0 or n == 0 does nothing. x and y must not overlap.
+void Linear(const float* x, int m, const WeightMatrix& w, const float* bias, float* y);
+
+// The same with an fp32 W [n, k].
 void Linear(const float* x, int m, int k, const float* w, int n, const float* bias, float* y);
 
-// Threads of the GEMMs behind Linear (OpenBLAS's pool, process-wide: openblas_set_num_threads);
-// n >= 1. OpenBLAS otherwise takes every online CPU (OPENBLAS_NUM_THREADS aside), blind to cgroup
-// CPU quotas: the CPU engine sets it from --threads or common/cpu_cores.h's UsableCores().
+// Threads of the CPU kernels: the size of the CPU pool (caller + n - 1 workers; thread_pool.h), n < 1
+// taken as 1. Also sets OpenBLAS to one thread (openblas_set_num_threads(1)), so its pool never
+// competes with ours. Without a call the pool has common/cpu_cores.h UsableCores() threads. The CPU
+// engine sets it from --threads or UsableCores().
 void SetLinearThreads(int n);
 int LinearThreads();
+
+// The instruction sets of the m <= 16 kernels. kAuto: the best the CPU has (AVX-512 F+BW+VL, else
+// AVX2+FMA+F16C, else portable); the environment variable TANDEM_CPU_ISA (scalar, avx2, avx512) caps it.
+enum class LinearIsa { kAuto, kScalar, kAvx2, kAvx512 };
+bool LinearIsaSupported(LinearIsa isa);  // whether this CPU (and OS) runs it; kAuto and kScalar: true
+LinearIsa ActiveLinearIsa();              // the one Linear uses now
+const char* LinearIsaName(LinearIsa isa);  // "auto", "scalar", "avx2", "avx512"
+// Test hook: makes Linear use `isa` (kAuto: back to the default choice). false, changing nothing,
+// when the CPU lacks it. Not while another thread runs Linear.
+bool SetLinearIsaForTesting(LinearIsa isa);
 
 }  // namespace tandem::cpu

@@ -1,5 +1,9 @@
-// cpu::SetLinearThreads reaches OpenBLAS's pool (openblas_get_num_threads reads it back), and the
-// product does not depend on the thread count (cblas_sgemm against a plain loop in double).
+// cpu::SetLinearThreads sizes the CPU pool (LinearThreads reads it back) and leaves OpenBLAS at one
+// thread (its pool never competes with ours), and the product does not depend on the thread count:
+// bit for bit on the skinny path (rows of W split across threads, each sum computed whole), within
+// rounding on the sgemm path, both against a plain loop in double.
+#include <cblas.h>
+
 #include <cmath>
 #include <random>
 #include <vector>
@@ -15,24 +19,48 @@ TEST(LinearThreads, SetAndReadBack) {
   const int before = LinearThreads();
   SetLinearThreads(1);
   EXPECT_EQ(LinearThreads(), 1);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
   SetLinearThreads(0);  // clamped to 1
   EXPECT_EQ(LinearThreads(), 1);
-  const int m = 7, k = 300, n = 513;
+  SetLinearThreads(3);
+  EXPECT_EQ(LinearThreads(), 3);
+  EXPECT_EQ(openblas_get_num_threads(), 1);
+  SetLinearThreads(2);
+  EXPECT_EQ(LinearThreads(), 2);
+  SetLinearThreads(before);
+  EXPECT_EQ(LinearThreads(), before);
+}
+
+TEST(LinearThreads, ProductIndependentOfThreads) {
+  const int before = LinearThreads();
+  const int k = 300, n = 1013;
   std::mt19937 rng(3);
   std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> x(m * k), w(n * k), y1(m * n), y2(m * n);
-  for (float& v : x) v = u(rng);
+  std::vector<float> w(static_cast<size_t>(n) * k), bias(n);
   for (float& v : w) v = u(rng);
-  Linear(x.data(), m, k, w.data(), n, nullptr, y1.data());
-  SetLinearThreads(2);
-  EXPECT_GE(LinearThreads(), 1);
-  Linear(x.data(), m, k, w.data(), n, nullptr, y2.data());
-  for (int i = 0; i < m; ++i) {
-    for (int j = 0; j < n; ++j) {
-      double ref = 0;
-      for (int l = 0; l < k; ++l) ref += static_cast<double>(x[i * k + l]) * w[j * k + l];
-      ASSERT_NEAR(y1[i * n + j], ref, 1e-3) << i << " " << j;
-      ASSERT_NEAR(y2[i * n + j], ref, 1e-3) << i << " " << j;
+  for (float& v : bias) v = u(rng);
+  for (const int m : {1, 5, 16, 17, 40}) {
+    SCOPED_TRACE(m);
+    std::vector<float> x(static_cast<size_t>(m) * k);
+    for (float& v : x) v = u(rng);
+    std::vector<std::vector<float>> y;
+    for (const int threads : {1, 2, 3, 4}) {
+      SetLinearThreads(threads);
+      y.emplace_back(static_cast<size_t>(m) * n, NAN);
+      Linear(x.data(), m, k, w.data(), n, bias.data(), y.back().data());
+    }
+    for (int i = 0; i < m; ++i) {
+      for (int j = 0; j < n; ++j) {
+        double ref = bias[j];
+        for (int l = 0; l < k; ++l) ref += static_cast<double>(x[i * k + l]) * w[static_cast<size_t>(j) * k + l];
+        for (size_t t = 0; t < y.size(); ++t) {
+          const float got = y[t][static_cast<size_t>(i) * n + j];
+          ASSERT_NEAR(got, ref, 1e-3) << i << " " << j << " threads " << t + 1;
+          if (m <= 16) {
+            ASSERT_EQ(got, y[0][static_cast<size_t>(i) * n + j]) << i << " " << j << " threads " << t + 1;
+          }
+        }
+      }
     }
   }
   SetLinearThreads(before);

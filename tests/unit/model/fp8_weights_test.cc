@@ -58,8 +58,9 @@ TEST(Fp8WeightsTest, BlockScales) {
   for (const bool bf16 : {false, true}) {
     auto ck = Write({Fp8Tensor("m.x.weight", {5, 7}, codes),
                      bf16 ? Bf16Tensor("m.x.weight_scale_inv", {3, 2}, scales) : F32Tensor("m.x.weight_scale_inv", {3, 2}, scales)});
-    std::vector<float> w;
-    ASSERT_TRUE(BindLinear(ck->st, "m.x.weight", {5, 7}, Blocks(2, 4, "weight_scale_inv"), &w).ok());
+    MatrixWeight bound;
+    ASSERT_TRUE(BindLinear(ck->st, "m.x.weight", {5, 7}, Blocks(2, 4, "weight_scale_inv"), &bound).ok());
+    const std::vector<float> w = bound.ToFloat();
     ASSERT_EQ(w.size(), 35u);
     for (int r = 0; r < 5; ++r) {
       for (int c = 0; c < 7; ++c) {
@@ -74,14 +75,16 @@ TEST(Fp8WeightsTest, ChannelAndTensorScalesInEitherShape) {
   const std::vector<float> per_row = {0.5f, 2.0f, 4.0f};
   for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 1}, std::vector<int64_t>{3}}) {
     auto ck = Write({Fp8Tensor("x.weight", {3, 4}, codes), F32Tensor("x.weight_scale", shape, per_row)});
-    std::vector<float> w;
-    ASSERT_TRUE(BindLinear(ck->st, "x.weight", {3, 4}, Blocks(1, 0), &w).ok());
+    MatrixWeight bound;
+    ASSERT_TRUE(BindLinear(ck->st, "x.weight", {3, 4}, Blocks(1, 0), &bound).ok());
+    const std::vector<float> w = bound.ToFloat();
     for (int k = 0; k < 12; ++k) EXPECT_EQ(w[k], cpu::Fp8E4M3ToFloat(codes[k]) * per_row[k / 4]);
   }
   for (std::vector<int64_t> shape : {std::vector<int64_t>{}, std::vector<int64_t>{1}, std::vector<int64_t>{1, 1}}) {
     auto ck = Write({Fp8Tensor("x.weight", {3, 4}, codes), F32Tensor("x.weight_scale", shape, {0.75f})});
-    std::vector<float> w;
-    ASSERT_TRUE(BindLinear(ck->st, "x.weight", {3, 4}, Blocks(0, 0), &w).ok()) << ShapeString(shape);
+    MatrixWeight bound;
+    ASSERT_TRUE(BindLinear(ck->st, "x.weight", {3, 4}, Blocks(0, 0), &bound).ok()) << ShapeString(shape);
+    const std::vector<float> w = bound.ToFloat();
     for (int k = 0; k < 12; ++k) EXPECT_EQ(w[k], cpu::Fp8E4M3ToFloat(codes[k]) * 0.75f);
   }
 }
@@ -94,12 +97,15 @@ TEST(Fp8WeightsTest, UnquantizedAndOnline) {
   std::vector<float> v(6 * 16);
   for (float& x : v) x = n(rng);
   auto ck = Write({F32Tensor("x.weight", {6, 16}, v)});
-  std::vector<float> w;
-  ASSERT_TRUE(BindLinear(ck->st, "x.weight", {6, 16}, Blocks(128, 128), &w).ok());
-  EXPECT_EQ(w, v);
+  MatrixWeight bound;
+  ASSERT_TRUE(BindLinear(ck->st, "x.weight", {6, 16}, Blocks(128, 128), &bound).ok());
+  EXPECT_EQ(bound.ToFloat(), v);
+  EXPECT_TRUE(bound.owned.empty());  // F32 in place in the mapping
+  EXPECT_EQ(bound.matrix().type, cpu::WeightType::kF32);
   QuantizationConfig online = Blocks(1, 0);
   online.source = "online";
-  ASSERT_TRUE(BindLinear(ck->st, "x.weight", {6, 16}, online, &w).ok());
+  ASSERT_TRUE(BindLinear(ck->st, "x.weight", {6, 16}, online, &bound).ok());
+  const std::vector<float> w = bound.ToFloat();
   std::vector<uint8_t> codes(v.size());
   std::vector<float> scales(6), want(v.size());
   cpu::QuantizeFp8E4M3PerRow(v.data(), 6, 16, codes.data(), scales.data());
@@ -110,7 +116,7 @@ TEST(Fp8WeightsTest, UnquantizedAndOnline) {
 
 TEST(Fp8WeightsTest, BadFp8CheckpointsAreClearErrors) {
   const std::vector<uint8_t> codes = RandomCodes(12, 4);
-  std::vector<float> w;
+  MatrixWeight w;
   {
     auto ck = Write({Fp8Tensor("x.weight", {3, 4}, codes)});
     Status st = BindLinear(ck->st, "x.weight", {3, 4}, Blocks(1, 0), &w);

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -56,10 +57,10 @@ std::map<std::string, std::vector<uint16_t>> Stage(const WeightPlan& plan, size_
   return image;
 }
 
-std::vector<uint16_t> Rounded(std::initializer_list<const std::vector<float>*> parts) {
+std::vector<uint16_t> Rounded(std::initializer_list<std::vector<float>> parts) {
   std::vector<uint16_t> out;
-  for (const auto* p : parts) {
-    for (float v : *p) out.push_back(FloatToBf16Bits(v));
+  for (const auto& p : parts) {
+    for (float v : p) out.push_back(FloatToBf16Bits(v));
   }
   return out;
 }
@@ -68,31 +69,32 @@ std::vector<uint16_t> Rounded(std::initializer_list<const std::vector<float>*> p
 void ExpectMatchesLoadModelWeights(const std::string& dir, size_t chunk_bytes, int threads) {
   auto config = LoadModelConfig(dir);
   ASSERT_TRUE(config.ok()) << config.status().ToString();
-  auto st = SafetensorsModel::Open(dir);
-  ASSERT_TRUE(st.ok()) << st.status().ToString();
+  auto opened = SafetensorsModel::Open(dir);
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  const auto st = std::make_shared<const SafetensorsModel>(std::move(opened).value());
   auto plan = PlanBf16Weights(*st, *config);
   ASSERT_TRUE(plan.ok()) << plan.status().ToString();
-  auto w = LoadModelWeights(*st, *config);
+  auto w = LoadModelWeights(st, *config);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   auto image = Stage(*plan, chunk_bytes, threads);
 
   std::map<std::string, std::vector<uint16_t>> expected;
-  expected["embed"] = Rounded({&w->embed});
-  expected["final_norm"] = Rounded({&w->final_norm});
-  if (!w->lm_head.empty()) expected["lm_head"] = Rounded({&w->lm_head});
+  expected["embed"] = Rounded({w->embed.ToFloat()});
+  expected["final_norm"] = Rounded({w->final_norm});
+  if (!w->lm_head.empty()) expected["lm_head"] = Rounded({w->lm_head.ToFloat()});
   for (size_t i = 0; i < w->layers.size(); ++i) {
     const LayerWeights& l = w->layers[i];
     const std::string n = "layers." + std::to_string(i) + ".";
-    expected[n + "input_norm"] = Rounded({&l.input_norm});
-    expected[n + "qkv"] = Rounded({&l.q_proj, &l.k_proj, &l.v_proj});
-    if (!l.q_bias.empty()) expected[n + "qkv_bias"] = Rounded({&l.q_bias, &l.k_bias, &l.v_bias});
-    expected[n + "o"] = Rounded({&l.o_proj});
-    if (!l.o_bias.empty()) expected[n + "o_bias"] = Rounded({&l.o_bias});
-    if (!l.q_norm.empty()) expected[n + "q_norm"] = Rounded({&l.q_norm});
-    if (!l.k_norm.empty()) expected[n + "k_norm"] = Rounded({&l.k_norm});
-    expected[n + "post_norm"] = Rounded({&l.post_norm});
-    expected[n + "gate_up"] = Rounded({&l.gate_proj, &l.up_proj});
-    expected[n + "down"] = Rounded({&l.down_proj});
+    expected[n + "input_norm"] = Rounded({l.input_norm});
+    expected[n + "qkv"] = Rounded({l.q_proj.ToFloat(), l.k_proj.ToFloat(), l.v_proj.ToFloat()});
+    if (!l.q_bias.empty()) expected[n + "qkv_bias"] = Rounded({l.q_bias, l.k_bias, l.v_bias});
+    expected[n + "o"] = Rounded({l.o_proj.ToFloat()});
+    if (!l.o_bias.empty()) expected[n + "o_bias"] = Rounded({l.o_bias});
+    if (!l.q_norm.empty()) expected[n + "q_norm"] = Rounded({l.q_norm});
+    if (!l.k_norm.empty()) expected[n + "k_norm"] = Rounded({l.k_norm});
+    expected[n + "post_norm"] = Rounded({l.post_norm});
+    expected[n + "gate_up"] = Rounded({l.gate_proj.ToFloat(), l.up_proj.ToFloat()});
+    expected[n + "down"] = Rounded({l.down_proj.ToFloat()});
   }
   ASSERT_EQ(image.size(), expected.size());
   size_t total = 0;
@@ -241,9 +243,10 @@ TEST(WeightPlan, ErrorsAreLoadModelWeightsErrors) {
   auto expect_same = [](const std::string& dir) {
     auto config = LoadModelConfig(dir);
     ASSERT_TRUE(config.ok());
-    auto st = SafetensorsModel::Open(dir);
-    ASSERT_TRUE(st.ok());
-    const Status cpu = LoadModelWeights(*st, *config).status();
+    auto opened = SafetensorsModel::Open(dir);
+    ASSERT_TRUE(opened.ok());
+    const auto st = std::make_shared<const SafetensorsModel>(std::move(opened).value());
+    const Status cpu = LoadModelWeights(st, *config).status();
     const Status plan = PlanBf16Weights(*st, *config).status();
     EXPECT_FALSE(plan.ok());
     EXPECT_EQ(plan.code(), cpu.code());
