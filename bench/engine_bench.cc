@@ -1,20 +1,31 @@
-// CPU engine throughput on the bundled tiny Qwen3: prefill and decode tokens/s at batch 1 and 16.
+// CPU engine throughput on the bundled tiny Qwen3: prefill and decode tokens/s, beside the
+// machine's memory read bandwidth and the decode floor it implies (issue 29).
 //
-//   build/engine_bench [--benchmark_filter=...]
+//   build/bench/engine_bench [--benchmark_filter=...]
 //
-// Prefill: B prompts of 128 distinct tokens, max_tokens 1, prefix caching off (every iteration
-// computes every prompt token); rate = prompt tokens / s.
-// Decode: B prompts of 16 tokens, 64 generated tokens each (ignore_eos); the clock runs over decode
-// steps only; rate = generated tokens / s across the batch.
+// Prefill/B/L: B prompts of L distinct tokens (1x128, 16x128, 1x512), max_tokens 1, prefix caching
+// off (every iteration computes every prompt token); rate = prompt tokens / s of wall time.
+// Decode/B: B prompts of 16 tokens, 64 generated tokens each (ignore_eos); the clock runs over
+// decode steps only (63 per sequence); rate = generated tokens / s across the batch.
+// ReadBandwidth: UsableCores() threads (what the engine sizes its threads from) sum disjoint
+// slices of a 1 GiB float buffer, far beyond any L3; read_bytes/s is that rate,
+// weight_bytes/token the bf16 bytes of every matrix a decode step streams (each layer's
+// q/k/v/o/gate/up/down and the lm_head; norms and the one embedding row left out), and
+// floor_tokens/s = read_bytes/s / weight_bytes/token, the batch-1 decode rate that this
+// machine's memory allows at best.
 #include <chrono>
+#include <cstring>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <benchmark/benchmark.h>
 
+#include "common/cpu_cores.h"
 #include "common/file_util.h"
 #include "engine/engine.h"
+#include "model/config.h"
 
 namespace tandem {
 namespace {
@@ -42,7 +53,7 @@ void RunToCompletion(Engine& engine) {
 
 void BM_Prefill(benchmark::State& state) {
   const int batch = static_cast<int>(state.range(0));
-  const int prompt_len = 128;
+  const int prompt_len = static_cast<int>(state.range(1));
   auto engine = MakeEngine(batch);
   if (!engine) {
     state.SkipWithError("cannot load the bundled model");
@@ -97,8 +108,75 @@ void BM_Decode(benchmark::State& state) {
       benchmark::Counter(static_cast<double>(decoded), benchmark::Counter::kIsRate);
 }
 
-BENCHMARK(BM_Prefill)->Arg(1)->Arg(16)->Unit(benchmark::kMillisecond);
+// Bytes of bf16 weights one decode step reads: every linear layer's matrix and the lm_head.
+double DecodeWeightBytes(const ModelConfig& c) {
+  const double q = static_cast<double>(c.num_attention_heads) * c.head_dim;
+  const double kv = static_cast<double>(c.num_key_value_heads) * c.head_dim;
+  const double layer = c.hidden_size * (2 * q + 2 * kv) + 3.0 * c.hidden_size * c.intermediate_size;
+  return 2.0 * (c.num_hidden_layers * layer + static_cast<double>(c.vocab_size) * c.hidden_size);
+}
+
+// Eight independent 16-byte accumulators: enough loads in flight to saturate memory with baseline
+// SSE2 (a 32-byte vector type without AVX is lowered through the stack and reads slower).
+float SumFloats(const float* p, size_t n) {
+  typedef float V4 __attribute__((vector_size(16)));
+  V4 acc[8] = {};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    for (int j = 0; j < 8; ++j) {
+      V4 x;
+      std::memcpy(&x, p + i + 4 * j, sizeof x);
+      acc[j] += x;
+    }
+  }
+  float sum = 0.0f;
+  for (const V4& a : acc) sum += a[0] + a[1] + a[2] + a[3];
+  for (; i < n; ++i) sum += p[i];
+  return sum;
+}
+
+void BM_ReadBandwidth(benchmark::State& state) {
+  auto config = LoadModelConfig(DefaultModelDir());
+  if (!config.ok()) {
+    state.SkipWithError("cannot read the bundled model's config.json");
+    return;
+  }
+  const size_t n = size_t{1} << 28;    // 1 GiB of floats
+  std::vector<float> buffer(n, 1.0f);  // every page touched before the clock runs
+  const int threads = UsableCores();
+  std::vector<float> sums(threads);
+  for (auto _ : state) {
+    auto start = std::chrono::steady_clock::now();
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&, t] {
+        const size_t begin = n * t / threads, end = n * (t + 1) / threads;
+        sums[t] = SumFloats(buffer.data() + begin, end - begin);
+      });
+    }
+    for (std::thread& thread : pool) thread.join();
+    benchmark::DoNotOptimize(sums.data());
+    state.SetIterationTime(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  const double bytes = static_cast<double>(state.iterations()) * n * sizeof(float);
+  const double per_token = DecodeWeightBytes(config.value());
+  state.counters["threads"] = threads;
+  state.counters["read_bytes/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsRate);
+  state.counters["weight_bytes/token"] = per_token;
+  state.counters["floor_tokens/s"] =
+      benchmark::Counter(bytes / per_token, benchmark::Counter::kIsRate);
+}
+
+// Wall time, not the default CPU time: the engine's work runs on other threads too.
+BENCHMARK(BM_Prefill)
+    ->Args({1, 128})
+    ->Args({16, 128})
+    ->Args({1, 512})
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_ReadBandwidth)->UseManualTime()->MinTime(1.0)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace tandem
