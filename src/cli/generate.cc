@@ -55,6 +55,8 @@ int RunGenerate(const GenerateOptions& opt) {
   config.block_size = opt.block_size;
   config.max_num_batched_tokens = opt.max_num_batched_tokens;
   config.num_kv_blocks = opt.num_kv_blocks;
+  // One request: a CPU pool then holds one max_model_len sequence (kv_cache_sizing.h), not a server's.
+  config.max_num_seqs = 1;
   config.max_model_len = opt.max_model_len;
   config.gpu_memory_utilization = opt.gpu_memory_utilization;
   config.quantization = opt.quantization;

@@ -75,7 +75,11 @@ Result<int> ComputeNumKVBlocks(ModelRunner& runner, const EngineConfig& c) {
   Result<DeviceMemoryInfo> before = runner.GetDeviceMemoryInfo();
   if (!before.ok()) {
     if (before.status().code() != StatusCode::kUnimplemented) return before.status();
-    return blocks_of(kDefaultHostKVCacheBytes);  // a host runner
+    // A host runner: the default pool, but never more than max_num_seqs sequences of max_model_len
+    // (`tandem generate`, one sequence, needs a few MB of the tiny model's KV, not 256 MiB).
+    TANDEM_ASSIGN_OR_RETURN(const int by_bytes, blocks_of(kDefaultHostKVCacheBytes));
+    const int64_t by_seqs = static_cast<int64_t>(std::max(c.max_num_seqs, 1)) * CeilDiv(c.max_model_len, c.block_size);
+    return static_cast<int>(std::min<int64_t>(by_bytes, by_seqs));
   }
   TANDEM_RETURN_IF_ERROR(CheckGpuMemoryUtilization(c.gpu_memory_utilization));
   TANDEM_RETURN_IF_ERROR(ProfileRun(runner, c));

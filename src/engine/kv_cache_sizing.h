@@ -12,7 +12,8 @@
 //      profile's scratch, the decode graph it captured), `free` what the device has left (other
 //      processes included) and `pending` what the runner will still allocate while serving
 //      (ModelRunner::PendingDeviceBytes: the other decode graphs, the sampler's buffers);
-// and on a host runner kDefaultHostKVCacheBytes. Counting only this runner's memory against the
+// and on a host runner kDefaultHostKVCacheBytes, capped at max_num_seqs sequences of max_model_len
+// tokens (what the scheduler can hold at once). Counting only this runner's memory against the
 // fraction lets several workers share one GPU (vLLM v1 does the same).
 #pragma once
 

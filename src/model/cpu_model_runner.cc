@@ -8,11 +8,11 @@
 #include <cmath>
 #include <cstdint>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "common/logging.h"
 #include "common/status.h"
+#include "common/zeroed_pages.h"
 #include "kernels/cpu/embedding.h"
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/paged_attention.h"
@@ -56,7 +56,6 @@ class CpuModelRunner final : public ModelRunner {
                  " got {} and {}", num_blocks, block_size);
     }
     kv_.clear();
-    kv8_.clear();
     num_blocks_ = 0;
     block_size_ = 0;
     const long double bytes = static_cast<long double>(KVBlockBytes(1)) * block_size * num_blocks;
@@ -64,25 +63,18 @@ class CpuModelRunner final : public ModelRunner {
       return Err(StatusCode::kResourceExhausted, "KV cache of {} blocks of {} tokens is too large",
                  num_blocks, block_size);
     }
-    const size_t per_layer = static_cast<size_t>(num_blocks) * 2 * block_size *
-                             config_.num_key_value_heads * config_.head_dim;
-    try {
-      if (fp8_kv_) {
-        kv8_.resize(config_.num_hidden_layers);
-        for (auto& pool : kv8_) pool.assign(per_layer, 0);
-      } else {
-        kv_.resize(config_.num_hidden_layers);
-        for (auto& pool : kv_) pool.assign(per_layer, 0.0f);
+    // Per layer, zero-filled pages that become resident when a block is first written: a pool
+    // sized for max_model_len costs memory only for the tokens cached.
+    const size_t per_layer = KVBlockBytes(block_size) / static_cast<size_t>(config_.num_hidden_layers) *
+                             static_cast<size_t>(num_blocks);
+    for (int l = 0; l < config_.num_hidden_layers; ++l) {
+      Result<ZeroedPages> pool = ZeroedPages::Allocate(per_layer);
+      if (!pool.ok()) {
+        kv_.clear();
+        return Err(StatusCode::kResourceExhausted, "cannot allocate a KV cache of {} blocks x {} bytes: {}",
+                   num_blocks, KVBlockBytes(block_size), pool.status().message());
       }
-    } catch (const std::bad_alloc&) {
-      kv_.clear();
-      kv8_.clear();
-      return Err(StatusCode::kResourceExhausted, "cannot allocate a KV cache of {} blocks x {} "
-                 "bytes", num_blocks, KVBlockBytes(block_size));
-    } catch (const std::length_error&) {
-      kv_.clear();
-      kv8_.clear();
-      return Err(StatusCode::kResourceExhausted, "KV cache of {} blocks is too large", num_blocks);
+      kv_.push_back(std::move(pool).value());
     }
     num_blocks_ = num_blocks;
     block_size_ = block_size;
@@ -91,9 +83,8 @@ class CpuModelRunner final : public ModelRunner {
 
   KVCacheLayout kv_cache_layout() override {
     KVCacheLayout layout;
-    if (kv_.empty() && kv8_.empty()) return layout;
+    if (kv_.empty()) return layout;
     for (auto& pool : kv_) layout.layer_base.push_back(pool.data());
-    for (auto& pool : kv8_) layout.layer_base.push_back(pool.data());
     layout.block_bytes = KVBlockBytes(block_size_) / static_cast<size_t>(config_.num_hidden_layers);
     layout.num_blocks = num_blocks_;
     layout.dtype = kv_cache_dtype();
@@ -108,16 +99,15 @@ class CpuModelRunner final : public ModelRunner {
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<float> inv_freq_;                 // [head_dim / 2]
-  bool fp8_kv_ = false;                         // --kv-cache-dtype fp8: kv8_ instead of kv_
+  bool fp8_kv_ = false;                         // --kv-cache-dtype fp8: FP8 E4M3 codes, not fp32
   std::vector<float> kv_scale_;                 // [kv_heads]: K and V scales (1.0: uncalibrated)
-  std::vector<std::vector<float>> kv_;          // per layer [num_blocks, 2, block, kv_heads, hd]
-  std::vector<std::vector<uint8_t>> kv8_;       // the same as FP8 E4M3 codes
+  std::vector<ZeroedPages> kv_;                 // per layer [num_blocks, 2, block, kv_heads, hd]
   int num_blocks_ = 0;
   int block_size_ = 0;
 };
 
 Status CpuModelRunner::Validate(const ForwardBatch& batch) const {
-  if (kv_.empty() && kv8_.empty()) {
+  if (kv_.empty()) {
     return Err(StatusCode::kFailedPrecondition, "Forward before AllocateKVCache");
   }
   return ValidateForwardBatch(batch, config_, block_size_, num_blocks_);
@@ -175,8 +165,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
-    float* pool = fp8_kv_ ? nullptr : kv_[layer].data();
-    uint8_t* pool8 = fp8_kv_ ? kv8_[layer].data() : nullptr;
+    float* pool = fp8_kv_ ? nullptr : static_cast<float*>(kv_[layer].data());
+    uint8_t* pool8 = fp8_kv_ ? static_cast<uint8_t*>(kv_[layer].data()) : nullptr;
     cpu::RmsNorm(x.data(), w.input_norm.data(), T, hidden, eps, xn.data());
     cpu::Linear(xn.data(), T, w.q_proj.matrix(), bias(w.q_bias), q.data());
     cpu::Linear(xn.data(), T, w.k_proj.matrix(), bias(w.k_bias), k.data());

@@ -153,11 +153,17 @@ TEST(KVCacheSizing, ExplicitSizesSkipTheProfileRun) {
   EXPECT_TRUE(runner.profile_tokens.empty());
 }
 
-TEST(KVCacheSizing, HostRunnerGetsTheDefault) {
-  FakeModelRunner runner;  // GetDeviceMemoryInfo: Unimplemented
+TEST(KVCacheSizing, HostRunnerGetsTheDefaultUpToMaxNumSeqsFullSequences) {
+  FakeModelRunner runner;  // GetDeviceMemoryInfo: Unimplemented; 4 KiB blocks of 4 tokens
   EngineConfig c = Config();
+  c.max_num_seqs = 1000;  // 1000 x 250 blocks: more than the default's bytes
   EXPECT_EQ(*ComputeNumKVBlocks(runner, c),
             static_cast<int>(kDefaultHostKVCacheBytes / runner.KVBlockBytes(4)));
+  c.max_num_seqs = 8;  // 8 sequences of max_model_len 1000: 2000 blocks
+  EXPECT_EQ(*ComputeNumKVBlocks(runner, c), 2000);
+  c.max_num_seqs = 1;  // tandem generate
+  c.max_model_len = 1001;
+  EXPECT_EQ(*ComputeNumKVBlocks(runner, c), 251);
   EXPECT_EQ(runner.num_steps, 0);
 }
 
