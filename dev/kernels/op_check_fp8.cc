@@ -534,6 +534,7 @@ void CheckFp8() {
   CheckLinearSplit(79, 256, 512, rng);
   CheckLayouts(64, 384, 640, rng);
   CheckLayouts(256, 256, 512, rng);
+  CheckFp8SiluQuant();
   if (Small()) return;
   TimedShape("qkv", 6144, 4096, {1, 4, 8, 16, 64, 256, 2048}, rng);
   TimedShape("o", 4096, 4096, {1, 8, 64, 256, 2048}, rng);

@@ -173,6 +173,7 @@ void CheckWgmmaProbe();  // op_check_wgmma.cc, in the prefill group (Hopper buil
 void CheckPagedDecode();
 void CheckLinear();
 void CheckFp8();  // op_check_fp8.cc
+void CheckFp8SiluQuant();  // op_check_fp8_silu.cc, in the fp8 group
 void CheckKvFp8();  // op_check_kv_fp8.cc
 void CheckSampling();
 void CheckKvBlockCopy();  // op_check_kv_copy.cc

@@ -35,6 +35,9 @@ using bf16 = __nv_bfloat16;
 using cuda_step::Align16;
 using cuda_step::MetaLayout;
 
+// Tokens in a step from which SwiGLU goes straight into the FP8 down projection's codes.
+constexpr int kFusedSiluQuantMinTokens = 256;
+
 // y[rows, n] = in[rows, k] W^T (+ bias) with contiguous rows, as every projection of a step runs.
 cuda::LinearArgs ProjectionArgs(const bf16* in, int k, const DeviceArray& w, const bf16* bias, void* out,
                                 int n, cuda::OutDtype dtype, int rows) {
@@ -92,7 +95,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   };
   // A layer's projection: FP8 codes and scales (w_.fp8; fp8_linear.h) or bf16.
   auto proj = [&](const bf16* in, int k, const DeviceArray& w, const DeviceArray& scale, bool block128,
-                  const DeviceArray& bias, bf16* out, int n) -> Status {
+                  const DeviceArray& bias, bf16* out, int n, bool prequantized = false) -> Status {
     if (!w_.fp8) return linear(in, k, w, bias, out, n, cuda::OutDtype::kBf16, T);
     cuda::Fp8LinearArgs a;
     a.x = in;
@@ -107,6 +110,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.n = n;
     a.k = k;
     a.programmatic_launch = true;
+    a.x_prequantized = prequantized;
     return cuda::Fp8Linear(fp8_gemm_.get(), a, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_);
   };
   auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
@@ -258,9 +262,21 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     sm.out_stride = inter;
     sm.num_tokens = T;
     sm.dim = inter;
-    TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
+    // FP8 weights on the GEMM path from kFusedSiluQuantMinTokens on: SwiGLU straight into the down
+    // projection's activation codes (the bf16 activation is never written). On the H200 (Qwen3-8B
+    // shapes, dev/kernels/results/2026-12-04b-*) it takes 0.5 ms off a 2k prefill's device time and
+    // 0.03 ms off a 256-token decode step; at 64 tokens its one CTA per token is slower than the
+    // two kernels; the GEMV (small m) reads bf16 anyway.
+    const bool fused = w_.fp8 && fp8_gemm_ != nullptr && T >= kFusedSiluQuantMinTokens &&
+                       (!w.down_block128 || T % cuda::kFp8GemmRowMultiple == 0) && fused_silu_quant_;
+    if (fused) {
+      TANDEM_RETURN_IF_ERROR(
+          cuda::SiluMulQuantizeFp8(sm, w.down_block128, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_));
+    } else {
+      TANDEM_RETURN_IF_ERROR(cuda::SiluMul(sm, stream_));
+    }
     TANDEM_RETURN_IF_ERROR(mark("silu_mul"));
-    TANDEM_RETURN_IF_ERROR(proj(act, inter, w.down, w.down_scale, w.down_block128, kNone, h, hidden));
+    TANDEM_RETURN_IF_ERROR(proj(act, inter, w.down, w.down_scale, w.down_block128, kNone, h, hidden, fused));
     TANDEM_RETURN_IF_ERROR(mark("down"));
   }
   if (p.rows == 0) return Status::Ok();

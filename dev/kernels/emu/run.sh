@@ -17,7 +17,7 @@ case "$SAN" in
   *) echo "usage: $0 [address|none] [args]" >&2; exit 2 ;;
 esac
 CBLAS_INC=$(dirname "$(find /usr/include -name cblas.h | head -1)")
-KERNELS="src/kernels/cuda/*.cu src/kernels/cuda/*.cc src/kernels/cpu/*.cc src/common/status.cc"
+KERNELS="src/kernels/cuda/*.cu src/kernels/cuda/*.cc src/kernels/cpu/*.cc src/common/status.cc src/common/cpu_cores.cc"
 if [ "${EMU_TARGET:-op_check}" = runner ]; then
   SRCS="$KERNELS src/model/*.cc src/common/file_util.cc dev/kernels/runner/runner_check.cc"
   BIN=cuda_runner_check_emu

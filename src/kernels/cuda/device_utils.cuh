@@ -115,6 +115,9 @@ __device__ inline uint4 FloatToBf16x8(const float* in) {
 }
 
 // Rounds through bf16 (what storing and reloading a bf16 tensor does).
+// SwiGLU's product silu(g) * u = g / (1 + e^-g) * u in fp32 (silu_mul.h; the fused FP8 quantization
+// of fp8_quant.cu computes the same).
+__device__ inline float SiluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
 __device__ inline float RoundBf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 __device__ inline float WarpSum(float v) {

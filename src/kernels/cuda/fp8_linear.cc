@@ -22,6 +22,8 @@ namespace {
 bool Aligned16Ptr(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
 size_t RoundUp(size_t v, size_t a) { return (v + a - 1) / a * a; }
 int KGroups(int k) { return (k + 127) / 128; }
+// Where Fp8Gemm::Run's scratch keeps the activation scales: after the codes [m, k], 256-aligned.
+size_t ScalesOffset(int m, int k) { return RoundUp(static_cast<size_t>(m) * k, 256); }
 // Rows of the k-major activation scales: m rounded up to 4 (16-byte rows of floats).
 int64_t ScaleLd(int m) { return (m + 3) / 4 * 4; }
 
@@ -30,14 +32,15 @@ Status CheckArgs(const Fp8LinearArgs& a) {
     return Err(StatusCode::kInvalidArgument, "Fp8Linear: m {}, n {}, k {}", a.m, a.n, a.k);
   }
   if (a.m == 0 || a.n == 0) return Status::Ok();
-  if (a.x == nullptr || a.w.q == nullptr || a.w.scale == nullptr || a.y == nullptr) {
+  const bool x_read = !a.x_prequantized;
+  if ((x_read && a.x == nullptr) || a.w.q == nullptr || a.w.scale == nullptr || a.y == nullptr) {
     return Err(StatusCode::kInvalidArgument, "Fp8Linear: null pointer");
   }
-  if (a.ldx < a.k || a.ldy < a.n) {
+  if ((x_read && a.ldx < a.k) || a.ldy < a.n) {
     return Err(StatusCode::kInvalidArgument, "Fp8Linear: row strides (x {}, y {}) below k {} / n {}",
                a.ldx, a.ldy, a.k, a.n);
   }
-  if (a.k % 16 != 0 || a.ldx % 8 != 0 || !Aligned16Ptr(a.x) || !Aligned16Ptr(a.w.q)) {
+  if (a.k % 16 != 0 || (x_read && (a.ldx % 8 != 0 || !Aligned16Ptr(a.x))) || !Aligned16Ptr(a.w.q)) {
     return Err(StatusCode::kInvalidArgument,
                "Fp8Linear: k {} must be a multiple of 16, ldx {} of 8, x and W 16-byte aligned", a.k,
                a.ldx);
@@ -54,7 +57,7 @@ size_t Fp8LinearScratchBytes(int max_m, int max_k) {
 }
 
 bool Fp8GemvSupported(const Fp8LinearArgs& a) {
-  return a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && CheckArgs(a).ok();
+  return !a.x_prequantized && a.m >= 1 && a.m <= kGemvMaxRows && a.n >= 1 && CheckArgs(a).ok();
 }
 
 int Fp8LinearGemvAutoSplit(const Fp8LinearArgs& a) {
@@ -63,6 +66,9 @@ int Fp8LinearGemvAutoSplit(const Fp8LinearArgs& a) {
 
 Status Fp8LinearGemv(const Fp8LinearArgs& a, int k_split, cudaStream_t stream) {
   TANDEM_RETURN_IF_ERROR(CheckArgs(a));
+  if (a.x_prequantized) {
+    return Err(StatusCode::kInvalidArgument, "Fp8LinearGemv: reads bf16 x, not prequantized codes");
+  }
   if (a.m == 0 || a.n == 0) return Status::Ok();
   if (a.m > kGemvMaxRows) {
     return Err(StatusCode::kInvalidArgument, "Fp8LinearGemv: m {} > {}", a.m, kGemvMaxRows);
@@ -105,6 +111,26 @@ Status QuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, int m, int k,
   return Status::Ok();
 }
 
+Status SiluMulQuantizeFp8(const SiluMulArgs& a, bool groups_of_128, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream) {
+  if (a.num_tokens < 0 || a.dim < 0 || a.dim % 8 != 0 || a.gate_stride % 8 != 0 || a.up_stride % 8 != 0 ||
+      a.gate_stride < a.dim || a.up_stride < a.dim || a.gate == nullptr || a.up == nullptr ||
+      !Aligned16Ptr(a.gate) || !Aligned16Ptr(a.up)) {
+    return Err(StatusCode::kInvalidArgument,
+               "SiluMulQuantizeFp8: dim {} and strides {} / {} (multiples of 8, >= dim), gate and up 16-byte aligned",
+               a.dim, a.gate_stride, a.up_stride);
+  }
+  if (scratch == nullptr || scratch_bytes < Fp8LinearScratchBytes(a.num_tokens, a.dim)) {
+    return Err(StatusCode::kInvalidArgument, "SiluMulQuantizeFp8: scratch of {} bytes, {} needed", scratch_bytes,
+               Fp8LinearScratchBytes(a.num_tokens, a.dim));
+  }
+  auto* codes = static_cast<uint8_t*>(scratch);
+  auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + ScalesOffset(a.num_tokens, a.dim));
+  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchSiluMulQuantizeFp8(a, groups_of_128 ? 128 : 0, /*scales_k_major=*/true,
+                                                               ScaleLd(a.num_tokens), codes, scales, stream));
+  return Status::Ok();
+}
+
 Status DequantizeFp8Weight(const Fp8Weight& w, int n, int k, __nv_bfloat16* out, cudaStream_t stream) {
   TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchDequantizeFp8Weight(
       w.q, w.scale, w.scaling == Fp8Scaling::kBlock128, n, k, out, stream));
@@ -119,6 +145,10 @@ Status Fp8Linear(Fp8Gemm* gemm, const Fp8LinearArgs& a, void* scratch, size_t sc
   }
   const int tail = a.w.scaling == Fp8Scaling::kBlock128 ? a.m % kFp8GemmRowMultiple : 0;
   if (tail == 0) return gemm->Run(a, scratch, scratch_bytes, stream);
+  if (a.x_prequantized) {
+    return Err(StatusCode::kInvalidArgument, "Fp8Linear: prequantized x with block weights needs m {} to be a "
+               "multiple of {}", a.m, kFp8GemmRowMultiple);
+  }
   Fp8LinearArgs head = a, rest = a;
   head.m = a.m - tail;
   rest.m = tail;
@@ -302,8 +332,15 @@ Status Fp8Gemm::Run(const Fp8LinearArgs& a, void* scratch, size_t scratch_bytes,
   if (dequantize_) return RunDequantized(a, stream);
   const bool block = a.w.scaling == Fp8Scaling::kBlock128;
   auto* codes = static_cast<uint8_t*>(scratch);
-  auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + RoundUp(static_cast<size_t>(a.m) * a.k, 256));
-  TANDEM_RETURN_IF_ERROR(QuantizeFp8Activations(a.x, a.ldx, a.m, a.k, block, layout, codes, scales, stream));
+  auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + ScalesOffset(a.m, a.k));
+  if (a.x_prequantized) {
+    // SiluMulQuantizeFp8 writes the default layout's scales.
+    if (layout.act_scales != Fp8GemmLayout{}.act_scales) {
+      return Err(StatusCode::kInvalidArgument, "Fp8Gemm: prequantized x with a scale layout of its own");
+    }
+  } else {
+    TANDEM_RETURN_IF_ERROR(QuantizeFp8Activations(a.x, a.ldx, a.m, a.k, block, layout, codes, scales, stream));
+  }
   TANDEM_ASSIGN_OR_RETURN(const Plan* p, PlanFor(a, codes, layout));
   const void* sa = a.w.scale;
   const void* sb = scales;

@@ -37,6 +37,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/silu_mul.h"
 
 namespace tandem::cuda {
 
@@ -61,6 +62,9 @@ struct Fp8LinearArgs {
   OutDtype out_dtype = OutDtype::kBf16;
   int m = 0, n = 0, k = 0;
   bool programmatic_launch = false;  // the GEMV path, as LinearArgs::programmatic_launch
+  // The GEMM path only: the scratch already holds x's codes and scales for this m and k (written by
+  // SiluMulQuantizeFp8 with the same scratch and scaling), so x is not read and may be null.
+  bool x_prequantized = false;
 };
 
 // How the GEMM path lays out the scales it hands cuBLASLt (which its documentation fixes; the
@@ -108,6 +112,16 @@ int Fp8LinearGemvAutoSplit(const Fp8LinearArgs& a);
 Status QuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, int m, int k, bool groups_of_128,
                               const Fp8GemmLayout& layout, uint8_t* codes, float* scales,
                               cudaStream_t stream);
+// SwiGLU into the FP8 GEMM's activation codes: writes to `scratch` (as Fp8Gemm::Run's, at least
+// Fp8LinearScratchBytes(a.num_tokens, a.dim)) the codes and scales that Run would make from
+// v = SiluMul(a) (per token, or per 128-column group when groups_of_128; the default
+// Fp8GemmLayout), bit for bit, without writing v (a.out is ignored); then run the projection with
+// Fp8LinearArgs::x_prequantized. For m > GemvMaxM() and, with block weights, m a multiple of
+// kFp8GemmRowMultiple (Fp8Linear sends nothing of such a call to the GEMV, which reads bf16 x).
+// Errors: InvalidArgument (dim % 8, strides % 8, alignment, null pointers, scratch too small),
+// Internal (CUDA).
+Status SiluMulQuantizeFp8(const SiluMulArgs& a, bool groups_of_128, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream);
 // W -> bf16 [n, k] (each code times its scale, rounded once): references, and a bf16 fallback.
 Status DequantizeFp8Weight(const Fp8Weight& w, int n, int k, __nv_bfloat16* out, cudaStream_t stream);
 

@@ -7,6 +7,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/silu_mul.h"
+
 namespace tandem::cuda::detail {
 
 struct Fp8GemvParams {
@@ -34,6 +36,11 @@ cudaError_t LaunchFp8Gemv(const Fp8GemvParams& p, bool f32_out, cudaStream_t str
 cudaError_t LaunchQuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, int m, int k, int group,
                                          bool scales_k_major, int64_t scales_ld, uint8_t* q,
                                          float* scales, cudaStream_t stream);
+
+// LaunchQuantizeFp8Activations of v = bf16(silu(gate) * up) (silu_mul.h) without writing v: k =
+// a.dim; a.out unused. a.dim % 8 == 0, strides % 8 == 0, gate and up 16-byte aligned.
+cudaError_t LaunchSiluMulQuantizeFp8(const SiluMulArgs& a, int group, bool scales_k_major, int64_t scales_ld,
+                                     uint8_t* q, float* scales, cudaStream_t stream);
 
 // w [n, k] e4m3 with scales as Fp8GemvParams -> out [n, k] bf16 (code times scale, rounded once).
 cudaError_t LaunchDequantizeFp8Weight(const uint8_t* w, const float* scale, bool block, int n, int k,

@@ -6,9 +6,16 @@
 // across the warp (or the CTA), scale = max(amax, 1e-12) / 448, and each value is divided by the
 // scale and rounded to the nearest e4m3 (saturating), the scheme of vLLM's and SGLang's dynamic
 // per-token / per-token-group FP8 quantization.
+//
+// SwiGLU fused with it (LaunchSiluMulQuantizeFp8): the same quantization of v = bf16(silu(gate) *
+// up) (silu_mul.h's rounding), computed where it is read, so that the bf16 activation [m, k] is
+// never written: per 128-column group, each lane its four values once; per token, the CTA's pass
+// for the row's |max| keeps v in shared memory for the quantizing pass (rows past 24576 columns
+// compute v again there).
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/fp8_linear_kernels.h"
 #include "kernels/cuda/fp8_utils.cuh"
+#include "kernels/cuda/silu_mul.h"
 
 namespace tandem::cuda::detail {
 namespace {
@@ -89,6 +96,93 @@ __global__ void QuantizeRowsKernel(const __nv_bfloat16* x, int64_t ldx, int k, u
   if (threadIdx.x == 0) scales[row] = scale;
 }
 
+// v = bf16(silu(g) * u) for 8 columns (16 bytes of gate and of up), as floats.
+__device__ inline void SiluMulEight(const __nv_bfloat16* g, const __nv_bfloat16* u, float* v) {
+  float gv[8], uv[8];
+  Bf16x8ToFloat(*reinterpret_cast<const uint4*>(g), gv);
+  Bf16x8ToFloat(*reinterpret_cast<const uint4*>(u), uv);
+#pragma unroll
+  for (int i = 0; i < 8; ++i) v[i] = RoundBf16(SiluTimes(gv[i], uv[i]));
+}
+
+__device__ inline void QuantizeEightFloats(const float* f, float inv_scale, uint8_t* dst) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    lo |= static_cast<uint32_t>(FloatToFp8(f[i] * inv_scale)) << (8 * i);
+    hi |= static_cast<uint32_t>(FloatToFp8(f[i + 4] * inv_scale)) << (8 * i);
+  }
+  *reinterpret_cast<uint2*>(dst) = make_uint2(lo, hi);
+}
+
+// QuantizeGroupsKernel's grid and lanes over v = bf16(silu(gate) * up).
+__global__ void SiluMulQuantizeGroupsKernel(SiluMulArgs a, bool k_major, int64_t ld, uint8_t* q, float* scales) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int k = a.dim;
+  const int groups = (k + 127) / 128;
+  const int gi = blockIdx.y * 8 + warp;
+  const int row = blockIdx.x;
+  if (gi >= groups) return;
+  const int col = gi * 128 + lane * 4;
+  const bool in = col < k;
+  float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (in) {
+    const uint2 gv = *reinterpret_cast<const uint2*>(a.gate + static_cast<int64_t>(row) * a.gate_stride + col);
+    const uint2 uv = *reinterpret_cast<const uint2*>(a.up + static_cast<int64_t>(row) * a.up_stride + col);
+    const __nv_bfloat162* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
+    const __nv_bfloat162* u2 = reinterpret_cast<const __nv_bfloat162*>(&uv);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      f[2 * h] = RoundBf16(SiluTimes(__low2float(g2[h]), __low2float(u2[h])));
+      f[2 * h + 1] = RoundBf16(SiluTimes(__high2float(g2[h]), __high2float(u2[h])));
+    }
+  }
+  const float amax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+  if (in) {
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
+    *reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(row) * k + col) = codes;
+  }
+  if (lane == 0) scales[k_major ? gi * ld + row : row * ld + gi] = scale;
+}
+
+// QuantizeRowsKernel over v = bf16(silu(gate) * up): one CTA per row. kStaged: v kept in shared
+// memory (dim bf16s, dynamic) between the |max| pass and the quantizing pass; else computed again
+// in the second pass (rows too long for shared memory: gate and up read twice).
+template <bool kStaged>
+__global__ void SiluMulQuantizeRowsKernel(SiluMulArgs a, uint8_t* q, float* scales) {
+  TANDEM_DYNAMIC_SHARED(staged);
+  __shared__ float scratch[32];
+  const int row = blockIdx.x;
+  const int k = a.dim;
+  const __nv_bfloat16* g = a.gate + static_cast<int64_t>(row) * a.gate_stride;
+  const __nv_bfloat16* u = a.up + static_cast<int64_t>(row) * a.up_stride;
+  float amax = 0.0f;
+  for (int c = threadIdx.x * 8; c < k; c += blockDim.x * 8) {
+    float v[8];
+    SiluMulEight(g + c, u + c, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) amax = fmaxf(amax, fabsf(v[i]));
+    if constexpr (kStaged) reinterpret_cast<uint4*>(staged)[c / 8] = FloatToBf16x8(v);
+  }
+  amax = BlockMax(amax, scratch);  // (its barrier also publishes the staged row)
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+  for (int c = threadIdx.x * 8; c < k; c += blockDim.x * 8) {
+    float v[8];
+    if constexpr (kStaged) {
+      Bf16x8ToFloat(reinterpret_cast<const uint4*>(staged)[c / 8], v);
+    } else {
+      SiluMulEight(g + c, u + c, v);
+    }
+    QuantizeEightFloats(v, inv, q + static_cast<int64_t>(row) * k + c);
+  }
+  if (threadIdx.x == 0) scales[row] = scale;
+}
+
 // One thread per element of W (a conversion for references and the sm_89 fallback, not a hot path).
 __global__ void DequantizeWeightKernel(const uint8_t* w, const float* scale, bool block, int n, int k,
                                        __nv_bfloat16* out) {
@@ -117,6 +211,25 @@ cudaError_t LaunchQuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, in
   } else {
     const int groups = (k + 127) / 128;
     TANDEM_LAUNCH(QuantizeGroupsKernel, dim3(m, (groups + 7) / 8), dim3(256), 0, stream, x, ldx, k,
+                  scales_k_major, scales_ld, q, scales);
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchSiluMulQuantizeFp8(const SiluMulArgs& a, int group, bool scales_k_major, int64_t scales_ld,
+                                     uint8_t* q, float* scales, cudaStream_t stream) {
+  if (a.num_tokens <= 0 || a.dim <= 0) return cudaSuccess;
+  if (group == 0) {
+    // The row staged in shared memory when it fits the default 48 KiB of a CTA.
+    const size_t staged = static_cast<size_t>(a.dim) * sizeof(__nv_bfloat16);
+    if (staged <= 48 * 1024) {
+      TANDEM_LAUNCH(SiluMulQuantizeRowsKernel<true>, dim3(a.num_tokens), dim3(256), staged, stream, a, q, scales);
+    } else {
+      TANDEM_LAUNCH(SiluMulQuantizeRowsKernel<false>, dim3(a.num_tokens), dim3(256), 0, stream, a, q, scales);
+    }
+  } else {
+    const int groups = (a.dim + 127) / 128;
+    TANDEM_LAUNCH(SiluMulQuantizeGroupsKernel, dim3(a.num_tokens, (groups + 7) / 8), dim3(256), 0, stream, a,
                   scales_k_major, scales_ld, q, scales);
   }
   return cudaGetLastError();

@@ -4,8 +4,6 @@
 namespace tandem::cuda::detail {
 namespace {
 
-__device__ inline float SiluTimes(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
 // grid: (num_tokens, chunks of the row). kVec: 8 elements (16 bytes) per thread.
 template <bool kVec>
 __global__ void SiluMulKernel(SiluMulArgs a) {
