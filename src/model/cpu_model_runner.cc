@@ -5,6 +5,7 @@
 // keeps (weights.h); activations are fp32. One step: all new tokens of all slices go through each
 // projection as one cpu::Linear ([num_tokens, hidden] x W^T: a skinny GEMM up to 16 tokens, sgemm
 // over converted chunks of W beyond); attention runs per slice over its block table.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -20,12 +21,23 @@
 #include "kernels/cpu/rms_norm.h"
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
+#include "kernels/cpu/thread_pool.h"
 #include "model/model_runner.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 
 namespace tandem {
 namespace {
+
+// Query tokens of one attention task (with one KV head of one slice): prefill's attention splits
+// across the pool's threads.
+constexpr int kAttentionChunk = 128;
+
+// v's data with room for n floats: grows v when it is smaller, never shrinks it.
+float* Scratch(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 
 class CpuModelRunner final : public ModelRunner {
  public:
@@ -102,6 +114,10 @@ class CpuModelRunner final : public ModelRunner {
   bool fp8_kv_ = false;                         // --kv-cache-dtype fp8: FP8 E4M3 codes, not fp32
   std::vector<float> kv_scale_;                 // [kv_heads]: K and V scales (1.0: uncalibrated)
   std::vector<ZeroedPages> kv_;                 // per layer [num_blocks, 2, block, kv_heads, hd]
+  // Forward's activations, kept across steps (Forward runs on one thread at a time).
+  struct Activations {
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, sel;
+  } act_;
   int num_blocks_ = 0;
   int block_size_ = 0;
 };
@@ -150,46 +166,64 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
   logits->clear();
   if (T == 0) return Status::Ok();
 
-  std::vector<float> x(static_cast<size_t>(T) * hidden);     // [T, hidden] residual stream
-  std::vector<float> xn(x.size());                            // [T, hidden] normed
-  std::vector<float> q(static_cast<size_t>(T) * q_dim);      // [T, nh, hd]
-  std::vector<float> k(static_cast<size_t>(T) * kv_dim);     // [T, nkv, hd]
-  std::vector<float> v(k.size());                             // [T, nkv, hd]
-  std::vector<float> attn(q.size());                          // [T, nh, hd]
-  std::vector<float> proj(x.size());                          // [T, hidden]
-  std::vector<float> gate(static_cast<size_t>(T) * inter);   // [T, inter]
-  std::vector<float> up(gate.size());                         // [T, inter]
+  // Activations in buffers kept across steps (grown, never shrunk: no allocation, page fault or
+  // zero fill per step).
+  float* x = Scratch(act_.x, static_cast<size_t>(T) * hidden);        // [T, hidden] residual stream
+  float* xn = Scratch(act_.xn, static_cast<size_t>(T) * hidden);      // [T, hidden] normed
+  float* q = Scratch(act_.q, static_cast<size_t>(T) * q_dim);         // [T, nh, hd]
+  float* k = Scratch(act_.k, static_cast<size_t>(T) * kv_dim);        // [T, nkv, hd]
+  float* v = Scratch(act_.v, static_cast<size_t>(T) * kv_dim);        // [T, nkv, hd]
+  float* attn = Scratch(act_.attn, static_cast<size_t>(T) * q_dim);   // [T, nh, hd]
+  float* proj = Scratch(act_.proj, static_cast<size_t>(T) * hidden);  // [T, hidden]
+  float* gate = Scratch(act_.gate, static_cast<size_t>(T) * inter);   // [T, inter]
+  float* up = Scratch(act_.up, static_cast<size_t>(T) * inter);       // [T, inter]
+  const size_t x_size = static_cast<size_t>(T) * hidden;
+  // Attention tasks for the pool: (slice, KV head, chunk of the slice's query tokens).
+  struct AttentionTask {
+    int seq, kv_head, t0, t1;
+  };
+  std::vector<AttentionTask> attention_tasks;
+  for (size_t s = 0; s < batch.seqs.size(); ++s) {
+    const int n = static_cast<int>(batch.seqs[s].token_ids.size());
+    for (int h = 0; h < nkv; ++h) {
+      for (int t0 = 0; t0 < n; t0 += kAttentionChunk) {
+        attention_tasks.push_back({static_cast<int>(s), h, t0, std::min(n, t0 + kAttentionChunk)});
+      }
+    }
+  }
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
 
-  cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x.data());
+  cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
     const LayerWeights& w = weights_.layers[layer];
     float* pool = fp8_kv_ ? nullptr : static_cast<float*>(kv_[layer].data());
     uint8_t* pool8 = fp8_kv_ ? static_cast<uint8_t*>(kv_[layer].data()) : nullptr;
-    cpu::RmsNorm(x.data(), w.input_norm.data(), T, hidden, eps, xn.data());
-    cpu::Linear(xn.data(), T, w.q_proj.matrix(), bias(w.q_bias), q.data());
-    cpu::Linear(xn.data(), T, w.k_proj.matrix(), bias(w.k_bias), k.data());
-    cpu::Linear(xn.data(), T, w.v_proj.matrix(), bias(w.v_bias), v.data());
+    cpu::RmsNorm(x, w.input_norm.data(), T, hidden, eps, xn);
+    cpu::Linear(xn, T, w.q_proj.matrix(), bias(w.q_bias), q);
+    cpu::Linear(xn, T, w.k_proj.matrix(), bias(w.k_bias), k);
+    cpu::Linear(xn, T, w.v_proj.matrix(), bias(w.v_bias), v);
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim
-      cpu::RmsNorm(q.data(), w.q_norm.data(), T * nh, hd, eps, q.data());
-      cpu::RmsNorm(k.data(), w.k_norm.data(), T * nkv, hd, eps, k.data());
+      cpu::RmsNorm(q, w.q_norm.data(), T * nh, hd, eps, q);
+      cpu::RmsNorm(k, w.k_norm.data(), T * nkv, hd, eps, k);
     }
-    cpu::ApplyRope(q.data(), T, nh, hd, positions.data(), inv_freq_.data());
-    cpu::ApplyRope(k.data(), T, nkv, hd, positions.data(), inv_freq_.data());
+    cpu::ApplyRope(q, T, nh, hd, positions.data(), inv_freq_.data());
+    cpu::ApplyRope(k, T, nkv, hd, positions.data(), inv_freq_.data());
     if (fp8_kv_) {
-      cpu::ReshapeAndCacheFp8(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, kv_scale_.data(),
+      cpu::ReshapeAndCacheFp8(k, v, T, slots.data(), block_size_, nkv, hd, kv_scale_.data(),
                               kv_scale_.data(), pool8);
     } else {
-      cpu::ReshapeAndCache(k.data(), v.data(), T, slots.data(), block_size_, nkv, hd, pool);
+      cpu::ReshapeAndCache(k, v, T, slots.data(), block_size_, nkv, hd, pool);
     }
     if (batch.on_layer_kv_written) batch.on_layer_kv_written(LayerKVReady{layer, [] { return true; }, {}});
-    for (size_t s = 0; s < batch.seqs.size(); ++s) {
-      const SequenceSlice& seq = batch.seqs[s];
+    cpu::ParallelFor(static_cast<int>(attention_tasks.size()), [&](int i) {
+      const AttentionTask& t = attention_tasks[i];
+      const SequenceSlice& seq = batch.seqs[t.seq];
+      const size_t first = static_cast<size_t>(seq_offset[t.seq] + t.t0) * q_dim;
       cpu::PagedAttentionArgs a;
-      a.q = q.data() + static_cast<size_t>(seq_offset[s]) * q_dim;
-      a.num_tokens = static_cast<int>(seq.token_ids.size());
-      a.start_pos = seq.start_pos;
+      a.q = q + first;
+      a.num_tokens = t.t1 - t.t0;
+      a.start_pos = seq.start_pos + t.t0;
       a.kv_pool = pool;
       a.kv_pool_fp8 = pool8;
       a.k_scale = a.v_scale = kv_scale_.data();
@@ -199,30 +233,32 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.num_kv_heads = nkv;
       a.head_dim = hd;
       a.scale = scale;
-      a.out = attn.data() + static_cast<size_t>(seq_offset[s]) * q_dim;
+      a.out = attn + first;
+      a.kv_head_begin = t.kv_head;
+      a.kv_head_end = t.kv_head + 1;
       cpu::PagedAttention(a);
-    }
-    cpu::Linear(attn.data(), T, w.o_proj.matrix(), bias(w.o_bias), proj.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
-    cpu::RmsNorm(x.data(), w.post_norm.data(), T, hidden, eps, xn.data());
-    cpu::Linear(xn.data(), T, w.gate_proj.matrix(), nullptr, gate.data());
-    cpu::Linear(xn.data(), T, w.up_proj.matrix(), nullptr, up.data());
-    cpu::SiluMul(gate.data(), up.data(), static_cast<long>(gate.size()), gate.data());
-    cpu::Linear(gate.data(), T, w.down_proj.matrix(), nullptr, proj.data());
-    for (size_t i = 0; i < x.size(); ++i) x[i] += proj[i];
+    });
+    cpu::Linear(attn, T, w.o_proj.matrix(), bias(w.o_bias), proj);
+    for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
+    cpu::RmsNorm(x, w.post_norm.data(), T, hidden, eps, xn);
+    cpu::Linear(xn, T, w.gate_proj.matrix(), nullptr, gate);
+    cpu::Linear(xn, T, w.up_proj.matrix(), nullptr, up);
+    cpu::SiluMul(gate, up, static_cast<long>(T) * inter, gate);
+    cpu::Linear(gate, T, w.down_proj.matrix(), nullptr, proj);
+    for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
   }
 
   // Final norm and lm_head only on the rows that return logits.
   const int R = static_cast<int>(logit_rows.size());
   if (R == 0) return Status::Ok();
-  std::vector<float> sel(static_cast<size_t>(R) * hidden);  // [R, hidden]
+  float* sel = Scratch(act_.sel, static_cast<size_t>(R) * hidden);  // [R, hidden]
   for (int r = 0; r < R; ++r) {
-    const float* src = x.data() + static_cast<size_t>(logit_rows[r]) * hidden;
-    std::copy(src, src + hidden, sel.data() + static_cast<size_t>(r) * hidden);
+    const float* src = x + static_cast<size_t>(logit_rows[r]) * hidden;
+    std::copy(src, src + hidden, sel + static_cast<size_t>(r) * hidden);
   }
-  cpu::RmsNorm(sel.data(), weights_.final_norm.data(), R, hidden, eps, sel.data());
+  cpu::RmsNorm(sel, weights_.final_norm.data(), R, hidden, eps, sel);
   logits->resize(static_cast<size_t>(R) * c.vocab_size);
-  cpu::Linear(sel.data(), R, weights_.lm_head_or_embed().matrix(), nullptr, logits->data());
+  cpu::Linear(sel, R, weights_.lm_head_or_embed().matrix(), nullptr, logits->data());
   return Status::Ok();
 }
 

@@ -7,6 +7,11 @@
 #include <numeric>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/argmax.h"
+#include "kernels/cpu/thread_pool.h"
 
 namespace tandem {
 
@@ -54,8 +59,8 @@ ArgmaxSample PickArgmax(std::span<const float> logits, int num_logprobs) {
 
 ArgmaxSample PickToken(std::span<const float> logits, int num_logprobs, const PickSpec* spec) {
   ArgmaxSample s;
-  // The largest logit; std::max_element keeps the first (lowest id) of equal maxima.
-  const auto best = std::max_element(logits.begin(), logits.end());
+  // The largest logit; the first (lowest id) of equal maxima, as std::max_element (vectorized).
+  const auto best = logits.begin() + cpu::ArgMax(logits.data(), static_cast<int64_t>(logits.size()));
   s.token_id = static_cast<int32_t>(best - logits.begin());
   if (spec != nullptr && (spec->sample.temperature > 0.0f || spec->has_penalties() || spec->has_mask())) {
     std::vector<float> row(logits.begin(), logits.end());
@@ -109,16 +114,17 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
   std::vector<float> all;
   TANDEM_RETURN_IF_ERROR(Forward(b, &all));
   PreparePicks(batch);  // a host runner's forward is done: nothing to overlap, the masks now
-  // Split the rows: kPick slices' rows are picked here, the others are returned.
+  // Split the rows: kArgmax slices' rows are picked here (in parallel on the CPU pool: each is a
+  // pass over the vocabulary), the others are returned.
   size_t row = 0;
   const size_t v = static_cast<size_t>(vocab);
+  std::vector<std::pair<size_t, const SequenceSlice*>> picks;  // (row, slice)
   for (const SequenceSlice& s : batch.seqs) {
     size_t rows = 0;
     if (s.logits == SequenceSlice::Logits::kLast) rows = 1;
     if (s.logits == SequenceSlice::Logits::kAll) rows = s.token_ids.size();
     if (s.logits == SequenceSlice::Logits::kArgmax) {
-      out->samples.push_back(PickToken(std::span<const float>(all.data() + row * v, v),
-                                       s.num_logprobs, s.pick));
+      picks.emplace_back(row, &s);
       ++row;
       continue;
     }
@@ -126,6 +132,11 @@ Status ModelRunner::Execute(const ForwardBatch& batch, ForwardOutput* out) {
                        all.begin() + static_cast<std::ptrdiff_t>((row + rows) * v));
     row += rows;
   }
+  out->samples.resize(picks.size());
+  cpu::ParallelFor(static_cast<int>(picks.size()), [&](int i) {
+    const SequenceSlice& s = *picks[i].second;
+    out->samples[i] = PickToken(std::span<const float>(all.data() + picks[i].first * v, v), s.num_logprobs, s.pick);
+  });
   return Status::Ok();
 }
 

@@ -47,8 +47,10 @@ void PagedAttention(const PagedAttentionArgs& a) {
   const int d = a.head_dim;
   const int group = a.num_heads / a.num_kv_heads;
   const long q_row = static_cast<long>(a.num_heads) * d;
-  // Contiguous copies: [num_kv_heads, ctx, head_dim].
-  std::vector<float> keys(static_cast<size_t>(a.num_kv_heads) * ctx * d);
+  const int kv_begin = a.kv_head_begin;
+  const int kv_end = a.kv_head_end < 0 ? a.num_kv_heads : a.kv_head_end;
+  // Contiguous copies of the range's heads: [kv_end - kv_begin, ctx, head_dim].
+  std::vector<float> keys(static_cast<size_t>(kv_end - kv_begin) * ctx * d);
   std::vector<float> values(keys.size());
   for (int p = 0; p < ctx; ++p) {
     const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
@@ -57,9 +59,9 @@ void PagedAttention(const PagedAttentionArgs& a) {
       const float* fp8 = Fp8Table();
       const uint8_t* k = a.kv_pool_fp8 + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d);
       const uint8_t* v = a.kv_pool_fp8 + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d);
-      for (int h = 0; h < a.num_kv_heads; ++h) {
-        float* kd = &keys[(static_cast<size_t>(h) * ctx + p) * d];
-        float* vd = &values[(static_cast<size_t>(h) * ctx + p) * d];
+      for (int h = kv_begin; h < kv_end; ++h) {
+        float* kd = &keys[(static_cast<size_t>(h - kv_begin) * ctx + p) * d];
+        float* vd = &values[(static_cast<size_t>(h - kv_begin) * ctx + p) * d];
         for (int e = 0; e < d; ++e) {
           kd[e] = fp8[k[h * d + e]] * a.k_scale[h];
           vd[e] = fp8[v[h * d + e]] * a.v_scale[h];
@@ -69,14 +71,14 @@ void PagedAttention(const PagedAttentionArgs& a) {
     }
     const float* k = a.kv_pool + KVSlotOffset(slot, 0, a.block_size, a.num_kv_heads, d);
     const float* v = a.kv_pool + KVSlotOffset(slot, 1, a.block_size, a.num_kv_heads, d);
-    for (int h = 0; h < a.num_kv_heads; ++h) {
-      std::memcpy(&keys[(static_cast<size_t>(h) * ctx + p) * d], k + h * d, sizeof(float) * d);
-      std::memcpy(&values[(static_cast<size_t>(h) * ctx + p) * d], v + h * d, sizeof(float) * d);
+    for (int h = kv_begin; h < kv_end; ++h) {
+      std::memcpy(&keys[(static_cast<size_t>(h - kv_begin) * ctx + p) * d], k + h * d, sizeof(float) * d);
+      std::memcpy(&values[(static_cast<size_t>(h - kv_begin) * ctx + p) * d], v + h * d, sizeof(float) * d);
     }
   }
-  std::vector<float> scores(static_cast<size_t>(kQueryTile) * ctx);
-  for (int h = 0; h < a.num_heads; ++h) {
-    const int kvh = h / group;
+  std::vector<float> scores(static_cast<size_t>(std::min(kQueryTile, a.num_tokens)) * ctx);
+  for (int h = kv_begin * group; h < kv_end * group; ++h) {
+    const int kvh = h / group - kv_begin;
     const float* kh = &keys[static_cast<size_t>(kvh) * ctx * d];
     const float* vh = &values[static_cast<size_t>(kvh) * ctx * d];
     for (int i0 = 0; i0 < a.num_tokens; i0 += kQueryTile) {

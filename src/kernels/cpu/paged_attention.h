@@ -26,6 +26,10 @@ struct PagedAttentionArgs {
   int head_dim = 0;
   float scale = 1.0f;                   // usually 1 / sqrt(head_dim)
   float* out = nullptr;                 // [num_tokens, num_heads, head_dim]
+  // The KV heads [kv_head_begin, kv_head_end) and their query heads only (-1: num_kv_heads), so
+  // that calls on disjoint ranges may run in parallel (they write disjoint heads of out).
+  int kv_head_begin = 0;
+  int kv_head_end = -1;
 };
 
 // Gathers the sequence's K/V into contiguous fp32 buffers (dequantizing an FP8 pool) and runs query

@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace tandem::cpu {
@@ -36,7 +37,8 @@ class ThreadPool {
   // 0 <= num_tasks < 2^20.
   template <typename Fn>
   void ParallelFor(int num_tasks, Fn&& fn) {
-    Run(num_tasks, [](void* ctx, int task) { (*static_cast<Fn*>(ctx))(task); }, &fn);
+    using F = std::remove_reference_t<Fn>;
+    Run(num_tasks, [](void* ctx, int task) { (*static_cast<F*>(ctx))(task); }, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
  private:

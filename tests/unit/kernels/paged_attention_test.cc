@@ -1,5 +1,6 @@
 // reshape_and_cache layout and paged attention (sgemm tiles) against the plain-loop version and
-// against dense causal attention on contiguous K/V.
+// against dense causal attention on contiguous K/V; split by KV head and query chunk (as the CPU
+// runner's threads run it), bit for bit the same.
 #include "kernels/cpu/paged_attention.h"
 
 #include <algorithm>
@@ -77,6 +78,22 @@ TEST(PagedAttentionTest, MatchesNaiveAndDense) {
     std::vector<float> fast(q.size()), naive(q.size());
     a.out = fast.data();
     PagedAttention(a);
+    // As the CPU runner splits it for its threads: one KV head and 128 query tokens a call.
+    std::vector<float> split(q.size(), NAN);
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      for (int t0 = 0; t0 < c.num_tokens; t0 += 128) {
+        PagedAttentionArgs part = a;
+        const size_t first = size_t(t0) * c.num_heads * c.head_dim;
+        part.q = q.data() + first;
+        part.out = split.data() + first;
+        part.start_pos = c.start_pos + t0;
+        part.num_tokens = std::min(128, c.num_tokens - t0);
+        part.kv_head_begin = h;
+        part.kv_head_end = h + 1;
+        PagedAttention(part);
+      }
+    }
+    EXPECT_EQ(split, fast) << "start " << c.start_pos << " n " << c.num_tokens;
     a.out = naive.data();
     PagedAttentionNaive(a);
     const int group = c.num_heads / c.num_kv_heads;
