@@ -3,6 +3,8 @@
 #include <cmath>
 #include <numbers>
 
+#include "kernels/cpu/thread_pool.h"
+
 namespace tandem::cpu {
 
 std::vector<float> RopeInvFreq(int head_dim, const RopeParams& p) {
@@ -46,8 +48,10 @@ std::vector<float> RopeInvFreq(int head_dim, const RopeParams& p) {
 void ApplyRope(float* x, int num_tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq) {
   const int half = head_dim / 2;
+  // Tokens on the CPU pool (each token's arithmetic unchanged).
+  ParallelForRange(num_tokens, 16, [&](int64_t t_begin, int64_t t_end) {
   std::vector<float> cos_v(half), sin_v(half);
-  for (int t = 0; t < num_tokens; ++t) {
+  for (int64_t t = t_begin; t < t_end; ++t) {
     const float pos = static_cast<float>(positions[t]);
     for (int i = 0; i < half; ++i) {
       const float angle = pos * inv_freq[i];  // one fp32 product, as HF's outer product
@@ -68,6 +72,7 @@ void ApplyRope(float* x, int num_tokens, int num_heads, int head_dim, const int3
       }
     }
   }
+  });
 }
 
 }  // namespace tandem::cpu

@@ -73,4 +73,21 @@ void ParallelFor(int num_tasks, Fn&& fn) {
   CpuPool()->ParallelFor(num_tasks, fn);
 }
 
+// fn(begin, end) over [0, n) in contiguous ranges of at least min_chunk items (one range, on the
+// caller, when n < 2 * min_chunk), a few per thread of the CPU pool.
+template <typename Fn>
+void ParallelForRange(int64_t n, int64_t min_chunk, Fn&& fn) {
+  if (n <= 0) return;
+  if (n < 2 * min_chunk) return fn(int64_t{0}, n);
+  const std::shared_ptr<ThreadPool> pool = CpuPool();
+  const int64_t max_chunks = int64_t{4} * pool->num_threads();
+  int64_t chunks = n / (min_chunk < 1 ? 1 : min_chunk);
+  if (chunks > max_chunks) chunks = max_chunks;
+  const int64_t size = (n + chunks - 1) / chunks;
+  pool->ParallelFor(static_cast<int>((n + size - 1) / size), [&](int c) {
+    const int64_t begin = c * size;
+    fn(begin, begin + size < n ? begin + size : n);
+  });
+}
+
 }  // namespace tandem::cpu
