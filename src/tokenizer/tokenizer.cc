@@ -22,7 +22,7 @@ class BpeTokenizer final : public Tokenizer {
 
   std::vector<int32_t> Encode(std::string_view text, const EncodeOptions& options) const override;
   std::string Decode(std::span<const int32_t> ids, bool skip_special_tokens) const override;
-  std::string TokenBytes(int32_t id) const override { return Bytes(id); }
+  std::string TokenBytes(int32_t id) const override { return std::string(Bytes(id)); }
   std::optional<int32_t> TokenToId(std::string_view token) const override {
     const std::string key(token);
     if (auto it = added_to_id_.find(key); it != added_to_id_.end()) return it->second;
@@ -32,11 +32,10 @@ class BpeTokenizer final : public Tokenizer {
   int32_t vocab_size() const override { return vocab_size_; }
 
  private:
-  const std::string& Bytes(int32_t id) const {
-    static const std::string kEmpty;
-    if (id < 0 || id >= vocab_size_) return kEmpty;
+  std::string_view Bytes(int32_t id) const {
+    if (id < 0 || id >= vocab_size_) return {};
     if (added_index_[id] >= 0) return added_[added_index_[id]].content;
-    return bpe_->Has(id) ? bpe_->Bytes(id) : kEmpty;
+    return bpe_->Has(id) ? bpe_->Bytes(id) : std::string_view();
   }
   // Normalizes, pre-tokenizes and BPE-encodes ordinary text (raw bytes, maybe invalid UTF-8).
   void EncodeOrdinary(std::string_view text, const EncodeOptions& options, size_t offset,
