@@ -138,8 +138,10 @@ class CudaModelRunner final : public ModelRunner {
   std::unique_ptr<cuda::GemmTuner> tuner_;  // InitOnce; null with TANDEM_GEMM_TUNE=0 or no cuBLASLt
   std::unique_ptr<cuda::Fp8Gemm> fp8_gemm_;  // InitOnce, with FP8 weights (w_.fp8)
   // SwiGLU fused into the down projection's FP8 activation quantization on the GEMM path
-  // (cuda::SiluMulQuantizeFp8); TANDEM_FUSED_SILU_QUANT=0 (read at InitOnce) keeps the two kernels.
-  bool fused_silu_quant_ = true;
+  // (cuda::SiluMulQuantizeFp8) from this many tokens a step on (and always above GemvMaxM());
+  // TANDEM_FUSED_SILU_QUANT (read at InitOnce): 0 keeps the two kernels, N > 0 sets the count
+  // (checks run the fused path on short prompts); default 256.
+  int fused_silu_quant_min_tokens_ = 256;
   cudaStream_t stream_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8

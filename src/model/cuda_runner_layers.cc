@@ -35,9 +35,6 @@ using bf16 = __nv_bfloat16;
 using cuda_step::Align16;
 using cuda_step::MetaLayout;
 
-// Tokens in a step from which SwiGLU goes straight into the FP8 down projection's codes.
-constexpr int kFusedSiluQuantMinTokens = 256;
-
 // y[rows, n] = in[rows, k] W^T (+ bias) with contiguous rows, as every projection of a step runs.
 cuda::LinearArgs ProjectionArgs(const bf16* in, int k, const DeviceArray& w, const bf16* bias, void* out,
                                 int n, cuda::OutDtype dtype, int rows) {
@@ -266,9 +263,9 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     // projection's activation codes (the bf16 activation is never written). On the H200 (Qwen3-8B
     // shapes, dev/kernels/results/2026-12-04b-*) it takes 0.5 ms off a 2k prefill's device time and
     // 0.03 ms off a 256-token decode step; at 64 tokens its one CTA per token is slower than the
-    // two kernels; the GEMV (small m) reads bf16 anyway.
-    const bool fused = w_.fp8 && fp8_gemm_ != nullptr && T >= kFusedSiluQuantMinTokens &&
-                       (!w.down_block128 || T % cuda::kFp8GemmRowMultiple == 0) && fused_silu_quant_;
+    // two kernels (fused_silu_quant_min_tokens_); the GEMV (small m) reads bf16 anyway.
+    const bool fused = w_.fp8 && fp8_gemm_ != nullptr && T > cuda::GemvMaxM() && T >= fused_silu_quant_min_tokens_ &&
+                       (!w.down_block128 || T % cuda::kFp8GemmRowMultiple == 0);
     if (fused) {
       TANDEM_RETURN_IF_ERROR(
           cuda::SiluMulQuantizeFp8(sm, w.down_block128, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_));

@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
@@ -65,8 +66,9 @@ Status CudaModelRunner::InitOnce() {
   }
   if (w_.fp8) {
     TANDEM_ASSIGN_OR_RETURN(fp8_gemm_, cuda::Fp8Gemm::Create(cublas_workspace_.as<void>(), kCublasWorkspaceBytes));
-    const char* fused = std::getenv("TANDEM_FUSED_SILU_QUANT");
-    fused_silu_quant_ = fused == nullptr || std::string(fused) != "0";
+    if (const char* fused = std::getenv("TANDEM_FUSED_SILU_QUANT"); fused != nullptr) {
+      fused_silu_quant_min_tokens_ = std::atoi(fused) > 0 ? std::atoi(fused) : std::numeric_limits<int>::max();
+    }
   }
   initialized_ = true;
   return Status::Ok();
