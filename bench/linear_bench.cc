@@ -1,6 +1,6 @@
 // cpu::Linear alone (kernels/cpu/matmul.h) on the bundled tiny Qwen3's shapes, bf16 weights: the
-// lm_head (151936 x 256) and a layer's gate projection (768 x 256), at m = 1, 4, 16 (the skinny
-// kernels) and 128 (the chunked sgemm path); threads 1 and 2, each ISA the CPU has.
+// lm_head (151936 x 256) and a layer's gate projection (768 x 256), at m = 1, 4, 16 and 128, and two
+// of Qwen3-8B's projections (4096 x 4096, 4096 x 12288) at m = 128 and 512; threads 1 and 2, each ISA.
 //
 //   build/bench/linear_bench [--benchmark_filter=...]
 //
@@ -47,6 +47,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
       for (const int m : {1, 4, 16, 128}) {
         b->Args({151936, 256, m, threads, isa});
         b->Args({768, 256, m, threads, isa});
+      }
+      // Qwen3-8B's o_proj and down_proj (larger k), at prefill sizes.
+      for (const int m : {128, 512}) {
+        b->Args({4096, 4096, m, threads, isa});
+        b->Args({4096, 12288, m, threads, isa});
       }
     }
   }

@@ -3,8 +3,8 @@
 //
 // The weights stay in the checkpoint's dtype, in place in the mapped safetensors file the runner
 // keeps (weights.h); activations are fp32. One step: all new tokens of all slices go through each
-// projection as one cpu::Linear ([num_tokens, hidden] x W^T: a skinny GEMM up to 16 tokens, sgemm
-// over converted chunks of W beyond); attention runs per slice over its block table.
+// projection as one cpu::Linear ([num_tokens, hidden] x W^T, kernels/cpu/matmul.h); attention runs
+// per (slice, KV head, query chunk) over the slice's block table, on the CPU pool.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

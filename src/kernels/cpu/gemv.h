@@ -1,6 +1,6 @@
-// The skinny-GEMM kernels behind cpu::Linear (matmul.h) for m <= kGemvMaxRows, one set per ISA
-// (issue 29). Internal to kernels/cpu: matmul.cc picks a set by the CPU's features and splits the
-// rows of W across the thread pool.
+// The GEMM kernels behind cpu::Linear (matmul.h), one set per ISA (issue 29): the SIMD ones for any m,
+// the portable one for m <= kGemvMaxRows. Internal to kernels/cpu: matmul.cc picks a set by the CPU's
+// features and splits the rows of W across the thread pool.
 //
 // Each kernel streams the weight once for all m rows of x: every element of W is converted exactly
 // to fp32 (bf16: shifted by 16; f16: the IEEE conversion) and multiplied into the rows with fp32 FMAs
@@ -19,7 +19,7 @@ namespace tandem::cpu {
 inline constexpr int kGemvMaxRows = 16;
 
 // y[i * ldy + j] = sum_c x[i * k + c] * W[j][c] (+ bias[j] when bias) for i in [0, m), j in
-// [row_begin, row_end); k = w.cols; 1 <= m <= kGemvMaxRows.
+// [row_begin, row_end); k = w.cols; m >= 1 (the portable kernel: m <= kGemvMaxRows).
 using GemvFn = void (*)(const float* x, int m, const WeightMatrix& w, int64_t row_begin, int64_t row_end,
                         const float* bias, float* y, int64_t ldy);
 // WeightRowsToFloat's contract (weight_matrix.h).

@@ -2,6 +2,7 @@
 // gemv_avx512.cc, every function carries the target attribute and has internal linkage.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 
@@ -116,14 +117,20 @@ TANDEM_AVX2 void GemvT(const float* x, int m, const WeightMatrix& w, int64_t row
                        const float* bias, float* y, int64_t ldy) {
   const int64_t k = w.cols;
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
-  // 16 registers: two rows of x by four of W (8 accumulators), or one row by eight.
-  for (int i0 = 0; i0 < m; i0 += 2) {
-    const float* xi = x + static_cast<int64_t>(i0) * k;
-    float* yi = y + static_cast<int64_t>(i0) * ldy;
-    if (m - i0 == 1) {
-      Rows<T, 1, 8>(xi, k, wp, row_begin, row_end, bias, yi, ldy);
-    } else {
-      Rows<T, 2, 4>(xi, k, wp, row_begin, row_end, bias, yi, ldy);
+  // 16 registers: two rows of x by four of W (8 accumulators), or one row by eight. W in tiles of
+  // ~16 KiB that every pair of x rows runs over while the tile is in L1 (W read once for all m).
+  constexpr int kBytes = T == WeightType::kF32 ? 4 : 2;
+  const int64_t tile = std::max<int64_t>(8, 16384 / (k * kBytes) / 8 * 8);
+  for (int64_t j0 = row_begin; j0 < row_end; j0 += tile) {
+    const int64_t j1 = std::min(row_end, j0 + tile);
+    for (int i0 = 0; i0 < m; i0 += 2) {
+      const float* xi = x + static_cast<int64_t>(i0) * k;
+      float* yi = y + static_cast<int64_t>(i0) * ldy;
+      if (m - i0 == 1) {
+        Rows<T, 1, 8>(xi, k, wp, j0, j1, bias, yi, ldy);
+      } else {
+        Rows<T, 2, 4>(xi, k, wp, j0, j1, bias, yi, ldy);
+      }
     }
   }
 }

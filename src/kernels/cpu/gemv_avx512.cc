@@ -10,6 +10,7 @@
 #endif
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cpu/gemv.h"
@@ -130,15 +131,21 @@ TANDEM_AVX512 void GemvT(const float* x, int m, const WeightMatrix& w, int64_t r
   const int64_t k = w.cols;
   const uint8_t* wp = static_cast<const uint8_t*>(w.data);
   // Up to 4 rows of x share one pass over a block of W (16 accumulators of 32 registers); one or two
-  // rows take blocks of 8 rows of W, for more independent FMA chains.
-  for (int i0 = 0; i0 < m; i0 += 4) {
-    const float* xi = x + static_cast<int64_t>(i0) * k;
-    float* yi = y + static_cast<int64_t>(i0) * ldy;
-    switch (m - i0 < 4 ? m - i0 : 4) {
-      case 1: Rows<T, 1, 8>(xi, k, wp, row_begin, row_end, bias, yi, ldy); break;
-      case 2: Rows<T, 2, 8>(xi, k, wp, row_begin, row_end, bias, yi, ldy); break;
-      case 3: Rows<T, 3, 4>(xi, k, wp, row_begin, row_end, bias, yi, ldy); break;
-      default: Rows<T, 4, 4>(xi, k, wp, row_begin, row_end, bias, yi, ldy); break;
+  // rows take blocks of 8 rows of W, for more independent FMA chains. W goes in tiles of ~16 KiB that
+  // every group of x rows runs over while the tile is in L1: W is read from memory once for all m.
+  constexpr int kBytes = T == WeightType::kF32 ? 4 : 2;
+  const int64_t tile = std::max<int64_t>(8, 16384 / (k * kBytes) / 8 * 8);
+  for (int64_t j0 = row_begin; j0 < row_end; j0 += tile) {
+    const int64_t j1 = std::min(row_end, j0 + tile);
+    for (int i0 = 0; i0 < m; i0 += 4) {
+      const float* xi = x + static_cast<int64_t>(i0) * k;
+      float* yi = y + static_cast<int64_t>(i0) * ldy;
+      switch (m - i0 < 4 ? m - i0 : 4) {
+        case 1: Rows<T, 1, 8>(xi, k, wp, j0, j1, bias, yi, ldy); break;
+        case 2: Rows<T, 2, 8>(xi, k, wp, j0, j1, bias, yi, ldy); break;
+        case 3: Rows<T, 3, 4>(xi, k, wp, j0, j1, bias, yi, ldy); break;
+        default: Rows<T, 4, 4>(xi, k, wp, j0, j1, bias, yi, ldy); break;
+      }
     }
   }
 }

@@ -75,7 +75,7 @@ void AddBias(const float* bias, int m, int64_t n, int64_t row_begin, int64_t row
   }
 }
 
-// m <= kGemvMaxRows.
+// Any m (the kernels take a tile of W against every row of x).
 void SkinnyLinear(const float* x, int m, const WeightMatrix& w, const float* bias, float* y) {
   const GemvKernels& kernels = Kernels();
   const int64_t n = w.rows;
@@ -99,7 +99,7 @@ void SgemmRows(const float* x, int m, int64_t k, const float* wf, int64_t row_be
               1.0f, x, static_cast<int>(k), wf, static_cast<int>(k), 0.0f, y + row_begin, static_cast<int>(n));
 }
 
-// m > kGemvMaxRows.
+// m > kGemvMaxRows on the portable ISA.
 void ChunkedLinear(const float* x, int m, const WeightMatrix& w, const float* bias, float* y) {
   const int64_t n = w.rows, k = w.cols;
   const std::shared_ptr<ThreadPool> pool = CpuPool();
@@ -136,7 +136,9 @@ void ChunkedLinear(const float* x, int m, const WeightMatrix& w, const float* bi
 void Linear(const float* x, int m, const WeightMatrix& w, const float* bias, float* y) {
   if (m <= 0 || w.rows == 0) return;
   OpenBlasSingleThreaded();
-  if (m <= kGemvMaxRows) {
+  // The SIMD kernels beat OpenBLAS's sgemm at every m (bench/linear_bench: 1.7-3x with AVX-512,
+  // 1.3-1.5x with AVX2 at m = 128 and 512, over fp32 chunks of W); the portable one only up to 16 rows.
+  if (m <= kGemvMaxRows || Kernels().isa != LinearIsa::kScalar) {
     SkinnyLinear(x, m, w, bias, y);
   } else {
     ChunkedLinear(x, m, w, bias, y);

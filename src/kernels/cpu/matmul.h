@@ -1,12 +1,14 @@
 // Linear layers as torch.nn.functional.linear: y = x W^T (+ b), x and y fp32, W [n, k] (Hugging
 // Face's [out, in]) in bf16, f16 or fp32 as the checkpoint holds it (weight_matrix.h; issue 29).
 //
-//   m <= 16 (decode): a skinny GEMM of our own (gemv.h) streams W once for all m rows, converting
-//     every element exactly to fp32 and accumulating with fp32 FMAs; AVX-512, AVX2 or portable code
-//     as the CPU allows (chosen at run time). W's rows are split across the CPU pool (thread_pool.h).
-//   m > 16 (prefill): W's rows are split across the pool; each thread converts its rows to fp32 in
-//     chunks (a scratch of its own, at most ~256 KiB) and calls cblas_sgemm on each chunk, or on W
-//     itself when fp32. OpenBLAS runs single-threaded: the pool is the only parallelism.
+//   Our own kernels (gemv.h) stream W once for all m rows of x, converting every element exactly to
+//     fp32 and accumulating with fp32 FMAs: W in L1-sized tiles, each run against every group of 4
+//     rows of x. AVX-512 or AVX2 as the CPU allows (chosen at run time), for every m; W's rows are
+//     split across the CPU pool (thread_pool.h).
+//   The portable kernel (no AVX2, or not x86) up to m = 16 only; above, each pool thread converts
+//     its rows of W to fp32 in chunks (a scratch of its own, at most ~256 KiB) and calls cblas_sgemm
+//     on each chunk, or on W itself when fp32. OpenBLAS runs single-threaded: the pool is the only
+//     parallelism.
 // Every output element is one fp32 sum over k: the results match a cblas_sgemm over W converted to
 // fp32 up to the order of the additions (a few ulps), independently of the thread count.
 #pragma once
@@ -31,7 +33,7 @@ void Linear(const float* x, int m, int k, const float* w, int n, const float* bi
 void SetLinearThreads(int n);
 int LinearThreads();
 
-// The instruction sets of the m <= 16 kernels. kAuto: the best the CPU has (AVX-512 F+BW+VL, else
+// The instruction sets of our kernels. kAuto: the best the CPU has (AVX-512 F+BW+VL, else
 // AVX2+FMA+F16C, else portable); the environment variable TANDEM_CPU_ISA (scalar, avx2, avx512) caps it.
 enum class LinearIsa { kAuto, kScalar, kAvx2, kAvx512 };
 bool LinearIsaSupported(LinearIsa isa);  // whether this CPU (and OS) runs it; kAuto and kScalar: true

@@ -1,6 +1,7 @@
 // cpu::Linear on bf16 / f16 / fp32 weights (matmul.h) against OpenBLAS cblas_sgemm over the same
-// weights converted to fp32, with every instruction set the CPU has forced in turn: the skinny
-// kernels (m = 1..16) and the chunked sgemm path (m = 17, 33), shapes that are not multiples of the
+// weights converted to fp32, with every instruction set the CPU has forced in turn: our kernels
+// (m = 1..16, and every m on AVX2 / AVX-512) and the portable ISA's chunked sgemm path (m = 17, 33,
+// 130), shapes that are not multiples of the
 // vector width, with and without bias, one and several threads. And the conversions: every bf16
 // and f16 bit pattern, each ISA against the scalar reference.
 #include <cblas.h>
@@ -96,7 +97,7 @@ TEST(Linear, AllIsasAllTypesAgainstSgemm) {
         const Weights w = MakeWeights(type, s.n, s.k, rng);
         for (const int threads : {1, 3}) {
           SetLinearThreads(threads);
-          for (const int m : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 33}) {
+          for (const int m : {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 33, 130}) {
             for (const bool bias : {false, true}) {
               const std::string label = std::string(LinearIsaName(isa)) + " " + WeightTypeName(type) + " n " +
                                         std::to_string(s.n) + " k " + std::to_string(s.k) + " threads " +
