@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/reshape_and_cache.h"
+#include "kernels/cpu/vexp.h"
 
 namespace tandem::cpu {
 namespace {
@@ -30,11 +31,10 @@ const float* Fp8Table() {
 void SoftmaxRow(float* row, int valid, int n) {
   float max_v = row[0];
   for (int j = 1; j < valid; ++j) max_v = std::max(max_v, row[j]);
+  for (int j = 0; j < valid; ++j) row[j] -= max_v;
+  Exp(row, valid, row);  // std::exp's values, vectorized (vexp.h)
   float sum = 0.0f;
-  for (int j = 0; j < valid; ++j) {
-    row[j] = std::exp(row[j] - max_v);
-    sum += row[j];
-  }
+  for (int j = 0; j < valid; ++j) sum += row[j];
   const float inv = 1.0f / sum;
   for (int j = 0; j < valid; ++j) row[j] *= inv;
   for (int j = valid; j < n; ++j) row[j] = 0.0f;
