@@ -276,68 +276,34 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
   a.workspace = ws.get();
   a.workspace_bytes = ws_bytes;
   a.workspace_initialized = true;
-  OC_OK(cuda::PagedDecode(a, nullptr));
-  if (ws_bytes > 0) {  // twice: the merge counters must be left zero
-    out.Poison();
-    OC_OK(cuda::PagedDecode(a, nullptr));
-  }
-  OC_CUDA(cudaDeviceSynchronize());
-
   const std::vector<float> q_f = DownloadFloat(q);
-  std::vector<float> ref(q_f.size());
-  double worst = 0;
-  const std::vector<float> got = DownloadFloat(out);
-  ErrorStats all;
-  for (int s = 0; s < num_seqs; ++s) {
-    cpu::PagedAttentionArgs c;
-    c.q = q_f.data() + static_cast<size_t>(s) * q_row;
-    c.num_tokens = 1;
-    c.start_pos = ctx[s] - 1;
-    c.kv_pool_fp8 = codes.data();
-    c.k_scale = ks.data();
-    c.v_scale = vs.data();
-    c.block_table = tables.data() + static_cast<size_t>(s) * stride;
-    c.block_size = block_size;
-    c.num_heads = h.nh;
-    c.num_kv_heads = h.nkv;
-    c.head_dim = h.hd;
-    c.scale = a.scale;
-    c.out = ref.data() + static_cast<size_t>(s) * q_row;
-    cpu::PagedAttention(c);
-    const ErrorStats e = Compare(got.data() + static_cast<size_t>(s) * q_row, c.out, q_row);
-    all.non_finite += e.non_finite;
-    all.max_abs = std::max(all.max_abs, e.max_abs);
-    worst = std::max(worst, e.rel);
-  }
-  all.rel = worst;
-  std::string shape = Fmt("seqs %d ctx %d..%d heads %d/%d hd %d splits %d block %d ", num_seqs,
-                            *std::min_element(ctx.begin(), ctx.end()), a.max_context_len, h.nh, h.nkv,
-                            h.hd, cuda::PagedDecodeSplits(a), block_size) + (calibrated ? "scales random" : "scales 1");
-  Row r{"paged_decode fp8", shape};
-  r.err = all;
-  r.tol = kTolAttention;
-  r.pass = all.non_finite == 0 && all.rel <= r.tol;
-  r.note = "worst sequence's relative error";
-  if (time_it && !TimingOff()) {
-    // In a CUDA graph over copies of the pool (>= 256 MB in all: K/V from HBM, not L2), as
-    // op_check_attention.cc times the bf16 kernel; the bf16 kernel on a pool of the same values.
-    constexpr int kReps = 20;
-    const int copies = L2Copies(pool.bytes(), kReps);
-    DevBuf<bf16> pool16(codes.size());
-    std::vector<float> values(codes.size());
-    for (size_t i = 0; i < codes.size(); ++i) values[i] = cpu::Fp8E4M3ToFloat(codes[i]);
-    UploadBf16(pool16.get(), values);
-    const std::vector<DevBuf<uint8_t>> pools = CopiesOf(pool, copies);
-    const std::vector<DevBuf<bf16>> pools16 = CopiesOf(pool16, copies);
+  double kv = 0;
+  for (int c : ctx) kv += 2.0 * c * h.nkv * h.hd;  // codes of K and V read once
+  // Timing: in a CUDA graph over copies of the pool (>= 256 MB in all: K/V from HBM, not L2), as
+  // op_check_attention.cc times the bf16 kernel; the bf16 kernel on a pool of the same values.
+  constexpr int kReps = 20;
+  const bool timed = time_it && !TimingOff();
+  const int copies = timed ? L2Copies(pool.bytes(), kReps) : 0;
+  const std::vector<DevBuf<uint8_t>> pools = timed ? CopiesOf(pool, copies) : std::vector<DevBuf<uint8_t>>{};
+  auto time_kernel = [&](cuda::DecodeKernel k) {
     int rep = 0;
-    r.time_us = TimeUsGraph([&](cudaStream_t st) {
+    return TimeUsGraph([&](cudaStream_t st) {
       cuda::PagedDecodeArgs b = a;
+      b.kernel = k;
       const int c = rep++ % copies;
       if (c > 0) b.kv_pool_fp8 = pools[c - 1].get();
       OC_OK(cuda::PagedDecode(b, st));
     }, kReps, 15);
-    rep = 0;
-    const double bf16_us = TimeUsGraph([&](cudaStream_t st) {
+  };
+  double bf16_us = 0, tile_us = 0;
+  if (timed) {
+    DevBuf<bf16> pool16(codes.size());
+    std::vector<float> values(codes.size());
+    for (size_t i = 0; i < codes.size(); ++i) values[i] = cpu::Fp8E4M3ToFloat(codes[i]);
+    UploadBf16(pool16.get(), values);
+    const std::vector<DevBuf<bf16>> pools16 = CopiesOf(pool16, copies);
+    int rep = 0;
+    bf16_us = TimeUsGraph([&](cudaStream_t st) {
       cuda::PagedDecodeArgs b = a;
       const int c = rep++ % copies;
       b.kv_pool_fp8 = nullptr;
@@ -346,13 +312,62 @@ void DecodeFp8Case(const Heads& h, const std::vector<int>& ctx, int num_splits, 
       b.kernel = cuda::DecodeKernel::kMma;
       OC_OK(cuda::PagedDecode(b, st));
     }, kReps, 15);
-    double kv = 0;
-    for (int c : ctx) kv += 2.0 * c * h.nkv * h.hd;  // codes of K and V read once
-    r.bytes = kv + 2.0 * q_f.size() * sizeof(bf16);
-    r.note += Fmt("; bf16 pool, same shape: %.1f us (%.0f GB/s); fp8/bf16 time %.2f", bf16_us,
-                    (2 * kv + 2.0 * q_f.size() * sizeof(bf16)) / bf16_us / 1e3, r.time_us / bf16_us);
+    tile_us = time_kernel(cuda::DecodeKernel::kMmaFp8Tile);
   }
-  Record(r);
+  // Both FP8 kernels: fragments straight from the codes (kMma, the default), the converted tile.
+  for (const cuda::DecodeKernel k : {cuda::DecodeKernel::kMma, cuda::DecodeKernel::kMmaFp8Tile}) {
+    a.kernel = k;
+    out.Poison();
+    OC_OK(cuda::PagedDecode(a, nullptr));
+    if (ws_bytes > 0) {  // twice: the merge counters must be left zero
+      out.Poison();
+      OC_OK(cuda::PagedDecode(a, nullptr));
+    }
+    OC_CUDA(cudaDeviceSynchronize());
+    std::vector<float> ref(q_f.size());
+    double worst = 0;
+    const std::vector<float> got = DownloadFloat(out);
+    ErrorStats all;
+    for (int s = 0; s < num_seqs; ++s) {
+      cpu::PagedAttentionArgs c;
+      c.q = q_f.data() + static_cast<size_t>(s) * q_row;
+      c.num_tokens = 1;
+      c.start_pos = ctx[s] - 1;
+      c.kv_pool_fp8 = codes.data();
+      c.k_scale = ks.data();
+      c.v_scale = vs.data();
+      c.block_table = tables.data() + static_cast<size_t>(s) * stride;
+      c.block_size = block_size;
+      c.num_heads = h.nh;
+      c.num_kv_heads = h.nkv;
+      c.head_dim = h.hd;
+      c.scale = a.scale;
+      c.out = ref.data() + static_cast<size_t>(s) * q_row;
+      cpu::PagedAttention(c);
+      const ErrorStats e = Compare(got.data() + static_cast<size_t>(s) * q_row, c.out, q_row);
+      all.non_finite += e.non_finite;
+      all.max_abs = std::max(all.max_abs, e.max_abs);
+      worst = std::max(worst, e.rel);
+    }
+    all.rel = worst;
+    const bool tile = k == cuda::DecodeKernel::kMmaFp8Tile;
+    std::string shape = Fmt("seqs %d ctx %d..%d heads %d/%d hd %d splits %d block %d ", num_seqs,
+                            *std::min_element(ctx.begin(), ctx.end()), a.max_context_len, h.nh, h.nkv,
+                            h.hd, cuda::PagedDecodeSplits(a), block_size) + (calibrated ? "scales random" : "scales 1");
+    Row r{tile ? "paged_decode fp8 tile" : "paged_decode fp8", shape};
+    r.err = all;
+    r.tol = kTolAttention;
+    r.pass = all.non_finite == 0 && all.rel <= r.tol;
+    r.note = "worst sequence's relative error";
+    if (timed) {
+      r.time_us = tile ? tile_us : time_kernel(k);
+      r.bytes = kv + 2.0 * q_f.size() * sizeof(bf16);
+      r.note += Fmt("; bf16 pool, same shape: %.1f us (%.0f GB/s); fp8/bf16 time %.2f", bf16_us,
+                    (2 * kv + 2.0 * q_f.size() * sizeof(bf16)) / bf16_us / 1e3, r.time_us / bf16_us);
+      if (!tile) r.note += Fmt("; /tile kernel %.2f (ring %d)", r.time_us / tile_us, cuda::detail::PagedDecodeFp8Ring());
+    }
+    Record(r);
+  }
 }
 
 }  // namespace

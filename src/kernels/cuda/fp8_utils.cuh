@@ -24,15 +24,14 @@ namespace tandem::cuda::detail {
 constexpr float kFp8Max = 448.0f;
 
 #ifdef TANDEM_CUDA_EMU
-inline uint32_t Prmt(uint32_t a, uint32_t selector) {
+// Bytes of the pair (b, a): selector nibble i (0-3: a's bytes, 4-7: b's) picks output byte i.
+inline uint32_t Prmt2(uint32_t a, uint32_t b, uint32_t selector) {
+  const uint64_t ab = (static_cast<uint64_t>(b) << 32) | a;
   uint32_t out = 0;
-  for (int i = 0; i < 4; ++i) {
-    const uint32_t sel = (selector >> (4 * i)) & 7u;
-    const uint32_t byte = sel < 4 ? (a >> (8 * sel)) & 0xffu : 0u;
-    out |= byte << (8 * i);
-  }
+  for (int i = 0; i < 4; ++i) out |= static_cast<uint32_t>((ab >> (8 * ((selector >> (4 * i)) & 7u))) & 0xffu) << (8 * i);
   return out;
 }
+inline uint32_t Prmt(uint32_t a, uint32_t selector) { return Prmt2(a, 0, selector); }
 // bf16x2 times 2^120, exactly (the emulator through float: every operand and result is exact).
 inline uint32_t TimesTwoTo120(uint32_t v) {
   uint32_t out = 0;
@@ -51,6 +50,12 @@ inline uint32_t TimesTwoTo120(uint32_t v) {
 __device__ inline uint32_t Prmt(uint32_t a, uint32_t selector) {
   uint32_t out;
   asm("prmt.b32 %0, %1, 0, %2;" : "=r"(out) : "r"(a), "r"(selector));
+  return out;
+}
+// Bytes of the pair (b, a): selector nibble i (0-3: a's bytes, 4-7: b's) picks output byte i.
+__device__ inline uint32_t Prmt2(uint32_t a, uint32_t b, uint32_t selector) {
+  uint32_t out;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(out) : "r"(a), "r"(b), "r"(selector));
   return out;
 }
 __device__ inline uint32_t TimesTwoTo120(uint32_t v) {

@@ -40,10 +40,10 @@
 // FP8 E4M3 KV (--kv-cache-dtype fp8): PagedDecodeArgs::kv_pool_fp8 instead of kv_pool, the same
 // layout at one byte an element (the codes of kernels/cpu/fp8.h), an element's value its code times
 // its KV head's k_scales / v_scales entry. The mma kernel only (head_dim 64 or 128, groups <= 16,
-// sm_80+; Unimplemented elsewhere): each warp's 16-key tile lands by cp.async as codes (half of
-// bf16's bytes; 3 stages, 69 KiB a CTA at head_dim 128, three CTAs an SM where bf16 fits two; the
-// automatic split count still assumes two), is converted exactly to f16 into a tile of its own (fp8_utils.cuh) and goes
-// through the same tensor-core code with f16 MMAs (Q converted to f16 once, P rounded to f16); the
+// sm_80+; Unimplemented elsewhere): each warp's 16-key tiles land by cp.async as codes (half of
+// bf16's bytes; 3 stages, 52 KiB a CTA at head_dim 128, four CTAs an SM where bf16 fits two; the
+// automatic split count still assumes two) and become the f16 MMAs' fragments in registers, each
+// code converted exactly (paged_decode_fp8.cu; Q converted to f16 once, P rounded to f16); the
 // K scale is folded into the softmax scale and the V scale into the output. Prefill reads bf16: DequantizeKvBlocks (kv_dequant.h) first.
 // All pointers are device pointers except where marked host; asynchronous on `stream`.
 #pragma once
@@ -105,8 +105,11 @@ enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };
 // Which decode kernel (see above): kAuto, the tensor-core kernel, or the CUDA-core one. kMma for a
 // shape or device it does not serve runs kSimt. kMmaPairLoads: the tensor-core kernel's first
 // version (a lane pair per K/V row, page-table reads in front of each tile), kept to be measured
-// beside kMma (cuda_op_check); TANDEM_DECODE_KERNEL=mma-pairs.
-enum class DecodeKernel { kAuto, kMma, kSimt, kMmaPairLoads };
+// beside kMma (cuda_op_check); TANDEM_DECODE_KERNEL=mma-pairs. kMmaFp8Tile (FP8 pools only; kMma
+// elsewhere): the first FP8 kernel, which converts each landed tile of codes to an f16 tile in
+// shared memory and reads it with ldmatrix, kept to be measured beside kMma's fragments straight
+// from the codes (paged_decode_fp8.cu); TANDEM_DECODE_KERNEL=mma-fp8-tile.
+enum class DecodeKernel { kAuto, kMma, kSimt, kMmaPairLoads, kMmaFp8Tile };
 
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
@@ -198,6 +201,10 @@ int PagedDecodeMmaStages(int head_dim, const DeviceLimits& limits);
 // 16 query heads per KV head, head_dim 64 or 128 with its shared memory fitting): the kernel kAuto
 // takes there, and the only one that reads an FP8 pool.
 bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const DeviceLimits& limits);
+// The FP8 kernel's cp.async ring a warp (paged_decode_fp8.cu), read once from
+// TANDEM_DECODE_FP8_RING: 3 (the default; 52 KiB a CTA at head_dim 128, four CTAs an SM) or 4
+// (68 KiB, three).
+int PagedDecodeFp8Ring();
 int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& limits);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail

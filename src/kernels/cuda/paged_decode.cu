@@ -51,6 +51,7 @@ DecodeKernel EnvKernel() {
     if (v != nullptr && std::strcmp(v, "mma") == 0) return DecodeKernel::kMma;
     if (v != nullptr && std::strcmp(v, "simt") == 0) return DecodeKernel::kSimt;
     if (v != nullptr && std::strcmp(v, "mma-pairs") == 0) return DecodeKernel::kMmaPairLoads;
+    if (v != nullptr && std::strcmp(v, "mma-fp8-tile") == 0) return DecodeKernel::kMmaFp8Tile;
     return DecodeKernel::kAuto;
   }();
   return k;
@@ -138,14 +139,17 @@ bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const Dev
 }
 
 DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimits& d) {
-  // An FP8 pool has the row-load mma kernel only (PagedDecode refuses it where that does not fit).
-  const DecodeKernel asked = a.kv_pool_fp8 != nullptr      ? DecodeKernel::kMma
-                             : a.kernel != DecodeKernel::kAuto ? a.kernel
-                                                               : EnvKernel();
+  // An FP8 pool has the mma kernels only (PagedDecode refuses it where they do not fit): the one
+  // with fragments from the codes (kMma), or the one with a converted tile (kMmaFp8Tile).
+  const DecodeKernel requested = a.kernel != DecodeKernel::kAuto ? a.kernel : EnvKernel();
+  const DecodeKernel asked = a.kv_pool_fp8 == nullptr                     ? requested
+                             : requested == DecodeKernel::kMmaFp8Tile ? requested
+                                                                          : DecodeKernel::kMma;
   if (asked == DecodeKernel::kSimt || !PagedDecodeMmaFits(a.num_heads, a.num_kv_heads, a.head_dim, d)) {
     return DecodeKernel::kSimt;
   }
-  return asked == DecodeKernel::kMmaPairLoads ? asked : DecodeKernel::kMma;
+  if (asked == DecodeKernel::kMmaPairLoads) return asked;
+  return asked == DecodeKernel::kMmaFp8Tile && a.kv_pool_fp8 != nullptr ? asked : DecodeKernel::kMma;
 }
 
 }  // namespace detail

@@ -34,15 +34,13 @@
 // K's scale multiplies the softmax scale, V's the output.
 #include "kernels/cuda/device_limits.h"
 #include "kernels/cuda/fp8_utils.cuh"
-#include "kernels/cuda/mma_utils.cuh"
-#include "kernels/cuda/paged_decode_split.cuh"
+#include "kernels/cuda/paged_decode_mma.cuh"
 
 namespace tandem::cuda::detail {
 namespace decode {
 namespace {
 
 constexpr int kTile = 16;  // keys per warp tile (one k-step of P*V)
-constexpr float kLog2e = 1.4426950408889634f;
 
 template <int HD, int kStages>
 struct MmaSmem {
@@ -344,11 +342,7 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
   CpAsyncWait<0>();  // (only empty groups remain)
   __syncwarp();
 
-  // The warp's result: rows' exp sums over the quad, the unnormalized output in its own stages.
-  l0 += __shfl_xor_sync(kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(kFullMask, l1, 2);
+  // The warp's unnormalized output in its own stages, then the CTA's end.
   float* so = reinterpret_cast<float*>(sKV);  // [16][HD]
   const int r = lane >> 2;
 #pragma unroll
@@ -358,44 +352,8 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
     so[(r + 8) * HD + d * 8 + col2] = o[d][2];
     so[(r + 8) * HD + d * 8 + col2 + 1] = o[d][3];
   }
-  if ((lane & 3) == 0) {
-    s_m[warp][r] = my_tiles > 0 ? m0 : -INFINITY;
-    s_m[warp][r + 8] = my_tiles > 0 ? m1 : -INFINITY;
-    s_l[warp][r] = l0;
-    s_l[warp][r + 8] = l1;
-  }
-  __syncthreads();
-
-  // Merge the warps (log-sum-exp weights on the raw-score maxima).
-  for (int idx = tid; idx < group * HD; idx += kThreads) {
-    const int g = idx / HD, d = idx % HD;
-    float mx = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][g]);
-    float sum = 0.0f, acc = 0.0f;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-      const float wt = s_m[w][g] == -INFINITY ? 0.0f : Exp2((s_m[w][g] - mx) * sl2);
-      sum += wt * s_l[w][g];
-      acc += wt * reinterpret_cast<const float*>(smem + L::kKV + w * kWarpStride)[g * HD + d];
-    }
-    acc = acc / sum * v_scale;
-    const int h = h0 + g;
-    if (used == 1) {
-      a.out[seq * a.out_stride + static_cast<int64_t>(h) * HD + d] = __float2bfloat16_rn(acc);
-    } else {
-      // Split results in the SIMT kernel's units: the max of the scaled scores.
-      const int64_t row = (static_cast<int64_t>(seq) * a.num_heads + h) * ws.splits + split;
-      ws.partial_out[row * HD + d] = acc;
-      if (d == 0) {
-        ws.max_logits[row] = mx * scale;
-        ws.exp_sums[row] = sum;
-      }
-    }
-  }
-  if (used == 1 || !ws.merge_in_kernel) return;
-  if (!LastToFinish(ws, seq, used, &s_ticket)) return;
-  MergeSplits<HD, 16>(a, ws, seq, h0, group, used, reinterpret_cast<float*>(smem + L::kKV));
+  FinishMmaCta<HD>(a, ws, smem + L::kKV, kWarpStride, s_m, s_l, &s_ticket, seq, split, h0, group, used,
+                   scale, v_scale, my_tiles > 0, m0, m1, l0, l1, reinterpret_cast<float*>(smem + L::kKV));
 }
 
 template <int HD, int kStages, bool kRowLoads, bool kFp8 = false>
@@ -411,7 +369,10 @@ cudaError_t LaunchMmaLoads(const PagedDecodeArgs& a, const Workspace& ws, cudaSt
 
 template <int HD, int kStages>
 cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
-  if (a.kv_pool_fp8 != nullptr) return LaunchMmaLoads<HD, kStages, true, true>(a, ws, stream);
+  if (a.kv_pool_fp8 != nullptr) {
+    return a.kernel == DecodeKernel::kMmaFp8Tile ? LaunchMmaLoads<HD, kStages, true, true>(a, ws, stream)
+                                                 : LaunchPagedDecodeFp8(a, ws, stream);
+  }
   return a.kernel == DecodeKernel::kMmaPairLoads ? LaunchMmaLoads<HD, kStages, false>(a, ws, stream)
                                                  : LaunchMmaLoads<HD, kStages, true>(a, ws, stream);
 }

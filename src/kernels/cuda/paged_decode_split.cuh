@@ -166,6 +166,9 @@ __device__ inline bool LastToFinish(const Workspace& ws, int seq, int used, unsi
 size_t MmaSmemBytes(int head_dim, int stages);
 cudaError_t LaunchPagedDecodeMma(const PagedDecodeArgs& a, const Workspace& ws, int stages,
                                  cudaStream_t stream);
+// paged_decode_fp8.cu: the FP8 kernel with fragments straight from the codes (head_dim 64 or 128),
+// its ring: PagedDecodeFp8Ring (paged_attention.h).
+cudaError_t LaunchPagedDecodeFp8(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream);
 
 }  // namespace decode
 }  // namespace tandem::cuda::detail
