@@ -7,77 +7,75 @@
 
 namespace tandem::tok {
 
-// Open addressing at a load of at most 3/4 (Qwen's 151k merges: 262,144 slots, 4 MiB).
+// Open addressing at a load of at most 3/4 (Qwen's 151k merges: 262,144 slots).
 void MergeTable::Reserve(size_t num_merges) {
+  merges_.clear();
+  merges_.reserve(num_merges);
   size_t cap = 16;
   while (cap * 3 < num_merges * 4) cap <<= 1;
-  slots_.assign(cap, Entry{kEmpty, 0, 0});
+  slots_.assign(cap, -1);
   mask_ = cap - 1;
   size_ = 0;
 }
 
-void MergeTable::Insert(int32_t left, int32_t right, int32_t rank, int32_t merged_id) {
-  if ((size_ + 1) * 4 > slots_.size() * 3) {  // grow
-    std::vector<Entry> old = std::move(slots_);
-    Reserve(std::max<size_t>(old.size(), 12));
-    for (const Entry& e : old) {
-      if (e.key != kEmpty) Insert(static_cast<int32_t>(e.key >> 32), static_cast<int32_t>(e.key), e.rank, e.merged_id);
-    }
+void MergeTable::Rehash(size_t cap) {
+  std::vector<int32_t> old = std::move(slots_);
+  slots_.assign(cap, -1);
+  mask_ = cap - 1;
+  for (const int32_t rank : old) {
+    if (rank < 0) continue;
+    size_t i = Hash(merges_[rank].left, merges_[rank].right) & mask_;
+    while (slots_[i] >= 0) i = (i + 1) & mask_;
+    slots_[i] = rank;
   }
-  const uint64_t key = Key(left, right);
-  for (size_t i = Hash(key) & mask_;; i = (i + 1) & mask_) {
-    Entry& e = slots_[i];
-    if (e.key == key) {
-      e.rank = rank;
-      e.merged_id = merged_id;
-      return;
-    }
-    if (e.key == kEmpty) {
-      e = Entry{key, rank, merged_id};
+}
+
+void MergeTable::Add(int32_t left, int32_t right, int32_t merged_id) {
+  if (slots_.empty() || (size_ + 1) * 4 > slots_.size() * 3) Rehash(std::max<size_t>(16, slots_.size() * 2));
+  const auto rank = static_cast<int32_t>(merges_.size());
+  merges_.push_back(Merge{left, right, merged_id});
+  for (size_t i = Hash(left, right) & mask_;; i = (i + 1) & mask_) {
+    int32_t& slot = slots_[i];
+    if (slot < 0) {
+      slot = rank;
       ++size_;
       return;
     }
+    if (merges_[slot].left == left && merges_[slot].right == right) {
+      slot = rank;
+      return;
+    }
   }
 }
 
-void TokenIndex::Reserve(size_t num_tokens, size_t num_bytes) {
-  arena_.reserve(num_bytes);
-  entries_.reserve(num_tokens);
-  size_t cap = 16;
-  while (cap < num_tokens * 2) cap <<= 1;
-  slots_.assign(cap, -1);
-  mask_ = cap - 1;
+BpeModel::Key BpeModel::KeyOf(std::string_view token, std::string* buf) {
+  if (ByteLevelToBytes(token, buf)) return Key{*buf, false};
+  return Key{token, true};
 }
 
-void TokenIndex::Grow() {
-  const size_t cap = std::max<size_t>(16, slots_.size() * 2);
-  slots_.assign(cap, -1);
-  mask_ = cap - 1;
-  for (size_t e = 0; e < entries_.size(); ++e) {
-    size_t i = Hash(Key(entries_[e])) & mask_;
-    while (slots_[i] >= 0) i = (i + 1) & mask_;
-    slots_[i] = static_cast<int32_t>(e);
+std::optional<int32_t> BpeModel::FindKey(Key k) const {
+  if (index_slots_.empty()) return std::nullopt;
+  for (size_t i = KeyHash(k) & index_mask_;; i = (i + 1) & index_mask_) {
+    const int32_t id = index_slots_[i];
+    if (id < 0) return std::nullopt;
+    if (IdHasKey(id, k)) return id;
   }
 }
 
-void TokenIndex::Insert(std::string_view token, int32_t id) {
-  if ((entries_.size() + 1) * 2 > slots_.size()) Grow();
-  size_t i = Hash(token) & mask_;
-  for (; slots_[i] >= 0; i = (i + 1) & mask_) {
-    if (Key(entries_[slots_[i]]) == token) return;
-  }
-  slots_[i] = static_cast<int32_t>(entries_.size());
-  entries_.push_back(Entry{static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(token.size()), id});
-  arena_.append(token);
+std::optional<int32_t> BpeModel::FindToken(std::string_view token) const {
+  std::string buf;
+  if (const auto id = FindKey(KeyOf(token, &buf))) return id;
+  if (index_extra_.empty()) return std::nullopt;
+  const auto it = index_extra_.find(std::string(token));
+  if (it == index_extra_.end()) return std::nullopt;
+  return it->second;
 }
 
-std::optional<int32_t> TokenIndex::Find(std::string_view token) const {
-  if (slots_.empty()) return std::nullopt;
-  for (size_t i = Hash(token) & mask_; slots_[i] >= 0; i = (i + 1) & mask_) {
-    const Entry& e = entries_[slots_[i]];
-    if (Key(e) == token) return e.id;
-  }
-  return std::nullopt;
+void BpeModel::IndexInsert(int32_t id) {
+  const Key k{Bytes(id), (flags_[id] & kRaw) != 0};
+  size_t i = KeyHash(k) & index_mask_;
+  while (index_slots_[i] >= 0) i = (i + 1) & index_mask_;
+  index_slots_[i] = id;
 }
 
 Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
@@ -104,42 +102,72 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
   auto bpe = std::make_unique<BpeModel>();
   bpe->ignore_merges_ = model.value("ignore_merges", false);
   int64_t max_id = -1;
-  size_t num_bytes = 0;
   for (const auto& [token, id] : vocab) {
-    num_bytes += token.size();
     if (id < 0 || id >= (int64_t{1} << 30)) {
       return Err(StatusCode::kInvalidArgument, "tokenizer.json: bad id {} for '{}'", id, token);
     }
     max_id = std::max(max_id, id);
   }
-  bpe->vocab_.Reserve(vocab.size(), num_bytes);
-  bpe->id_bytes_.assign(static_cast<size_t>(max_id + 1), ByteSpan{});
-  bpe->bytes_arena_.reserve(num_bytes);
-  bpe->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
+  const auto num_ids = static_cast<size_t>(max_id + 1);
+  // An id's bytes are those of the last string the vocab gives it; a single byte's token is the
+  // last string that stands for that byte.
+  std::vector<int32_t> last(num_ids, -1);
   std::fill(std::begin(bpe->byte_id_), std::end(bpe->byte_id_), -1);
   std::string bytes;
-  for (auto& [token, id64] : vocab) {
+  size_t num_bytes = 0;
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const auto& [token, id64] = vocab[i];
     const auto id = static_cast<int32_t>(id64);
-    if (!ByteLevelToBytes(token, &bytes)) bytes = token;  // not byte-level: HF's decoder keeps it as is
-    else if (bytes.size() == 1) bpe->byte_id_[static_cast<unsigned char>(bytes[0])] = id;
-    bpe->id_bytes_[id] = ByteSpan{static_cast<uint32_t>(bpe->bytes_arena_.size()), static_cast<uint32_t>(bytes.size())};
-    bpe->bytes_arena_ += bytes;
-    bpe->has_id_[id] = 1;
-    bpe->vocab_.Insert(token, id);
+    const Key k = KeyOf(token, &bytes);
+    if (!k.raw && k.bytes.size() == 1) bpe->byte_id_[static_cast<unsigned char>(k.bytes[0])] = id;
+    if (last[id] < 0) num_bytes += k.bytes.size();
+    last[id] = static_cast<int32_t>(i);
   }
+  bpe->flags_.assign(num_ids, 0);
+  bpe->offsets_.assign(num_ids + 1, 0);
+  bpe->bytes_arena_.reserve(num_bytes);
+  for (size_t id = 0; id < num_ids; ++id) {
+    bpe->offsets_[id] = static_cast<uint32_t>(bpe->bytes_arena_.size());
+    if (last[id] < 0) continue;
+    const Key k = KeyOf(vocab[last[id]].first, &bytes);
+    bpe->bytes_arena_.append(k.bytes);
+    bpe->flags_[id] = kHas | (k.raw ? kRaw : 0);
+  }
+  bpe->offsets_[num_ids] = static_cast<uint32_t>(bpe->bytes_arena_.size());
+  bpe->bytes_arena_.shrink_to_fit();
+  // The index at a load of at most 3/4; a string keeps the first id the vocab gives it.
+  size_t cap = 16;
+  while (cap * 3 < vocab.size() * 4) cap <<= 1;
+  bpe->index_slots_.assign(cap, -1);
+  bpe->index_mask_ = cap - 1;
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    const auto& [token, id64] = vocab[i];
+    const auto id = static_cast<int32_t>(id64);
+    const Key k = KeyOf(token, &bytes);
+    if (bpe->FindKey(k) || bpe->index_extra_.count(token) != 0) continue;  // FindToken(token)
+    if (bpe->IdHasKey(id, k)) {
+      bpe->IndexInsert(id);
+    } else {
+      bpe->index_extra_.emplace(token, id);
+    }
+  }
+  vocab = {};
 
   bpe->merges_.Reserve(merges.size());
   std::string joined;
-  for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+  auto find = [&](std::string_view token) {  // FindToken with one buffer
+    if (const auto id = bpe->FindKey(KeyOf(token, &bytes))) return id;
+    return bpe->index_extra_.empty() ? std::nullopt : bpe->FindToken(token);
+  };
+  for (const auto& [left, right] : merges) {
     joined.assign(left);
     joined += right;
-    const auto l = bpe->vocab_.Find(left), r = bpe->vocab_.Find(right), j = bpe->vocab_.Find(joined);
+    const auto l = find(left), r = find(right), j = find(joined);
     if (!l || !r || !j) {
       return Err(StatusCode::kInvalidArgument, "tokenizer.json: merge '{} {}' names a token outside the vocab", left,
                  right);
     }
-    bpe->merges_.Insert(*l, *r, static_cast<int32_t>(rank), *j);
+    bpe->merges_.Add(*l, *r, *j);
   }
   return bpe;
 }
@@ -147,7 +175,13 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
 void BpeModel::EncodeWord(std::string_view word, std::vector<int32_t>* ids) const {
   if (word.empty()) return;
   if (ignore_merges_) {  // a word that is a token as a whole is that token
-    if (const auto id = vocab_.Find(BytesToByteLevel(word))) {
+    // FindToken(BytesToByteLevel(word)) without the round trip: that string's key is the word.
+    std::optional<int32_t> id = FindKey(Key{word, false});
+    if (!id && !index_extra_.empty()) {
+      const auto it = index_extra_.find(BytesToByteLevel(word));
+      if (it != index_extra_.end()) id = it->second;
+    }
+    if (id) {
       ids->push_back(*id);
       return;
     }
@@ -208,8 +242,8 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const
     if (pos < 0) return;
     const int32_t nx = sym[pos].next;
     if (nx < 0) return;
-    if (const MergeTable::Entry* e = merges_.Find(sym[pos].id, sym[nx].id)) {
-      heap.push(Candidate{e->rank, pos, sym[pos].id, sym[nx].id});
+    if (const int32_t rank = merges_.Find(sym[pos].id, sym[nx].id); rank >= 0) {
+      heap.push(Candidate{rank, pos, sym[pos].id, sym[nx].id});
     }
   };
   for (int32_t i = 0; i + 1 < static_cast<int32_t>(sym.size()); ++i) push(i);
@@ -218,9 +252,8 @@ void BpeModel::MergeWord(std::string_view word, std::vector<int32_t>* ids) const
     heap.pop();
     Symbol& s = sym[c.pos];
     if (s.id != c.left_id || s.next < 0 || sym[s.next].id != c.right_id) continue;  // stale
-    const MergeTable::Entry* e = merges_.Find(c.left_id, c.right_id);
     const int32_t removed = s.next;
-    s.id = e->merged_id;
+    s.id = merges_.merged_id(c.rank);
     s.next = sym[removed].next;
     if (s.next >= 0) sym[s.next].prev = c.pos;
     sym[removed].id = -1;  // dead

@@ -42,15 +42,30 @@ std::string BytesToByteLevel(std::string_view bytes) {
   return out;
 }
 
+// Every character of the alphabet is below U+0800: one or two UTF-8 bytes. Anything else (a longer
+// or ill-formed sequence, a character outside the alphabet) makes the string not byte-level.
 bool ByteLevelToBytes(std::string_view token, std::string* out) {
-  out->clear();
-  if (!IsValidUtf8(token)) return false;
-  size_t i = 0;
-  while (i < token.size()) {
-    const int b = CharToByte(NextCodePoint(token, &i));
+  const Tables& t = T();
+  out->resize(token.size());  // at most one byte per byte of the token
+  size_t n = 0;
+  for (size_t i = 0; i < token.size();) {
+    const auto c0 = static_cast<unsigned char>(token[i]);
+    char32_t c;
+    if (c0 < 0x80) {
+      c = c0;
+      i += 1;
+    } else if (c0 >= 0xC2 && c0 <= 0xDF && i + 1 < token.size() &&
+               (static_cast<unsigned char>(token[i + 1]) & 0xC0) == 0x80) {
+      c = (static_cast<char32_t>(c0 & 0x1F) << 6) | (static_cast<unsigned char>(token[i + 1]) & 0x3F);
+      i += 2;
+    } else {
+      return false;
+    }
+    const int b = c < t.char_to_byte.size() ? t.char_to_byte[c] : -1;
     if (b < 0) return false;
-    out->push_back(static_cast<char>(b));
+    (*out)[n++] = static_cast<char>(b);
   }
+  out->resize(n);
   return true;
 }
 

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tokenizer/byte_level.h"
 #include "tokenizer_test_util.h"
 
 namespace tandem {
@@ -147,6 +148,43 @@ TEST(TokenizerLoad, Gpt2StyleByteLevelWithAddedTokenFlags) {
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(r2.value()->Encode("world"), std::vector<int32_t>{263});
   EXPECT_EQ(r.value()->Encode("world"), (std::vector<int32_t>{'w', 261, 262}));
+}
+
+// The vocab index keys strings by their bytes (tokenizer/bpe.h): a literal (not byte-level) string
+// and the byte-level string of the same bytes stay two tokens, a string given twice keeps its first
+// id, an id given to two strings is found from both and decodes as the last.
+TEST(TokenizerLoad, VocabStringsThatShareBytesOrIds) {
+  nlohmann::json j = TinyTokenizer();
+  const std::string literal = "\xE6\x97\xA5\xE6\x9C\xAC";  // U+65E5 U+672C, not byte-level
+  const std::string byte_level = tok::BytesToByteLevel(literal);
+  auto& vocab = j["model"]["vocab"];
+  vocab[literal] = 270;
+  vocab[byte_level] = 271;
+  vocab["ab"] = 273;  // nlohmann::json writes keys sorted: "ab" before "ba"
+  vocab["ba"] = 273;
+  vocab["qq"] = 274;
+  std::string text = j.dump();
+  const std::string qq = "\"qq\":274";
+  ASSERT_NE(text.find(qq), std::string::npos);
+  text.replace(text.find(qq), qq.size(), qq + ",\"qq\":275");  // "qq" again, with id 275
+  TempDir dir;
+  dir.Write(text);
+  auto r = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Tokenizer& t = *r.value();
+  EXPECT_EQ(t.TokenToId(literal), 270);
+  EXPECT_EQ(t.TokenToId(byte_level), 271);
+  EXPECT_EQ(t.TokenBytes(270), literal);
+  EXPECT_EQ(t.TokenBytes(271), literal);
+  EXPECT_EQ(t.TokenToId("ab"), 273);
+  EXPECT_EQ(t.TokenToId("ba"), 273);
+  EXPECT_EQ(t.TokenBytes(273), "ba");
+  EXPECT_EQ(t.TokenToId("qq"), 274);
+  EXPECT_EQ(t.TokenBytes(274), "qq");
+  EXPECT_EQ(t.TokenBytes(275), "qq");
+  EXPECT_EQ(t.TokenToId("zz"), std::nullopt);
+  EXPECT_EQ(t.TokenBytes(272), "");  // an id the vocab does not have
+  EXPECT_EQ(t.Encode("hello world"), (std::vector<int32_t>{259, 260, 261, 262}));
 }
 
 TEST(TokenizerLoad, SplitBehaviors) {
