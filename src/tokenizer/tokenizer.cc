@@ -28,13 +28,16 @@ class BpeTokenizer final : public Tokenizer {
     if (auto it = added_to_id_.find(key); it != added_to_id_.end()) return it->second;
     return bpe_->FindToken(key);
   }
-  bool IsSpecial(int32_t id) const override { return id >= 0 && id < vocab_size_ && is_special_[id]; }
+  bool IsSpecial(int32_t id) const override {
+    const int32_t a = AddedIndex(id);
+    return a >= 0 && added_[a].special;
+  }
   int32_t vocab_size() const override { return vocab_size_; }
 
  private:
   std::string_view Bytes(int32_t id) const {
     if (id < 0 || id >= vocab_size_) return {};
-    if (added_index_[id] >= 0) return added_[added_index_[id]].content;
+    if (const int32_t a = AddedIndex(id); a >= 0) return added_[a].content;
     return bpe_->Has(id) ? bpe_->Bytes(id) : std::string_view();
   }
   // Normalizes, pre-tokenizes and BPE-encodes ordinary text (raw bytes, maybe invalid UTF-8).
@@ -47,8 +50,14 @@ class BpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;
   AddedTokenMatcher raw_matcher_;         // added tokens with normalized == false
   AddedTokenMatcher normalized_matcher_;  // normalized == true, matched after normalization
-  std::vector<int32_t> added_index_;  // id -> index into added_, -1 if not an added token
-  std::vector<uint8_t> is_special_;
+  // Index into added_ of an id (the last added token with it), -1 if not an added token. Over the
+  // ids the added tokens span only (Qwen: 26 at the end, not a table of the 151k vocab).
+  int32_t AddedIndex(int32_t id) const {
+    const int64_t k = int64_t{id} - added_lo_;
+    return k >= 0 && k < static_cast<int64_t>(added_index_.size()) ? added_index_[k] : -1;
+  }
+  std::vector<int32_t> added_index_;  // id - added_lo_ -> index into added_, -1 if none
+  int32_t added_lo_ = 0;
   std::unordered_map<std::string, int32_t> added_to_id_;  // added token content -> id
   int32_t vocab_size_ = 0;
 };
@@ -99,12 +108,16 @@ Result<std::shared_ptr<const Tokenizer>> BpeTokenizer::Build(tok::TokenizerJson 
   int32_t vocab_size = t->bpe_->vocab_end();
   for (const AddedToken& a : t->added_) vocab_size = std::max(vocab_size, a.id + 1);
   t->vocab_size_ = vocab_size;
-  t->added_index_.assign(static_cast<size_t>(vocab_size), -1);
-  t->is_special_.assign(static_cast<size_t>(vocab_size), 0);
+  int32_t added_hi = -1;
+  t->added_lo_ = vocab_size;
+  for (const AddedToken& a : t->added_) {
+    t->added_lo_ = std::min(t->added_lo_, a.id);
+    added_hi = std::max(added_hi, a.id);
+  }
+  t->added_index_.assign(static_cast<size_t>(std::max(0, added_hi + 1 - t->added_lo_)), -1);
   for (size_t i = 0; i < t->added_.size(); ++i) {
     const AddedToken& a = t->added_[i];
-    t->added_index_[a.id] = static_cast<int32_t>(i);
-    t->is_special_[a.id] = a.special;
+    t->added_index_[a.id - t->added_lo_] = static_cast<int32_t>(i);
     t->added_to_id_[a.content] = a.id;
   }
 
@@ -178,7 +191,7 @@ std::string BpeTokenizer::Decode(std::span<const int32_t> ids, bool skip_special
   std::string bytes;
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) continue;
-    if (skip_special_tokens && is_special_[id]) continue;
+    if (skip_special_tokens && IsSpecial(id)) continue;
     bytes += Bytes(id);
   }
   std::string out;
