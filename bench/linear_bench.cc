@@ -1,5 +1,6 @@
 // cpu::Linear alone (kernels/cpu/matmul.h) on the bundled tiny Qwen3's shapes, bf16 weights: the
-// lm_head (151936 x 256) and a layer's gate projection (768 x 256), at m = 1, 4, 16 and 128, and two
+// lm_head (151936 x 256) and a layer's gate projection (768 x 256), at m = 1, 4, 16 and 128, the gate
+// and down (256 x 768) projections at the CPU runner's token blocks (m = 32, 64) and at 2048, and two
 // of Qwen3-8B's projections (4096 x 4096, 4096 x 12288) at m = 128 and 512; threads 1 and 2, each ISA.
 //
 //   build/bench/linear_bench [--benchmark_filter=...]
@@ -47,6 +48,11 @@ void Shapes(benchmark::internal::Benchmark* b) {
       for (const int m : {1, 4, 16, 128}) {
         b->Args({151936, 256, m, threads, isa});
         b->Args({768, 256, m, threads, isa});
+      }
+      // The engine's token blocks (32, 64 rows) and a 2048-token step's gate and down projections.
+      for (const int m : {32, 64, 2048}) {
+        b->Args({768, 256, m, threads, isa});
+        b->Args({256, 768, m, threads, isa});
       }
       // Qwen3-8B's o_proj and down_proj (larger k), at prefill sizes.
       for (const int m : {128, 512}) {

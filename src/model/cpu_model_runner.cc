@@ -2,12 +2,16 @@
 // (Qwen3, Llama, Qwen2, Mistral) over a paged KV cache, following transformers' modeling_*.py.
 //
 // The weights stay in the checkpoint's dtype, in place in the mapped safetensors file the runner
-// keeps (weights.h); activations are fp32. One step: all new tokens of all slices go through each
-// projection as one cpu::Linear ([num_tokens, hidden] x W^T, kernels/cpu/matmul.h); attention runs
-// per (slice, KV head, query chunk) over the slice's block table, on the CPU pool.
+// keeps (weights.h); activations are fp32. A step of few tokens (decode) runs one operation at a time,
+// each split across the CPU pool: all new tokens of all slices go through each projection as one
+// cpu::Linear ([num_tokens, hidden] x W^T, kernels/cpu/matmul.h) whose weight rows the threads share.
+// A step of many tokens (prefill) gives each task a block of tokens through all of a layer's
+// token-wise work with whole weights (the same arithmetic per element). Attention runs per (slice,
+// KV head, query chunk) over the slice's block table, on the CPU pool.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <vector>
 
@@ -31,7 +35,24 @@ namespace {
 
 // Query tokens of one attention task (with one KV head of one slice): prefill's attention splits
 // across the pool's threads.
-constexpr int kAttentionChunk = 128;
+constexpr int kAttentionChunk = 64;
+// Steps of at least this many tokens take the token-wise path (TokenBlock).
+constexpr int kTokenPathMin = 32;
+
+// Tokens a task of the token-wise path takes (Forward), or 0: the operation-at-a-time path, each
+// operation split across the pool by rows of its weight (few tokens: the weights' bytes dominate,
+// and every thread reads only its share of them). TANDEM_CPU_TOKEN_BLOCK=N forces N (0: off).
+int TokenBlock(int num_tokens, int threads) {
+  static const int forced = [] {
+    const char* e = std::getenv("TANDEM_CPU_TOKEN_BLOCK");
+    return e != nullptr ? std::atoi(e) : -1;
+  }();
+  if (forced >= 0) return forced;
+  if (num_tokens < kTokenPathMin) return 0;
+  // A few blocks a thread (a thread the OS delays leaves some to the others), of 16 to 64 tokens.
+  const int per = (num_tokens + 2 * threads - 1) / (2 * threads);
+  return std::clamp(per, 16, 64);
+}
 
 // v's data with room for n floats: grows v when it is smaller, never shrinks it.
 float* Scratch(std::vector<float>& v, size_t n) {
@@ -116,7 +137,7 @@ class CpuModelRunner final : public ModelRunner {
   std::vector<ZeroedPages> kv_;                 // per layer [num_blocks, 2, block, kv_heads, hd]
   // Forward's activations, kept across steps (Forward runs on one thread at a time).
   struct Activations {
-    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, sel;
+    std::vector<float> x, xn, q, k, v, attn, proj, gate, up, sel, rope_cos, rope_sin;
   } act_;
   int num_blocks_ = 0;
   int block_size_ = 0;
@@ -191,30 +212,46 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       }
     }
   }
+  // Longest first (queries x keys, causal): the pool hands tasks out in order, so the short ones
+  // fill in at the end instead of one long task running alone.
+  auto cost = [&](const AttentionTask& t) {
+    return static_cast<int64_t>(t.t1 - t.t0) * (batch.seqs[t.seq].start_pos + t.t1);
+  };
+  std::stable_sort(attention_tasks.begin(), attention_tasks.end(),
+                   [&](const AttentionTask& a, const AttentionTask& b) { return cost(a) > cost(b); });
   auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+  // RoPE's cos and sin of every token's position, once for all layers and both q and k.
+  const int half = hd / 2;
+  float* rope_cos = Scratch(act_.rope_cos, static_cast<size_t>(T) * half);
+  float* rope_sin = Scratch(act_.rope_sin, static_cast<size_t>(T) * half);
+  cpu::RopeCosSin(positions.data(), T, hd, inv_freq_.data(), rope_cos, rope_sin);
 
-  cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x);
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+  auto kv_pool = [&](int layer) { return fp8_kv_ ? nullptr : static_cast<float*>(kv_[layer].data()); };
+  auto kv_pool8 = [&](int layer) { return fp8_kv_ ? static_cast<uint8_t*>(kv_[layer].data()) : nullptr; };
+  // q/k norms, RoPE and the KV cache write of tokens [t0, t1), on the calling thread.
+  auto finish_qkv = [&](int layer, int t0, int t1) {
     const LayerWeights& w = weights_.layers[layer];
-    float* pool = fp8_kv_ ? nullptr : static_cast<float*>(kv_[layer].data());
-    uint8_t* pool8 = fp8_kv_ ? static_cast<uint8_t*>(kv_[layer].data()) : nullptr;
-    cpu::RmsNorm(x, w.input_norm.data(), T, hidden, eps, xn);
-    cpu::Linear(xn, T, w.q_proj.matrix(), bias(w.q_bias), q);
-    cpu::Linear(xn, T, w.k_proj.matrix(), bias(w.k_bias), k);
-    cpu::Linear(xn, T, w.v_proj.matrix(), bias(w.v_bias), v);
+    const int n = t1 - t0;
+    float* qb = q + static_cast<size_t>(t0) * q_dim;
+    float* kb = k + static_cast<size_t>(t0) * kv_dim;
+    const float* vb = v + static_cast<size_t>(t0) * kv_dim;
     if (c.qk_norm) {  // Qwen3: RMSNorm over each head's head_dim
-      cpu::RmsNorm(q, w.q_norm.data(), T * nh, hd, eps, q);
-      cpu::RmsNorm(k, w.k_norm.data(), T * nkv, hd, eps, k);
+      cpu::RmsNormRows(qb, w.q_norm.data(), n * nh, hd, eps, qb);
+      cpu::RmsNormRows(kb, w.k_norm.data(), n * nkv, hd, eps, kb);
     }
-    cpu::ApplyRope(q, T, nh, hd, positions.data(), inv_freq_.data());
-    cpu::ApplyRope(k, T, nkv, hd, positions.data(), inv_freq_.data());
+    const float* cb = rope_cos + static_cast<size_t>(t0) * half;
+    const float* sb = rope_sin + static_cast<size_t>(t0) * half;
+    cpu::ApplyRopeCosSin(qb, n, nh, hd, cb, sb);
+    cpu::ApplyRopeCosSin(kb, n, nkv, hd, cb, sb);
     if (fp8_kv_) {
-      cpu::ReshapeAndCacheFp8(k, v, T, slots.data(), block_size_, nkv, hd, kv_scale_.data(),
-                              kv_scale_.data(), pool8);
+      cpu::ReshapeAndCacheFp8(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_scale_.data(),
+                              kv_scale_.data(), kv_pool8(layer));
     } else {
-      cpu::ReshapeAndCache(k, v, T, slots.data(), block_size_, nkv, hd, pool);
+      cpu::ReshapeAndCache(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_pool(layer));
     }
+  };
+  auto attention = [&](int layer) {
     if (batch.on_layer_kv_written) batch.on_layer_kv_written(LayerKVReady{layer, [] { return true; }, {}});
     cpu::ParallelFor(static_cast<int>(attention_tasks.size()), [&](int i) {
       const AttentionTask& t = attention_tasks[i];
@@ -224,8 +261,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.q = q + first;
       a.num_tokens = t.t1 - t.t0;
       a.start_pos = seq.start_pos + t.t0;
-      a.kv_pool = pool;
-      a.kv_pool_fp8 = pool8;
+      a.kv_pool = kv_pool(layer);
+      a.kv_pool_fp8 = kv_pool8(layer);
       a.k_scale = a.v_scale = kv_scale_.data();
       a.block_table = seq.block_table.data();
       a.block_size = block_size_;
@@ -238,14 +275,80 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.kv_head_end = t.kv_head + 1;
       cpu::PagedAttention(a);
     });
-    cpu::Linear(attn, T, w.o_proj.matrix(), bias(w.o_bias), proj);
-    for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
-    cpu::RmsNorm(x, w.post_norm.data(), T, hidden, eps, xn);
-    cpu::Linear(xn, T, w.gate_proj.matrix(), nullptr, gate);
-    cpu::Linear(xn, T, w.up_proj.matrix(), nullptr, up);
-    cpu::SiluMul(gate, up, static_cast<long>(T) * inter, gate);
-    cpu::Linear(gate, T, w.down_proj.matrix(), nullptr, proj);
-    for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
+  };
+
+  const int token_block = TokenBlock(T, cpu::CpuPool()->num_threads());
+  if (token_block > 0) {
+    // Many tokens: every thread takes blocks of whole tokens through all of a layer's token-wise
+    // work (norms, projections, RoPE, MLP) with the whole of each weight, so a layer is two loops on
+    // the pool (this and attention) instead of one per operation, and a block's activations stay in
+    // the thread's cache between operations. Each element's arithmetic is the one-operation-at-a-time
+    // path's below (LinearOnThread and the *Rows kernels give their pool versions' values).
+    const int num_blocks = (T + token_block - 1) / token_block;
+    // Tokens [t0, t1) of layer `layer`: from the residual stream to q, k, v and the cache.
+    auto qkv_block = [&](int layer, int t0, int t1) {
+      const LayerWeights& w = weights_.layers[layer];
+      const int n = t1 - t0;
+      const float* xb = x + static_cast<size_t>(t0) * hidden;
+      float* xnb = xn + static_cast<size_t>(t0) * hidden;
+      cpu::RmsNormRows(xb, w.input_norm.data(), n, hidden, eps, xnb);
+      cpu::LinearOnThread(xnb, n, w.q_proj.matrix(), bias(w.q_bias), q + static_cast<size_t>(t0) * q_dim);
+      cpu::LinearOnThread(xnb, n, w.k_proj.matrix(), bias(w.k_bias), k + static_cast<size_t>(t0) * kv_dim);
+      cpu::LinearOnThread(xnb, n, w.v_proj.matrix(), bias(w.v_bias), v + static_cast<size_t>(t0) * kv_dim);
+      finish_qkv(layer, t0, t1);
+    };
+    // Tokens [t0, t1) of layer `layer` after attention: o_proj and the MLP, into the residual stream.
+    auto mlp_block = [&](int layer, int t0, int t1) {
+      const LayerWeights& w = weights_.layers[layer];
+      const int n = t1 - t0;
+      float* xb = x + static_cast<size_t>(t0) * hidden;
+      float* xnb = xn + static_cast<size_t>(t0) * hidden;
+      float* pb = proj + static_cast<size_t>(t0) * hidden;
+      float* gb = gate + static_cast<size_t>(t0) * inter;
+      float* ub = up + static_cast<size_t>(t0) * inter;
+      const size_t size = static_cast<size_t>(n) * hidden;
+      cpu::LinearOnThread(attn + static_cast<size_t>(t0) * q_dim, n, w.o_proj.matrix(), bias(w.o_bias), pb);
+      for (size_t i = 0; i < size; ++i) xb[i] += pb[i];
+      cpu::RmsNormRows(xb, w.post_norm.data(), n, hidden, eps, xnb);
+      cpu::LinearOnThread(xnb, n, w.gate_proj.matrix(), nullptr, gb);
+      cpu::LinearOnThread(xnb, n, w.up_proj.matrix(), nullptr, ub);
+      cpu::SiluMulSerial(gb, ub, static_cast<long>(n) * inter, gb);
+      cpu::LinearOnThread(gb, n, w.down_proj.matrix(), nullptr, pb);
+      for (size_t i = 0; i < size; ++i) xb[i] += pb[i];
+    };
+    auto blocks = [&](auto&& fn) {
+      cpu::ParallelFor(num_blocks, [&](int b) { fn(b * token_block, std::min(T, (b + 1) * token_block)); });
+    };
+    blocks([&](int t0, int t1) {
+      cpu::Embedding(ids.data() + t0, t1 - t0, weights_.embed.matrix(), x + static_cast<size_t>(t0) * hidden);
+      qkv_block(0, t0, t1);
+    });
+    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+      attention(layer);
+      blocks([&](int t0, int t1) {
+        mlp_block(layer, t0, t1);
+        if (layer + 1 < c.num_hidden_layers) qkv_block(layer + 1, t0, t1);
+      });
+    }
+  } else {
+    cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x);
+    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+      const LayerWeights& w = weights_.layers[layer];
+      cpu::RmsNorm(x, w.input_norm.data(), T, hidden, eps, xn);
+      cpu::Linear(xn, T, w.q_proj.matrix(), bias(w.q_bias), q);
+      cpu::Linear(xn, T, w.k_proj.matrix(), bias(w.k_bias), k);
+      cpu::Linear(xn, T, w.v_proj.matrix(), bias(w.v_bias), v);
+      finish_qkv(layer, 0, T);
+      attention(layer);
+      cpu::Linear(attn, T, w.o_proj.matrix(), bias(w.o_bias), proj);
+      for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
+      cpu::RmsNorm(x, w.post_norm.data(), T, hidden, eps, xn);
+      cpu::Linear(xn, T, w.gate_proj.matrix(), nullptr, gate);
+      cpu::Linear(xn, T, w.up_proj.matrix(), nullptr, up);
+      cpu::SiluMul(gate, up, static_cast<long>(T) * inter, gate);
+      cpu::Linear(gate, T, w.down_proj.matrix(), nullptr, proj);
+      for (size_t i = 0; i < x_size; ++i) x[i] += proj[i];
+    }
   }
 
   // Final norm and lm_head only on the rows that return logits.

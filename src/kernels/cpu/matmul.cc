@@ -145,6 +145,16 @@ void Linear(const float* x, int m, const WeightMatrix& w, const float* bias, flo
   }
 }
 
+void LinearOnThread(const float* x, int m, const WeightMatrix& w, const float* bias, float* y) {
+  if (m <= 0 || w.rows == 0) return;
+  const GemvKernels& kernels = Kernels();
+  const int step = kernels.isa == LinearIsa::kScalar ? kGemvMaxRows : m;
+  for (int i0 = 0; i0 < m; i0 += step) {
+    kernels.gemv(x + static_cast<int64_t>(i0) * w.cols, std::min(step, m - i0), w, 0, w.rows, bias,
+                 y + static_cast<int64_t>(i0) * w.rows, w.rows);
+  }
+}
+
 void Linear(const float* x, int m, int k, const float* w, int n, const float* bias, float* y) {
   Linear(x, m, WeightMatrix{WeightType::kF32, w, n, k}, bias, y);
 }

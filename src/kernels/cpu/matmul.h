@@ -23,6 +23,12 @@ namespace tandem::cpu {
 // m >= 0; m == 0 or n == 0 does nothing. x and y must not overlap.
 void Linear(const float* x, int m, const WeightMatrix& w, const float* bias, float* y);
 
+// The same on the calling thread only (Linear splits W's rows across the CPU pool), for callers that
+// split their work across the pool themselves (e.g. by rows of x). The SIMD kernels give Linear's
+// values bit for bit; the portable kernel takes x in groups of 16 rows (Linear's OpenBLAS path above
+// 16 rows sums in another order).
+void LinearOnThread(const float* x, int m, const WeightMatrix& w, const float* bias, float* y);
+
 // The same with an fp32 W [n, k].
 void Linear(const float* x, int m, int k, const float* w, int n, const float* bias, float* y);
 

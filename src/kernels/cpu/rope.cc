@@ -45,34 +45,65 @@ std::vector<float> RopeInvFreq(int head_dim, const RopeParams& p) {
   return inv_freq;
 }
 
+namespace {
+
+// cos and sin of pos * inv_freq[i] (one fp32 product, as HF's outer product), through double.
+void CosSinRow(float pos, int half, const float* inv_freq, float* cos_v, float* sin_v) {
+  for (int i = 0; i < half; ++i) {
+    const float angle = pos * inv_freq[i];
+    cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
+    sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+  }
+}
+
+// One token's heads rotated by its cos_v / sin_v.
+void RotateToken(float* x, int num_heads, int head_dim, const float* cos_v, const float* sin_v) {
+  const int half = head_dim / 2;
+  for (int h = 0; h < num_heads; ++h) {
+    float* v = x + static_cast<long>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float x1 = v[i];
+      const float x2 = v[i + half];
+      const float a = x1 * cos_v[i];
+      const float b = x2 * sin_v[i];
+      const float c = x2 * cos_v[i];
+      const float d = x1 * sin_v[i];
+      v[i] = a - b;
+      v[i + half] = c + d;
+    }
+  }
+}
+
+}  // namespace
+
 void ApplyRope(float* x, int num_tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq) {
   const int half = head_dim / 2;
   // Tokens on the CPU pool (each token's arithmetic unchanged).
   ParallelForRange(num_tokens, 16, [&](int64_t t_begin, int64_t t_end) {
-  std::vector<float> cos_v(half), sin_v(half);
-  for (int64_t t = t_begin; t < t_end; ++t) {
-    const float pos = static_cast<float>(positions[t]);
-    for (int i = 0; i < half; ++i) {
-      const float angle = pos * inv_freq[i];  // one fp32 product, as HF's outer product
-      cos_v[i] = static_cast<float>(std::cos(static_cast<double>(angle)));
-      sin_v[i] = static_cast<float>(std::sin(static_cast<double>(angle)));
+    std::vector<float> cos_v(half), sin_v(half);
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      CosSinRow(static_cast<float>(positions[t]), half, inv_freq, cos_v.data(), sin_v.data());
+      RotateToken(x + t * num_heads * head_dim, num_heads, head_dim, cos_v.data(), sin_v.data());
     }
-    for (int h = 0; h < num_heads; ++h) {
-      float* v = x + (static_cast<long>(t) * num_heads + h) * head_dim;
-      for (int i = 0; i < half; ++i) {
-        const float x1 = v[i];
-        const float x2 = v[i + half];
-        const float a = x1 * cos_v[i];
-        const float b = x2 * sin_v[i];
-        const float c = x2 * cos_v[i];
-        const float d = x1 * sin_v[i];
-        v[i] = a - b;
-        v[i + half] = c + d;
-      }
-    }
-  }
   });
+}
+
+void RopeCosSin(const int32_t* positions, int num_tokens, int head_dim, const float* inv_freq, float* cos,
+                float* sin) {
+  const int half = head_dim / 2;
+  ParallelForRange(num_tokens, 32, [&](int64_t t_begin, int64_t t_end) {
+    for (int64_t t = t_begin; t < t_end; ++t) {
+      CosSinRow(static_cast<float>(positions[t]), half, inv_freq, cos + t * half, sin + t * half);
+    }
+  });
+}
+
+void ApplyRopeCosSin(float* x, int num_tokens, int num_heads, int head_dim, const float* cos, const float* sin) {
+  const int half = head_dim / 2;
+  for (int64_t t = 0; t < num_tokens; ++t) {
+    RotateToken(x + t * num_heads * head_dim, num_heads, head_dim, cos + t * half, sin + t * half);
+  }
 }
 
 }  // namespace tandem::cpu

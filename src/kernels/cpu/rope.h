@@ -33,4 +33,12 @@ std::vector<float> RopeInvFreq(int head_dim, const RopeParams& params);
 void ApplyRope(float* x, int num_tokens, int num_heads, int head_dim, const int32_t* positions,
                const float* inv_freq);
 
+// The same rotation in two steps, for a forward pass that rotates q and k of every layer at the
+// same positions: RopeCosSin computes the angles' cos and sin once (cos, sin: [num_tokens,
+// head_dim / 2], on the CPU pool), ApplyRopeCosSin rotates with them on the calling thread. The
+// values are ApplyRope's, bit for bit.
+void RopeCosSin(const int32_t* positions, int num_tokens, int head_dim, const float* inv_freq, float* cos,
+                float* sin);
+void ApplyRopeCosSin(float* x, int num_tokens, int num_heads, int head_dim, const float* cos, const float* sin);
+
 }  // namespace tandem::cpu

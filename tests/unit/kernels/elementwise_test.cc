@@ -38,6 +38,45 @@ TEST(RmsNormTest, MatchesPlainLoop) {
   EXPECT_EQ(in_place, y);
 }
 
+// RmsNorm and its calling-thread variant, bit for bit the one-row-at-a-time loop (sum of squares
+// in double, in index order).
+TEST(RmsNormTest, BitForBitThePlainLoop) {
+  for (const int dim : {64, 256, 37}) {
+    const int rows = 203;
+    const auto x = Random(rows * dim, 8, -3, 3), w = Random(dim, 9, 0.5, 1.5);
+    std::vector<float> want(x.size()), y(x.size()), z(x.size());
+    for (int r = 0; r < rows; ++r) {
+      double ss = 0.0;
+      for (int i = 0; i < dim; ++i) ss += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+      const float variance = static_cast<float>(ss / dim);
+      const float inv = static_cast<float>(1.0 / std::sqrt(static_cast<double>(variance + 1e-6f)));
+      for (int i = 0; i < dim; ++i) want[r * dim + i] = w[i] * (x[r * dim + i] * inv);
+    }
+    RmsNorm(x.data(), w.data(), rows, dim, 1e-6f, y.data());
+    RmsNormRows(x.data(), w.data(), rows, dim, 1e-6f, z.data());
+    EXPECT_EQ(y, want) << dim;
+    EXPECT_EQ(z, want) << dim;
+  }
+}
+
+// SiluMul and its calling-thread variant, bit for bit the float loop over std::exp (cpu::Exp gives
+// std::exp's values), on every ISA.
+TEST(SiluMulTest, BitForBitThePlainLoop) {
+  const long n = 100003;
+  const auto g = Random(n, 10, -20, 20), u = Random(n, 11);
+  std::vector<float> want(n);
+  for (long i = 0; i < n; ++i) want[i] = (g[i] / (1.0f + std::exp(-g[i]))) * u[i];
+  for (const LinearIsa isa : {LinearIsa::kScalar, LinearIsa::kAvx2, LinearIsa::kAvx512}) {
+    if (!SetLinearIsaForTesting(isa)) continue;
+    std::vector<float> a(n), b(n);
+    SiluMul(g.data(), u.data(), n, a.data());
+    SiluMulSerial(g.data(), u.data(), n, b.data());
+    EXPECT_EQ(a, want) << LinearIsaName(isa);
+    EXPECT_EQ(b, want) << LinearIsaName(isa);
+  }
+  SetLinearIsaForTesting(LinearIsa::kAuto);
+}
+
 TEST(MatmulTest, LinearIsXTimesWTransposedPlusBias) {
   for (auto [m, k, n] : {std::tuple{1, 8, 3}, {7, 33, 65}, {64, 256, 17}}) {
     const auto x = Random(m * k, 3), w = Random(n * k, 4), b = Random(n, 5);

@@ -116,6 +116,40 @@ TEST(Linear, AllIsasAllTypesAgainstSgemm) {
               LinearIsaName(SetLinearIsaForTesting(LinearIsa::kAuto) ? ActiveLinearIsa() : LinearIsa::kAuto));
 }
 
+// LinearOnThread (the caller's thread only): Linear's values bit for bit on the SIMD ISAs, which
+// take every m; the portable ISA's 16-row groups within the sgemm bound.
+TEST(Linear, OnThreadEqualsLinear) {
+  IsaGuard guard;
+  const int threads_before = LinearThreads();
+  SetLinearThreads(3);
+  std::mt19937 rng(31);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (const LinearIsa isa : kIsas) {
+    if (!SetLinearIsaForTesting(isa)) continue;
+    for (const WeightType type : {WeightType::kBF16, WeightType::kF32}) {
+      for (const auto [n, k] : {std::pair{37, 29}, {768, 256}, {260, 768}}) {
+        const Weights w = MakeWeights(type, n, k, rng);
+        for (const int m : {1, 5, 16, 33, 64}) {
+          std::vector<float> x(static_cast<size_t>(m) * k), bias(n);
+          for (float& v : x) v = u(rng);
+          for (float& v : bias) v = u(rng);
+          std::vector<float> y(static_cast<size_t>(m) * n, NAN), z(y.size(), NAN);
+          Linear(x.data(), m, w.matrix(n, k), bias.data(), y.data());
+          LinearOnThread(x.data(), m, w.matrix(n, k), bias.data(), z.data());
+          const std::string label = std::string(LinearIsaName(isa)) + " " + WeightTypeName(type) + " n " +
+                                    std::to_string(n) + " k " + std::to_string(k) + " m " + std::to_string(m);
+          if (isa != LinearIsa::kScalar || m <= 16) {
+            ASSERT_EQ(0, std::memcmp(y.data(), z.data(), y.size() * sizeof(float))) << label;
+          } else {
+            for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], z[i], 1e-4 * (1 + std::fabs(y[i]))) << label;
+          }
+        }
+      }
+    }
+  }
+  SetLinearThreads(threads_before);
+}
+
 // A wrong element of W (one of n x k) must show: the test above can fail.
 TEST(Linear, DetectsAWrongWeight) {
   std::mt19937 rng(5);

@@ -95,5 +95,24 @@ TEST(RopeTest, RotationMatchesPlainLoop) {
   }
 }
 
+// RopeCosSin + ApplyRopeCosSin: ApplyRope's values bit for bit.
+TEST(RopeTest, CosSinTablesEqualApplyRope) {
+  const int T = 70, H = 3, D = 64;
+  std::mt19937 rng(2);
+  std::uniform_real_distribution<float> u(-2, 2);
+  std::vector<float> x(T * H * D);
+  for (float& v : x) v = u(rng);
+  RopeParams p;
+  p.theta = 1e6;
+  const auto inv = RopeInvFreq(D, p);
+  std::vector<int32_t> pos(T);
+  for (int t = 0; t < T; ++t) pos[t] = t * 37 % 5000;
+  std::vector<float> a = x, b = x, cos(T * D / 2), sin(T * D / 2);
+  ApplyRope(a.data(), T, H, D, pos.data(), inv.data());
+  RopeCosSin(pos.data(), T, D, inv.data(), cos.data(), sin.data());
+  ApplyRopeCosSin(b.data(), T, H, D, cos.data(), sin.data());
+  EXPECT_EQ(a, b);
+}
+
 }  // namespace
 }  // namespace tandem::cpu

@@ -112,6 +112,42 @@ TEST(CpuRunnerTest, LogitsModes) {
   EXPECT_TRUE(last.empty());
 }
 
+// A prompt prefilled in one step of many tokens (the token-wise path: blocks of tokens through whole
+// layers) and in steps of 8 tokens (one operation at a time across the pool) gives the same logits
+// for every row up to the order of attention's sums, and the same greedy token everywhere.
+TEST(CpuRunnerTest, TokenWisePathEqualsOperationPath) {
+  ModelRunner* runner = TinyQwen3();
+  ASSERT_NE(runner, nullptr);
+  const int vocab = runner->config().vocab_size;
+  const nlohmann::json golden = LoadGolden("tiny-qwen3-long.json");
+  const std::vector<int32_t> all_ids = Ids(golden["generation_long"][0]["prompt_ids"]);
+  constexpr int kLen = 200, kBlock = 16, kSmall = 8;
+  const std::vector<int32_t> ids(all_ids.begin(), all_ids.begin() + kLen);
+  const std::vector<int32_t> table = MakeBlockTable(kLen / kBlock + 1, 0, 1);
+  ASSERT_TRUE(runner->AllocateKVCache(kLen / kBlock + 1, kBlock).ok());
+  ForwardBatch one;
+  one.seqs.push_back(Slice(ids, 0, kLen, table, SequenceSlice::Logits::kAll));
+  std::vector<float> big, small, part;
+  ASSERT_TRUE(runner->Forward(one, &big).ok());
+  ASSERT_EQ(big.size(), static_cast<size_t>(kLen) * vocab);
+  for (int start = 0; start < kLen; start += kSmall) {
+    ForwardBatch step;
+    step.seqs.push_back(Slice(ids, start, kSmall, table, SequenceSlice::Logits::kAll));
+    ASSERT_TRUE(runner->Forward(step, &part).ok());
+    small.insert(small.end(), part.begin(), part.end());
+  }
+  ASSERT_EQ(small.size(), big.size());
+  double max_diff = 0.0;
+  for (int r = 0; r < kLen; ++r) {
+    const float* a = big.data() + static_cast<size_t>(r) * vocab;
+    const float* b = small.data() + static_cast<size_t>(r) * vocab;
+    max_diff = std::max(max_diff, MaxAbsDiff(a, b, vocab));
+    EXPECT_EQ(ArgmaxRow(a, vocab), ArgmaxRow(b, vocab)) << "row " << r;
+  }
+  EXPECT_LT(max_diff, 1e-3);
+  std::printf("[cpu runner] %d tokens in one step vs steps of %d: max |logit diff| %.3g\n", kLen, kSmall, max_diff);
+}
+
 TEST(CpuRunnerTest, InvalidInputsAreErrors) {
   ModelRunner* runner = TinyQwen3();
   ASSERT_NE(runner, nullptr);
