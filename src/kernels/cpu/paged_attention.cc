@@ -15,7 +15,15 @@
 namespace tandem::cpu {
 namespace {
 
-constexpr int kQueryTile = 128;
+// Query rows per sgemm: a tile's keys end at its last token (causal), so smaller tiles skip more of
+// the masked upper triangle; 32 keeps each sgemm large enough to run near its peak.
+constexpr int kQueryTile = 32;
+
+// v's data with room for n floats (grown, never shrunk).
+float* Buffer(std::vector<float>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
 
 // FP8 E4M3 code -> float, once.
 const float* Fp8Table() {
@@ -50,8 +58,11 @@ void PagedAttention(const PagedAttentionArgs& a) {
   const int kv_begin = a.kv_head_begin;
   const int kv_end = a.kv_head_end < 0 ? a.num_kv_heads : a.kv_head_end;
   // Contiguous copies of the range's heads: [kv_end - kv_begin, ctx, head_dim].
-  std::vector<float> keys(static_cast<size_t>(kv_end - kv_begin) * ctx * d);
-  std::vector<float> values(keys.size());
+  // Per-thread buffers kept across calls: no allocation nor zero fill per call.
+  thread_local std::vector<float> keys_buf, values_buf, scores_buf;
+  const size_t kv_size = static_cast<size_t>(kv_end - kv_begin) * ctx * d;
+  float* keys = Buffer(keys_buf, kv_size);
+  float* values = Buffer(values_buf, kv_size);
   for (int p = 0; p < ctx; ++p) {
     const int64_t slot = static_cast<int64_t>(a.block_table[p / a.block_size]) * a.block_size +
                          p % a.block_size;
@@ -76,7 +87,7 @@ void PagedAttention(const PagedAttentionArgs& a) {
       std::memcpy(&values[(static_cast<size_t>(h - kv_begin) * ctx + p) * d], v + h * d, sizeof(float) * d);
     }
   }
-  std::vector<float> scores(static_cast<size_t>(std::min(kQueryTile, a.num_tokens)) * ctx);
+  float* scores = Buffer(scores_buf, static_cast<size_t>(std::min(kQueryTile, a.num_tokens)) * ctx);
   for (int h = kv_begin * group; h < kv_end * group; ++h) {
     const int kvh = h / group - kv_begin;
     const float* kh = &keys[static_cast<size_t>(kvh) * ctx * d];
@@ -86,14 +97,14 @@ void PagedAttention(const PagedAttentionArgs& a) {
       const int keys_needed = a.start_pos + i0 + rows;  // causal: the tile's last token sees these
       // scores[rows, keys_needed] = scale * Q_tile [rows, d] * K^T [d, keys_needed]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, keys_needed, d, a.scale,
-                  a.q + i0 * q_row + h * d, q_row, kh, d, 0.0f, scores.data(), keys_needed);
+                  a.q + i0 * q_row + h * d, q_row, kh, d, 0.0f, scores, keys_needed);
       for (int r = 0; r < rows; ++r) {
-        SoftmaxRow(scores.data() + static_cast<long>(r) * keys_needed, a.start_pos + i0 + r + 1,
+        SoftmaxRow(scores + static_cast<long>(r) * keys_needed, a.start_pos + i0 + r + 1,
                    keys_needed);
       }
       // out_tile [rows, d] = P [rows, keys_needed] * V [keys_needed, d]
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, keys_needed, 1.0f,
-                  scores.data(), keys_needed, vh, d, 0.0f, a.out + i0 * q_row + h * d, q_row);
+                  scores, keys_needed, vh, d, 0.0f, a.out + i0 * q_row + h * d, q_row);
     }
   }
 }
