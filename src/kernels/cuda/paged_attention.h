@@ -41,7 +41,7 @@
 // layout at one byte an element (the codes of kernels/cpu/fp8.h), an element's value its code times
 // its KV head's k_scales / v_scales entry. The mma kernel only (head_dim 64 or 128, groups <= 16,
 // sm_80+; Unimplemented elsewhere): each warp's 16-key tiles land by cp.async as codes (half of
-// bf16's bytes; 3 stages, 52 KiB a CTA at head_dim 128, four CTAs an SM where bf16 fits two; the
+// bf16's bytes; 4 stages, 68 KiB a CTA at head_dim 128, three CTAs an SM where bf16 fits two; the
 // automatic split count still assumes two) and become the f16 MMAs' fragments in registers, each
 // code converted exactly (paged_decode_fp8.cu; Q converted to f16 once, P rounded to f16); the
 // K scale is folded into the softmax scale and the V scale into the output. Prefill reads bf16: DequantizeKvBlocks (kv_dequant.h) first.
@@ -202,8 +202,9 @@ int PagedDecodeMmaStages(int head_dim, const DeviceLimits& limits);
 // takes there, and the only one that reads an FP8 pool.
 bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const DeviceLimits& limits);
 // The FP8 kernel's cp.async ring a warp (paged_decode_fp8.cu), read once from
-// TANDEM_DECODE_FP8_RING: 3 (the default; 52 KiB a CTA at head_dim 128, four CTAs an SM) or 4
-// (68 KiB, three).
+// TANDEM_DECODE_FP8_RING: 4 (the default; 68 KiB a CTA at head_dim 128, three CTAs an SM) or 3
+// (52 KiB, four CTAs, within 128 registers a thread: it spills). H200, 256 x 1k: 159 us with 4,
+// 241 us with 3 (dev/kernels/results/2026-12-04c-*).
 int PagedDecodeFp8Ring();
 int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& limits);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);

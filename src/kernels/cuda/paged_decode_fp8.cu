@@ -21,7 +21,8 @@
 // head_dim 128 where the tile kernel had 8 loads, 8 stores and 16 ldmatrix. The codes are swizzled
 // in 16-byte chunks as they land (K: chunk c of row r at c ^ 4 (r & 1); V: at c ^ 2 ((r / 2) & 3)),
 // so that each quarter warp's loads touch 32 different banks. Shared memory at head_dim 128: Q
-// 4.25 KiB + 4 warps x kRing stages x 4 KiB: 52.25 KiB at 3 stages (four CTAs an SM).
+// 4.25 KiB + 4 warps x kRing stages x 4 KiB: 68.25 KiB at 4 stages (the default: three CTAs an
+// SM), 52.25 KiB at 3 (four CTAs, but 128 registers a thread spill: slower on the H200).
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -365,7 +366,7 @@ cudaError_t LaunchPagedDecodeFp8(const PagedDecodeArgs& a, const Workspace& ws, 
 int PagedDecodeFp8Ring() {
   static const int ring = [] {
     const char* v = std::getenv("TANDEM_DECODE_FP8_RING");
-    return v != nullptr && std::strcmp(v, "4") == 0 ? 4 : 3;
+    return v != nullptr && std::strcmp(v, "3") == 0 ? 3 : 4;
   }();
   return ring;
 }
