@@ -4,11 +4,15 @@
 // scales bit for bit, per token and per 128-column group, gate and up as the halves of one gate_up
 // row (stride 2 dim). On sm_90 also the projection through Fp8Linear with x_prequantized against
 // the same call on the bf16 activation: y bit for bit (the same codes reach the same GEMM).
+// Likewise RMSNorm fused with it (cuda::RmsNormQuantizeFp8) against cuda::RmsNorm /
+// cuda::FusedAddRmsNorm then cuda::QuantizeFp8Activations: codes, scales and the updated residual
+// bit for bit.
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/fp8_linear.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
 #include "op_check_util.h"
 
@@ -99,9 +103,59 @@ void CheckOne(int m, int dim, bool groups, int gemm_n) {
   Record(g);
 }
 
+void CheckNormOne(int m, int dim, bool fused, bool groups) {
+  const size_t n = static_cast<size_t>(m) * dim;
+  DevBuf<bf16> x(n), res(n), res_plain(n), y(n), w(static_cast<size_t>(dim));
+  FillUniform(x.get(), n, NextSeed(), -4.0f, 4.0f);
+  FillUniform(res.get(), n, NextSeed(), -4.0f, 4.0f);
+  FillUniform(w.get(), w.size(), NextSeed(), 0.5f, 1.5f);
+  OC_CUDA(cudaMemcpy(res_plain.get(), res.get(), n * sizeof(bf16), cudaMemcpyDeviceToDevice));
+  const size_t scratch_bytes = cuda::Fp8LinearScratchBytes(m, dim);
+  DevBuf<char> one(scratch_bytes), two(scratch_bytes);
+  OC_CUDA(cudaMemset(one.get(), 0, scratch_bytes));
+  OC_CUDA(cudaMemset(two.get(), 0, scratch_bytes));
+  cuda::RmsNormArgs a;
+  a.x = x.get();
+  a.x_stride = dim;
+  a.residual = fused ? res.get() : nullptr;
+  a.res_stride = dim;
+  a.weight = w.get();
+  a.y = nullptr;  // not written
+  a.y_stride = dim;
+  a.num_rows = m;
+  a.dim = dim;
+  OC_OK(cuda::RmsNormQuantizeFp8(a, fused, groups, one.get(), scratch_bytes, nullptr));
+  a.residual = fused ? res_plain.get() : nullptr;
+  a.y = y.get();
+  OC_OK(fused ? cuda::FusedAddRmsNorm(a, nullptr) : cuda::RmsNorm(a, nullptr));
+  auto* codes = reinterpret_cast<uint8_t*>(two.get());
+  const size_t offset = (n + 255) / 256 * 256;
+  OC_OK(cuda::QuantizeFp8Activations(y.get(), dim, m, dim, groups, cuda::Fp8GemmLayout{}, codes,
+                                     reinterpret_cast<float*>(two.get() + offset), nullptr));
+  OC_CUDA(cudaDeviceSynchronize());
+  char text[128];
+  std::snprintf(text, sizeof(text), "%s+quant m %d dim %d %s", fused ? "add_rms_norm" : "rms_norm", m, dim,
+                groups ? "groups" : "tokens");
+  Row row{"fp8_norm_quant", text};
+  const long bad = DiffBytes(one.get(), two.get(), scratch_bytes);
+  const long bad_res = fused ? DiffBytes(res.get(), res_plain.get(), n * sizeof(bf16)) : 0;
+  row.pass = bad == 0 && bad_res == 0;
+  row.note = std::to_string(bad) + " of " + std::to_string(scratch_bytes) + " scratch bytes and " +
+             std::to_string(bad_res) + " residual bytes differ from " + (fused ? "FusedAddRmsNorm" : "RmsNorm") +
+             " + QuantizeFp8Activations";
+  Record(row);
+}
+
 }  // namespace
 
 void CheckFp8SiluQuant() {
+  for (bool fused : {true, false}) {
+    CheckNormOne(3, 200, fused, true);   // a partial 128-column group; 64 threads for 25 chunks
+    CheckNormOne(37, 640, fused, false);
+    CheckNormOne(40, 2056, fused, true);  // 257 chunks: threads past the row's last chunk
+    CheckNormOne(5, 12296, fused, false);  // 1537 chunks on 1024 threads: two passes for some
+    CheckNormOne(4, 12296, fused, true);
+  }
   CheckOne(3, 200, true, 0);     // a partial 128-column group
   CheckOne(5, 1000, false, 0);   // 1000 / 8 columns: a partial pass of the CTA
   CheckOne(40, 640, true, 384);
@@ -109,6 +163,10 @@ void CheckFp8SiluQuant() {
   if (Small()) return;
   CheckOne(2048, 12288, false, 4096);  // Qwen3-8B's down projection input at a 2k prefill
   CheckOne(256, 12288, true, 4096);
+  for (bool groups : {false, true}) {
+    CheckNormOne(2048, 4096, true, groups);  // Qwen3-8B's qkv / gate_up input at a 2k prefill
+    CheckNormOne(256, 4096, false, groups);
+  }
 }
 
 }  // namespace tandem::opcheck

@@ -142,6 +142,9 @@ class CudaModelRunner final : public ModelRunner {
   // TANDEM_FUSED_SILU_QUANT (read at InitOnce): 0 keeps the two kernels, N > 0 sets the count
   // (checks run the fused path on short prompts); default 256.
   int fused_silu_quant_min_tokens_ = 256;
+  // FP8 GEMM path: RMSNorm writes the next projection's activation codes (RmsNormQuantizeFp8) at
+  // every step with more than GemvMaxM() tokens; TANDEM_FUSED_NORM_QUANT=0 turns it off.
+  bool fused_norm_quant_ = true;
   cudaStream_t stream_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8

@@ -110,7 +110,16 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.x_prequantized = prequantized;
     return cuda::Fp8Linear(fp8_gemm_.get(), a, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_);
   };
-  auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused) {
+  // The norm in front of a projection on the FP8 GEMM path writes its activation codes instead of
+  // out (then proj(..., prequantized = true)); with block weights only for whole groups of
+  // kFp8GemmRowMultiple rows (Fp8Linear sends no row of them to the GEMV, which reads bf16).
+  auto quantizing_norm = [&](bool block128) {
+    return fused_norm_quant_ && w_.fp8 && fp8_gemm_ != nullptr && T > cuda::GemvMaxM() &&
+           (!block128 || T % cuda::kFp8GemmRowMultiple == 0) && hidden % 8 == 0 &&
+           hidden <= cuda::kRmsNormQuantizeMaxDim;
+  };
+  auto norm = [&](const bf16* in, const DeviceArray& w, bf16* out, bool fused, bool quantize = false,
+                  bool block128 = false) {
     cuda::RmsNormArgs a;
     a.x = in;
     a.x_stride = hidden;
@@ -122,6 +131,7 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     a.num_rows = T;
     a.dim = hidden;
     a.eps = eps;
+    if (quantize) return cuda::RmsNormQuantizeFp8(a, fused, block128, fp8_scratch_.as<void>(), fp8_scratch_.bytes(), stream_);
     return fused ? cuda::FusedAddRmsNorm(a, stream_) : cuda::RmsNorm(a, stream_);
   };
   // What PagedDecodeArgs and PagedPrefillArgs share (same field names): q in the fused qkv rows,
@@ -162,10 +172,12 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& w = w_.layers[l];
     // h holds the previous layer's MLP output: residual += h; h = norm(residual).
-    TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false)
-                                  : norm(h, w.input_norm, h, true));
+    const bool qkv_codes = quantizing_norm(w.qkv_block128);
+    TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false, qkv_codes, w.qkv_block128)
+                                  : norm(h, w.input_norm, h, true, qkv_codes, w.qkv_block128));
     TANDEM_RETURN_IF_ERROR(mark("norm"));
-    TANDEM_RETURN_IF_ERROR(proj(h, hidden, w.qkv, w.qkv_scale, w.qkv_block128, w.qkv_bias, qkv, qkv_dim));
+    TANDEM_RETURN_IF_ERROR(
+        proj(h, hidden, w.qkv, w.qkv_scale, w.qkv_block128, w.qkv_bias, qkv, qkv_dim, qkv_codes));
     TANDEM_RETURN_IF_ERROR(mark("qkv"));
     // q/k norm + RoPE, this step's K/V into the pool: one kernel (qk_norm_rope.h).
     cuda::QkNormRopeCacheArgs r;
@@ -245,10 +257,12 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     TANDEM_RETURN_IF_ERROR(mark("attention"));
     TANDEM_RETURN_IF_ERROR(proj(attn, q_dim, w.o, w.o_scale, w.o_block128, w.o_bias, h, hidden));
     TANDEM_RETURN_IF_ERROR(mark("o_proj"));
-    TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true));  // residual += attn out
+    const bool gate_up_codes = quantizing_norm(w.gate_up_block128);
+    // residual += attn out
+    TANDEM_RETURN_IF_ERROR(norm(h, w.post_norm, h, true, gate_up_codes, w.gate_up_block128));
     TANDEM_RETURN_IF_ERROR(mark("norm"));
-    TANDEM_RETURN_IF_ERROR(
-        proj(h, hidden, w.gate_up, w.gate_up_scale, w.gate_up_block128, kNone, gate_up, 2 * inter));
+    TANDEM_RETURN_IF_ERROR(proj(h, hidden, w.gate_up, w.gate_up_scale, w.gate_up_block128, kNone, gate_up,
+                                2 * inter, gate_up_codes));
     TANDEM_RETURN_IF_ERROR(mark("gate_up"));
     cuda::SiluMulArgs sm;
     sm.gate = gate_up;

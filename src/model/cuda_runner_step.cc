@@ -69,6 +69,9 @@ Status CudaModelRunner::InitOnce() {
     if (const char* fused = std::getenv("TANDEM_FUSED_SILU_QUANT"); fused != nullptr) {
       fused_silu_quant_min_tokens_ = std::atoi(fused) > 0 ? std::atoi(fused) : std::numeric_limits<int>::max();
     }
+    if (const char* fused = std::getenv("TANDEM_FUSED_NORM_QUANT"); fused != nullptr) {
+      fused_norm_quant_ = std::strcmp(fused, "0") != 0;
+    }
   }
   initialized_ = true;
   return Status::Ok();

@@ -131,6 +131,30 @@ Status SiluMulQuantizeFp8(const SiluMulArgs& a, bool groups_of_128, void* scratc
   return Status::Ok();
 }
 
+Status RmsNormQuantizeFp8(const RmsNormArgs& a, bool fused, bool groups_of_128, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream) {
+  const bool bad_residual = fused && (a.residual == nullptr || a.res_stride % 8 != 0 || a.res_stride < a.dim ||
+                                      !Aligned16Ptr(a.residual));
+  if (a.num_rows < 0 || a.dim < 0 || a.dim % 8 != 0 ||
+      a.dim > kRmsNormQuantizeMaxDim || a.x_stride % 8 != 0 ||
+      a.x_stride < a.dim || a.x == nullptr || a.weight == nullptr || !Aligned16Ptr(a.x) || !Aligned16Ptr(a.weight) ||
+      bad_residual) {
+    return Err(StatusCode::kInvalidArgument,
+               "RmsNormQuantizeFp8: dim {} (a multiple of 8, at most {}), strides {} / {} (multiples of 8, >= dim), "
+               "x, residual and weight 16-byte aligned and not null",
+               a.dim, kRmsNormQuantizeMaxDim, a.x_stride, a.res_stride);
+  }
+  if (scratch == nullptr || scratch_bytes < Fp8LinearScratchBytes(a.num_rows, a.dim)) {
+    return Err(StatusCode::kInvalidArgument, "RmsNormQuantizeFp8: scratch of {} bytes, {} needed", scratch_bytes,
+               Fp8LinearScratchBytes(a.num_rows, a.dim));
+  }
+  auto* codes = static_cast<uint8_t*>(scratch);
+  auto* scales = reinterpret_cast<float*>(static_cast<char*>(scratch) + ScalesOffset(a.num_rows, a.dim));
+  TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchRmsNormQuantizeFp8(a, fused, groups_of_128 ? 128 : 0,
+                                                               ScaleLd(a.num_rows), codes, scales, stream));
+  return Status::Ok();
+}
+
 Status DequantizeFp8Weight(const Fp8Weight& w, int n, int k, __nv_bfloat16* out, cudaStream_t stream) {
   TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchDequantizeFp8Weight(
       w.q, w.scale, w.scaling == Fp8Scaling::kBlock128, n, k, out, stream));

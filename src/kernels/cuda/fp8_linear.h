@@ -37,11 +37,15 @@
 #include <cstdint>
 
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
 
 namespace tandem::cuda {
 
 enum class Fp8Scaling { kPerChannel, kBlock128 };
+
+// The widest row RmsNormQuantizeFp8 takes: bf16 staged in 48 KiB of shared memory.
+constexpr int kRmsNormQuantizeMaxDim = 24576;
 
 // Floats per block row of kBlock128 scales: ceil(k / 128) rounded up to a multiple of 4.
 inline int Fp8BlockScaleCols(int64_t k) { return static_cast<int>(((k + 127) / 128 + 3) / 4 * 4); }
@@ -121,6 +125,15 @@ Status QuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, int m, int k,
 // Errors: InvalidArgument (dim % 8, strides % 8, alignment, null pointers, scratch too small),
 // Internal (CUDA).
 Status SiluMulQuantizeFp8(const SiluMulArgs& a, bool groups_of_128, void* scratch, size_t scratch_bytes,
+                          cudaStream_t stream);
+// RMSNorm into the FP8 GEMM's activation codes, as SiluMulQuantizeFp8 for SwiGLU: writes to
+// `scratch` the codes and scales that Run would make from y = RmsNorm(a) (fused: FusedAddRmsNorm,
+// whose residual update it makes too; rms_norm.h), bit for bit, without writing y (a.y is
+// ignored); then run the projection with Fp8LinearArgs::x_prequantized. Same call conditions as
+// SiluMulQuantizeFp8. Errors: InvalidArgument (dim % 8, dim past kRmsNormQuantizeMaxDim, strides
+// % 8 or < dim, alignment, null pointers, scratch too small),
+// Internal (CUDA).
+Status RmsNormQuantizeFp8(const RmsNormArgs& a, bool fused, bool groups_of_128, void* scratch, size_t scratch_bytes,
                           cudaStream_t stream);
 // W -> bf16 [n, k] (each code times its scale, rounded once): references, and a bf16 fallback.
 Status DequantizeFp8Weight(const Fp8Weight& w, int n, int k, __nv_bfloat16* out, cudaStream_t stream);

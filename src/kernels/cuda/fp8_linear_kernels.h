@@ -5,8 +5,11 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/fp8_linear.h"
+#include "kernels/cuda/rms_norm.h"
 #include "kernels/cuda/silu_mul.h"
 
 namespace tandem::cuda::detail {
@@ -41,6 +44,13 @@ cudaError_t LaunchQuantizeFp8Activations(const __nv_bfloat16* x, int64_t ldx, in
 // a.dim; a.out unused. a.dim % 8 == 0, strides % 8 == 0, gate and up 16-byte aligned.
 cudaError_t LaunchSiluMulQuantizeFp8(const SiluMulArgs& a, int group, bool scales_k_major, int64_t scales_ld,
                                      uint8_t* q, float* scales, cudaStream_t stream);
+
+// LaunchQuantizeFp8Activations of y = RmsNorm(x) (fused: of FusedAddRmsNorm, whose residual it
+// writes; rms_norm.h) without writing y: k = a.dim; a.y unused; group-128 scales k-major (at
+// g * scales_ld + row). a.dim % 8 == 0 and <= kRmsNormQuantizeMaxDim (fp8_linear.h; else
+// cudaErrorInvalidValue), strides % 8 == 0, x, residual and weight 16-byte aligned.
+cudaError_t LaunchRmsNormQuantizeFp8(const RmsNormArgs& a, bool fused, int group, int64_t scales_ld, uint8_t* q,
+                                     float* scales, cudaStream_t stream);
 
 // w [n, k] e4m3 with scales as Fp8GemvParams -> out [n, k] bf16 (code times scale, rounded once).
 cudaError_t LaunchDequantizeFp8Weight(const uint8_t* w, const float* scale, bool block, int n, int k,

@@ -12,9 +12,14 @@
 // never written: per 128-column group, each lane its four values once; per token, the CTA's pass
 // for the row's |max| keeps v in shared memory for the quantizing pass (rows past 24576 columns
 // compute v again there).
+//
+// RMSNorm fused with it (LaunchRmsNormQuantizeFp8): one CTA per row with RmsNorm's threads and
+// passes (rms_norm.cuh: the same sum of squares), y = RmsNorm(x) kept in shared memory as bf16 and
+// quantized from there, per token or per 128-column group; y is never written to memory.
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/fp8_linear_kernels.h"
 #include "kernels/cuda/fp8_utils.cuh"
+#include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/silu_mul.h"
 
 namespace tandem::cuda::detail {
@@ -183,6 +188,63 @@ __global__ void SiluMulQuantizeRowsKernel(SiluMulArgs a, uint8_t* q, float* scal
   if (threadIdx.x == 0) scales[row] = scale;
 }
 
+// One CTA of RmsNormThreads(dim / 8) threads per row; y staged in shared memory (dim bf16s,
+// dynamic). Per token (!kGroups): the row's |max| over the CTA. Per 128-column group: after the
+// row is staged, warp w takes groups w, w + warps, ..., lane i its columns 4i .. 4i + 3, as
+// QuantizeGroupsKernel.
+template <bool kFused, bool kGroups>
+__global__ void RmsNormQuantizeKernel(RmsNormArgs a, int64_t ld, uint8_t* q, float* scales) {
+  TANDEM_DYNAMIC_SHARED(staged);
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int k = a.dim;
+  const float inv_rms = RmsNormInvRmsVec<kFused>(a, row, scratch);
+  float amax = 0.0f;
+  for (int c = threadIdx.x; c < k / 8; c += blockDim.x) {
+    float v[8];
+    RmsNormEight<kFused>(a, row, c, inv_rms, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[i] = RoundBf16(v[i]);  // y as RmsNorm stores it
+      amax = fmaxf(amax, fabsf(v[i]));
+    }
+    reinterpret_cast<uint4*>(staged)[c] = FloatToBf16x8(v);
+  }
+  uint8_t* qr = q + row * k;
+  if constexpr (!kGroups) {
+    amax = BlockMax(amax, scratch);  // (its barrier also publishes the staged row)
+    const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+    const float inv = 1.0f / scale;
+    for (int c = threadIdx.x; c < k / 8; c += blockDim.x) {
+      QuantizeEight(reinterpret_cast<const uint4*>(staged)[c], inv, qr + 8 * c);
+    }
+    if (threadIdx.x == 0) scales[row] = scale;
+  } else {
+    __syncthreads();
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, warps = blockDim.x >> 5;
+    const __nv_bfloat16* y = reinterpret_cast<const __nv_bfloat16*>(staged);
+    for (int gi = warp; gi < (k + 127) / 128; gi += warps) {
+      const int col = gi * 128 + lane * 4;
+      const bool in = col < k;  // k % 8 == 0: a lane's four columns are all in or all out
+      float f[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (in) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) f[i] = __bfloat162float(y[col + i]);
+      }
+      const float gmax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+      const float scale = fmaxf(gmax, kMinAmax) / kFp8Max;
+      const float inv = 1.0f / scale;
+      if (in) {
+        uint32_t codes = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
+        *reinterpret_cast<uint32_t*>(qr + col) = codes;
+      }
+      if (lane == 0) scales[gi * ld + row] = scale;
+    }
+  }
+}
+
 // One thread per element of W (a conversion for references and the sm_89 fallback, not a hot path).
 __global__ void DequantizeWeightKernel(const uint8_t* w, const float* scale, bool block, int n, int k,
                                        __nv_bfloat16* out) {
@@ -232,6 +294,19 @@ cudaError_t LaunchSiluMulQuantizeFp8(const SiluMulArgs& a, int group, bool scale
     TANDEM_LAUNCH(SiluMulQuantizeGroupsKernel, dim3(a.num_tokens, (groups + 7) / 8), dim3(256), 0, stream, a,
                   scales_k_major, scales_ld, q, scales);
   }
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRmsNormQuantizeFp8(const RmsNormArgs& a, bool fused, int group, int64_t scales_ld, uint8_t* q,
+                                     float* scales, cudaStream_t stream) {
+  if (a.num_rows <= 0 || a.dim <= 0) return cudaSuccess;
+  if (a.dim > kRmsNormQuantizeMaxDim) return cudaErrorInvalidValue;
+  const size_t staged = static_cast<size_t>(a.dim) * sizeof(__nv_bfloat16);
+  const int threads = RmsNormThreads(a.dim / 8);
+  void (*kernel)(RmsNormArgs, int64_t, uint8_t*, float*) =
+      fused ? (group == 0 ? RmsNormQuantizeKernel<true, false> : RmsNormQuantizeKernel<true, true>)
+            : (group == 0 ? RmsNormQuantizeKernel<false, false> : RmsNormQuantizeKernel<false, true>);
+  TANDEM_LAUNCH(kernel, dim3(a.num_rows), dim3(threads), staged, stream, a, scales_ld, q, scales);
   return cudaGetLastError();
 }
 

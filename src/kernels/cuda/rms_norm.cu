@@ -1,5 +1,4 @@
-#include "kernels/cuda/device_utils.cuh"
-#include "kernels/cuda/rms_norm.h"
+#include "kernels/cuda/rms_norm.cuh"
 
 namespace tandem::cuda::detail {
 namespace {
@@ -20,22 +19,11 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
   // z: the normalized row's input: x, or bf16(x + residual) stored back into residual.
   const __nv_bfloat16* z = kFused ? res : x;
 
-  float sum_sq = 0.0f;
+  float inv_rms = 0.0f;
   if constexpr (kVec) {
-    for (int c = threadIdx.x; c < a.dim / 8; c += blockDim.x) {
-      float v[8];
-      Bf16x8ToFloat(reinterpret_cast<const uint4*>(x)[c], v);
-      if constexpr (kFused) {
-        float r[8];
-        Bf16x8ToFloat(reinterpret_cast<const uint4*>(res)[c], r);
-#pragma unroll
-        for (int i = 0; i < 8; ++i) v[i] = RoundBf16(v[i] + r[i]);
-        reinterpret_cast<uint4*>(res)[c] = FloatToBf16x8(v);
-      }
-#pragma unroll
-      for (int i = 0; i < 8; ++i) sum_sq += v[i] * v[i];
-    }
+    inv_rms = RmsNormInvRmsVec<kFused>(a, row, scratch);
   } else {
+    float sum_sq = 0.0f;
     for (int i = threadIdx.x; i < a.dim; i += blockDim.x) {
       float v = __bfloat162float(x[i]);
       if constexpr (kFused) {
@@ -44,17 +32,14 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
       }
       sum_sq += v * v;
     }
+    sum_sq = BlockSum(sum_sq, scratch);
+    inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.dim) + a.eps);
   }
-  sum_sq = BlockSum(sum_sq, scratch);
-  const float inv_rms = 1.0f / sqrtf(sum_sq / static_cast<float>(a.dim) + a.eps);
 
   if constexpr (kVec) {
     for (int c = threadIdx.x; c < a.dim / 8; c += blockDim.x) {
-      float v[8], w[8];
-      Bf16x8ToFloat(reinterpret_cast<const uint4*>(z)[c], v);
-      Bf16x8ToFloat(reinterpret_cast<const uint4*>(a.weight)[c], w);
-#pragma unroll
-      for (int i = 0; i < 8; ++i) v[i] = w[i] * RoundBf16(v[i] * inv_rms);
+      float v[8];
+      RmsNormEight<kFused>(a, row, c, inv_rms, v);
       reinterpret_cast<uint4*>(y)[c] = FloatToBf16x8(v);
     }
   } else {
@@ -67,9 +52,7 @@ __global__ void RmsNormKernel(RmsNormArgs a) {
 
 template <bool kFused>
 void Launch(const RmsNormArgs& a, bool vec, cudaStream_t stream) {
-  const int work = vec ? a.dim / 8 : a.dim;
-  int threads = ((work + 31) / 32) * 32;
-  threads = threads < 64 ? 64 : (threads > 1024 ? 1024 : threads);
+  const int threads = RmsNormThreads(vec ? a.dim / 8 : a.dim);
   void (*kernel)(RmsNormArgs) = vec ? RmsNormKernel<true, kFused> : RmsNormKernel<false, kFused>;
   TANDEM_LAUNCH(kernel, a.num_rows, threads, 0, stream, a);
 }
