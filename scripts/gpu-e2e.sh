@@ -45,8 +45,9 @@ pack() {
   strip -o "$CARRY/tandem" "$build/tandem"
   # Every shared library except the C/C++ runtime and the CUDA libraries the device has (its own
   # CUDA 13.0 toolkit / driver): gRPC, Abseil, re2, c-ares, spdlog, fmt, yaml-cpp, UCX ... are
-  # missing there or in other versions.
-  for lib in $(ldd "$build/tandem" | awk '/=>/ {print $3}' | sort -u); do
+  # missing there or in other versions. UCX and libfabric are opened at run time, not in ldd's list:
+  # scripts/gpu/runtime_libs.sh adds them.
+  for lib in $(scripts/gpu/runtime_libs.sh "$build/tandem"); do
     case "$(basename "$lib")" in
       libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*) ;;
       libcuda.so.*|libcublas*.so.*|libcudart.so.*|libnvidia*) ;;

@@ -34,7 +34,8 @@ pack() {
   rm -rf "$CARRY" && mkdir -p "$CARRY/lib"
   strip -o "$CARRY/test_transfer_cuda" "$build/tests/test_transfer_cuda"
   strip -o "$CARRY/transfer_bench" "$build/bench/transfer_bench"
-  for lib in $(ldd "$build/tests/test_transfer_cuda" "$build/bench/transfer_bench" | awk '/=>/ {print $3}' | sort -u); do
+  # What ldd lists, plus UCX and libfabric (opened at run time: scripts/gpu/runtime_libs.sh).
+  for lib in $(scripts/gpu/runtime_libs.sh "$build/tests/test_transfer_cuda" "$build/bench/transfer_bench"); do
     case "$(basename "$lib")" in
       libc.so.*|libm.so.*|libstdc++.so.*|libgcc_s.so.*|libpthread.so.*|libdl.so.*|librt.so.*|ld-linux*) ;;
       libcuda.so.*|libnvidia*) ;;

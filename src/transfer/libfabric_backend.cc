@@ -9,6 +9,7 @@
 
 #include "common/logging.h"
 #include "transfer/libfabric_internal.h"
+#include "transfer/libfabric_loader.h"
 
 namespace tandem::transfer {
 
@@ -365,6 +366,8 @@ void LibfabricBackend::StopTransport() {
 
 Result<std::unique_ptr<Backend>> MakeLibfabricBackend(BackendHost& host, const BackendParams& params) {
   TANDEM_ASSIGN_OR_RETURN(fabric::FiParams p, fabric::ParseParams(params));
+  // libfabric is opened here, not at start (libfabric_loader.h).
+  TANDEM_RETURN_IF_ERROR(LoadLibfabric());
   BackendCapabilities caps;
   caps.host_memory = true;
   caps.same_process = caps.same_node = caps.remote = true;

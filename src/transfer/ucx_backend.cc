@@ -13,6 +13,7 @@
 
 #include "common/logging.h"
 #include "transfer/fabric_rma.h"
+#include "transfer/ucx_loader.h"
 
 namespace tandem::transfer {
 
@@ -478,6 +479,7 @@ class UcxBackend final : public rma::RmaBackend {
 
 Result<std::unique_ptr<Backend>> MakeUcxBackend(BackendHost& host, const BackendParams& params) {
   TANDEM_ASSIGN_OR_RETURN(UcxParams p, ParseParams(params));
+  TANDEM_RETURN_IF_ERROR(LoadUcx());  // libucp is opened here, not at start (ucx_loader.h)
   BackendCapabilities caps;
   caps.host_memory = true;
   caps.same_process = caps.same_node = caps.remote = true;
