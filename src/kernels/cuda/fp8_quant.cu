@@ -14,8 +14,9 @@
 // compute v again there).
 //
 // RMSNorm fused with it (LaunchRmsNormQuantizeFp8): one CTA per row with RmsNorm's threads and
-// passes (rms_norm.cuh: the same sum of squares), y = RmsNorm(x) kept in shared memory as bf16 and
-// quantized from there, per token or per 128-column group; y is never written to memory.
+// passes (rms_norm.cuh: the same sum of squares), y = RmsNorm(x) kept in registers (rows of up to
+// 8192 columns: a thread a chunk) or in shared memory as bf16 and quantized from there, per token
+// or per 128-column group; y is never written to memory.
 #include "kernels/cuda/device_utils.cuh"
 #include "kernels/cuda/fp8_linear_kernels.h"
 #include "kernels/cuda/fp8_utils.cuh"
@@ -192,6 +193,40 @@ __global__ void SiluMulQuantizeRowsKernel(SiluMulArgs a, uint8_t* q, float* scal
 // dynamic). Per token (!kGroups): the row's |max| over the CTA. Per 128-column group: after the
 // row is staged, warp w takes groups w, w + warps, ..., lane i its columns 4i .. 4i + 3, as
 // QuantizeGroupsKernel.
+// Rows of at most 8 columns a thread (dim / 8 <= RmsNormThreads(dim / 8), dim <= 8192): the row
+// stays in registers, thread c its chunk c; per group, the 16 lanes of a 128-column group reduce
+// their |max| by shuffles.
+template <bool kFused, bool kGroups>
+__global__ void RmsNormQuantizeRegsKernel(RmsNormArgs a, int64_t ld, uint8_t* q, float* scales) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const int k = a.dim, c = threadIdx.x;
+  const bool in = c < k / 8;
+  float w[8];
+  if (in) Bf16x8ToFloat(reinterpret_cast<const uint4*>(a.weight)[c], w);
+  float y[8];
+  const float inv_rms = RmsNormInvRmsKeep<kFused>(a, row, scratch, y);
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    y[i] = in ? RoundBf16(w[i] * RoundBf16(y[i] * inv_rms)) : 0.0f;  // y as RmsNorm stores it
+    amax = fmaxf(amax, fabsf(y[i]));
+  }
+  if constexpr (!kGroups) {
+    amax = BlockMax(amax, scratch);
+  } else {
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(kFullMask, amax, o));
+  }
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  if (in) QuantizeEightFloats(y, 1.0f / scale, q + row * k + 8 * c);
+  if constexpr (!kGroups) {
+    if (c == 0) scales[row] = scale;
+  } else {
+    if (in && c % 16 == 0) scales[(c / 16) * ld + row] = scale;
+  }
+}
+
 template <bool kFused, bool kGroups>
 __global__ void RmsNormQuantizeKernel(RmsNormArgs a, int64_t ld, uint8_t* q, float* scales) {
   TANDEM_DYNAMIC_SHARED(staged);
@@ -303,7 +338,15 @@ cudaError_t LaunchRmsNormQuantizeFp8(const RmsNormArgs& a, bool fused, int group
   if (a.dim > kRmsNormQuantizeMaxDim) return cudaErrorInvalidValue;
   const size_t staged = static_cast<size_t>(a.dim) * sizeof(__nv_bfloat16);
   const int threads = RmsNormThreads(a.dim / 8);
-  void (*kernel)(RmsNormArgs, int64_t, uint8_t*, float*) =
+  using Kernel = void (*)(RmsNormArgs, int64_t, uint8_t*, float*);
+  if (a.dim / 8 <= threads) {
+    const Kernel kernel =
+        fused ? (group == 0 ? RmsNormQuantizeRegsKernel<true, false> : RmsNormQuantizeRegsKernel<true, true>)
+              : (group == 0 ? RmsNormQuantizeRegsKernel<false, false> : RmsNormQuantizeRegsKernel<false, true>);
+    TANDEM_LAUNCH(kernel, dim3(a.num_rows), dim3(threads), 0, stream, a, scales_ld, q, scales);
+    return cudaGetLastError();
+  }
+  const Kernel kernel =
       fused ? (group == 0 ? RmsNormQuantizeKernel<true, false> : RmsNormQuantizeKernel<true, true>)
             : (group == 0 ? RmsNormQuantizeKernel<false, false> : RmsNormQuantizeKernel<false, true>);
   TANDEM_LAUNCH(kernel, dim3(a.num_rows), dim3(threads), staged, stream, a, scales_ld, q, scales);

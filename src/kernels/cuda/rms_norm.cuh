@@ -42,6 +42,31 @@ __device__ inline float RmsNormInvRmsVec(const RmsNormArgs& a, int64_t row, floa
   return 1.0f / sqrtf(sum_sq / static_cast<float>(a.dim) + a.eps);
 }
 
+// Pass 1 where the CTA has a thread for every chunk (dim / 8 <= blockDim.x): the same sum, with
+// thread c's 8 values of z kept in `z` (zeros past the row) for a pass 2 from registers.
+template <bool kFused>
+__device__ inline float RmsNormInvRmsKeep(const RmsNormArgs& a, int64_t row, float* scratch, float z[8]) {
+  const int c = threadIdx.x;
+  float sum_sq = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) z[i] = 0.0f;
+  if (c < a.dim / 8) {
+    Bf16x8ToFloat(reinterpret_cast<const uint4*>(a.x + row * a.x_stride)[c], z);
+    if constexpr (kFused) {
+      __nv_bfloat16* res = a.residual + row * a.res_stride;
+      float r[8];
+      Bf16x8ToFloat(reinterpret_cast<const uint4*>(res)[c], r);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) z[i] = RoundBf16(z[i] + r[i]);
+      reinterpret_cast<uint4*>(res)[c] = FloatToBf16x8(z);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) sum_sq += z[i] * z[i];
+  }
+  sum_sq = BlockSum(sum_sq, scratch);
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(a.dim) + a.eps);
+}
+
 // Pass 2 for the 8 columns of chunk c: y = w * bf16(z * inv_rms), as floats (each the caller rounds
 // to bf16 once). The chunk is one this thread read in pass 1.
 template <bool kFused>
