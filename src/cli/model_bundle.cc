@@ -1,5 +1,7 @@
 #include "cli/model_bundle.h"
 
+#include <malloc.h>
+
 #include <filesystem>
 
 #include "common/cpu_cores.h"
@@ -8,6 +10,19 @@
 #include "model/cuda_model_runner.h"
 
 namespace tandem::cli {
+namespace {
+
+// Loading frees more than it keeps (tokenizer.json's JSON, its vocab and merge strings): 1.5 MB
+// of free chunks stay between the allocations that live on (the bundled model), and glibc's free
+// gives back only the heap's top. malloc_trim returns the whole pages of free chunks anywhere in
+// the heap (issue 29, memory: tandem generate's heap 7.5 -> 6.8 MB).
+void ReturnFreedHeapPages() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+#endif
+}
+
+}  // namespace
 
 Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_template) {
   std::error_code ec;
@@ -25,6 +40,7 @@ Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_
   } else {
     log::warn("no chat template: {}", renderer.status().ToString());
   }
+  ReturnFreedHeapPages();
   return bundle;
 }
 
@@ -60,6 +76,7 @@ Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineCo
   TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, need_chat_template));
   TANDEM_ASSIGN_OR_RETURN(auto runner, LoadRunner(model_dir, device_id, config));
   TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
+  ReturnFreedHeapPages();
   return bundle;
 }
 
