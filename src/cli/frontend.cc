@@ -111,7 +111,7 @@ int RunFrontend(const FrontendOptions& opt) {
   const std::string api_key = opt.http.ApiKey();
   ShutdownSignals signals;  // before any thread starts
 
-  auto text = LoadTextBundle(model_dir, /*need_chat_template=*/false);
+  auto text = LoadTextBundle(model_dir, ChatTemplateUse::kIfPresent);
   if (!text.ok()) {
     std::fprintf(stderr, "tandem frontend: %s\n", text.status().ToString().c_str());
     return 1;

@@ -64,7 +64,9 @@ int RunGenerate(const GenerateOptions& opt) {
   config.cpu_threads = opt.threads;
   const Result<int> device_id = ParseDevice(opt.device);
   if (!device_id.ok()) return Fail(device_id.status());
-  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/opt.chat, *device_id);
+  // Without --chat nothing is rendered: the template is not read (nor its parser's code paged in).
+  const ChatTemplateUse chat_template = opt.chat ? ChatTemplateUse::kRequired : ChatTemplateUse::kSkip;
+  auto bundle = LoadModelBundle(model_dir, config, chat_template, *device_id);
   if (!bundle.ok()) return Fail(bundle.status());
   const Tokenizer& tokenizer = *bundle->tokenizer;
   Engine& engine = *bundle->engine;

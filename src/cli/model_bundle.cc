@@ -24,7 +24,7 @@ void ReturnFreedHeapPages() {
 
 }  // namespace
 
-Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_template) {
+Result<ModelBundle> LoadTextBundle(const std::string& model_dir, ChatTemplateUse chat_template) {
   std::error_code ec;
   if (!std::filesystem::is_directory(model_dir, ec)) {
     return Err(StatusCode::kNotFound, "model directory not found: {}", model_dir);
@@ -32,13 +32,15 @@ Result<ModelBundle> LoadTextBundle(const std::string& model_dir, bool need_chat_
   ModelBundle bundle;
   bundle.model_dir = model_dir;
   TANDEM_ASSIGN_OR_RETURN(bundle.tokenizer, Tokenizer::Load(model_dir));
-  auto renderer = ChatRenderer::Load(model_dir);
-  if (renderer.ok()) {
-    bundle.renderer = std::make_shared<const ChatRenderer>(std::move(renderer).value());
-  } else if (need_chat_template) {
-    return renderer.status();
-  } else {
-    log::warn("no chat template: {}", renderer.status().ToString());
+  if (chat_template != ChatTemplateUse::kSkip) {
+    auto renderer = ChatRenderer::Load(model_dir);
+    if (renderer.ok()) {
+      bundle.renderer = std::make_shared<const ChatRenderer>(std::move(renderer).value());
+    } else if (chat_template == ChatTemplateUse::kRequired) {
+      return renderer.status();
+    } else {
+      log::warn("no chat template: {}", renderer.status().ToString());
+    }
   }
   ReturnFreedHeapPages();
   return bundle;
@@ -72,8 +74,8 @@ Result<std::unique_ptr<ModelRunner>> LoadRunner(const std::string& model_dir, in
 }  // namespace
 
 Result<ModelBundle> LoadModelBundle(const std::string& model_dir, const EngineConfig& config,
-                                    bool need_chat_template, int device_id) {
-  TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, need_chat_template));
+                                    ChatTemplateUse chat_template, int device_id) {
+  TANDEM_ASSIGN_OR_RETURN(ModelBundle bundle, LoadTextBundle(model_dir, chat_template));
   TANDEM_ASSIGN_OR_RETURN(auto runner, LoadRunner(model_dir, device_id, config));
   TANDEM_ASSIGN_OR_RETURN(bundle.engine, Engine::Create(std::move(runner), bundle.tokenizer, config));
   ReturnFreedHeapPages();

@@ -29,7 +29,8 @@ int RunProfile(const ProfileOptions& opt) {
   }
   EngineConfig config = opt.engine.ToEngineConfig();
   config.enable_prefix_caching = false;  // every prompt computed
-  auto bundle = LoadModelBundle(opt.engine.ModelDir(), config, /*need_chat_template=*/false, *device_id);
+  auto bundle =
+      LoadModelBundle(opt.engine.ModelDir(), config, ChatTemplateUse::kIfPresent, *device_id);
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem profile: %s\n", bundle.status().ToString().c_str());
     return 1;

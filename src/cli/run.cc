@@ -163,7 +163,7 @@ int RunAggregated(const RunOptions& opt) {
 
   const EngineConfig config = opt.engine.ToEngineConfig();
   const Result<int> device_id = ParseDevice(opt.engine.device);
-  auto bundle = device_id.ok() ? LoadModelBundle(model_dir, config, /*need_chat_template=*/false,
+  auto bundle = device_id.ok() ? LoadModelBundle(model_dir, config, ChatTemplateUse::kIfPresent,
                                                  *device_id)
                                : Result<ModelBundle>(device_id.status());
   if (!bundle.ok()) {

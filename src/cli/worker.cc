@@ -111,7 +111,7 @@ int RunWorker(const WorkerOptions& opt) {
             opt.engine.device);
   EngineConfig config = opt.engine.ToEngineConfig();
   if (decode) config.max_local_prefill_tokens = opt.max_local_prefill_tokens;
-  auto bundle = LoadModelBundle(model_dir, config, /*need_chat_template=*/false, *device_id);
+  auto bundle = LoadModelBundle(model_dir, config, ChatTemplateUse::kIfPresent, *device_id);
   if (!bundle.ok()) {
     std::fprintf(stderr, "tandem worker: %s\n", bundle.status().ToString().c_str());
     return 1;
