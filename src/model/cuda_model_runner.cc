@@ -55,10 +55,10 @@ Status CudaModelRunner::AllocateKVCache(int num_blocks, int block_size) {
   }
   kv_ = std::move(pools);
   if (fp8_kv_ && kv_scales_.bytes() == 0) {
-    const std::vector<float> ones(2 * static_cast<size_t>(config_.num_key_value_heads), 1.0f);
-    TANDEM_RETURN_IF_ERROR(kv_scales_.Allocate(sizeof(float) * ones.size()));
+    const std::vector<float>& s = kv_scales_host_.values;
+    TANDEM_RETURN_IF_ERROR(kv_scales_.Allocate(sizeof(float) * s.size()));
     TANDEM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy(kv_scales_.as<void>(), ones.data(), sizeof(float) * ones.size(), cudaMemcpyHostToDevice));
+        cudaMemcpy(kv_scales_.as<void>(), s.data(), sizeof(float) * s.size(), cudaMemcpyHostToDevice));
   }
   ++graph_generation_;  // captured decode graphs point into the old pools
   num_blocks_ = num_blocks;
@@ -208,9 +208,13 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
                options.kv_cache_dtype, device, config.num_attention_heads, config.num_key_value_heads);
   }
   log::info("{}", device);
+  TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
+  std::optional<KvCacheScales> kv_scales;
   if (fp8_kv) {
-    log::info("KV cache: FP8 E4M3 (scale 1.0 per KV head), half of bf16's bytes; decode attention reads "
-              "the codes (tensor-core kernel), prefill a bf16 copy of its sequences' blocks");
+    TANDEM_ASSIGN_OR_RETURN(kv_scales, LoadKvCacheScales(st, config));
+    log::info("KV cache: FP8 E4M3 ({}), half of bf16's bytes; decode attention reads the codes (tensor-core "
+              "kernel), prefill a bf16 copy of its sequences' blocks",
+              kv_scales->calibrated ? "the checkpoint's k_scale / v_scale" : "scale 1.0 per layer and KV head");
   }
   cuda::KernelShapes shapes;
   shapes.head_dim = config.head_dim;
@@ -219,7 +223,6 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   for (const std::string& line : cuda::DescribeKernels(cuda::CurrentDeviceLimits(), shapes)) {
     log::info("kernels on cuda:{}: {}", device_id, line);
   }
-  TANDEM_ASSIGN_OR_RETURN(SafetensorsModel st, SafetensorsModel::Open(model_dir));
   CudaWeightsLoadOptions load;
   load.gpu_memory_utilization = options.gpu_memory_utilization;
   // cuBLAS's workspace and one 16-token KV block besides the caller's part.
@@ -233,7 +236,7 @@ Result<std::unique_ptr<ModelRunner>> LoadCudaModelRunner(const std::string& mode
   cudaStream_t stream = nullptr;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   auto runner = std::make_unique<CudaModelRunner>(std::move(config), device_id, std::move(weights),
-                                                  std::move(cublas), stream, fp8_kv);
+                                                  std::move(cublas), stream, fp8_kv, std::move(kv_scales));
   return std::unique_ptr<ModelRunner>(std::move(runner));
 }
 

@@ -13,6 +13,7 @@
 #include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 
 #include <cstdint>
 #include <vector>
@@ -24,16 +25,19 @@
 #include "model/config.h"
 #include "model/cuda_decode_graphs.h"
 #include "model/cuda_weights.h"
+#include "model/kv_scales.h"
 #include "model/model_runner.h"
 
 namespace tandem {
 
 class CudaModelRunner final : public ModelRunner {
  public:
+  // kv_scales: FP8 KV's per-layer scales (model/kv_scales.h; all 1.0 when absent).
   CudaModelRunner(ModelConfig config, int device_id, CudaWeights weights, cuda::CublasHandle cublas,
-                  cudaStream_t stream, bool fp8_kv = false)
+                  cudaStream_t stream, bool fp8_kv = false, std::optional<KvCacheScales> kv_scales = std::nullopt)
       : config_(std::move(config)), device_id_(device_id), w_(std::move(weights)),
-        cublas_(std::move(cublas)), stream_(stream), fp8_kv_(fp8_kv) {}
+        cublas_(std::move(cublas)), stream_(stream), fp8_kv_(fp8_kv),
+        kv_scales_host_(kv_scales ? std::move(*kv_scales) : UnitKvCacheScales(config_)) {}
   ~CudaModelRunner() override {
     cudaSetDevice(device_id_);
     for (cudaEvent_t e : layer_events_) {
@@ -148,7 +152,8 @@ class CudaModelRunner final : public ModelRunner {
   cudaStream_t stream_;
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8
-  DeviceArray kv_scales_;        // FP8 KV: [2, nkv] fp32, K's then V's (1.0: uncalibrated)
+  KvCacheScales kv_scales_host_;  // FP8 KV: the checkpoint's scales (or 1.0), uploaded with the pools
+  DeviceArray kv_scales_;         // FP8 KV: kv_scales_host_.values on the device, [layers, 2, nkv] fp32
   DeviceArray kv_scratch_;       // FP8 KV: the prefill's bf16 blocks (grown on demand)
   int num_blocks_ = 0;
   int block_size_ = 0;

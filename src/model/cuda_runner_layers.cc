@@ -72,8 +72,11 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   const auto* d_rows = reinterpret_cast<const int32_t*>(meta + lay.rows);
   const auto* d_fp8_tables = reinterpret_cast<const int32_t*>(meta + lay.fp8_tables);
   const auto* d_fp8_src = reinterpret_cast<const int32_t*>(meta + lay.fp8_src);
-  const float* k_scales = fp8_kv_ ? kv_scales_.as<float>() : nullptr;  // [nkv], then V's
-  const float* v_scales = fp8_kv_ ? k_scales + c.num_key_value_heads : nullptr;
+  // FP8 KV: layer l's K scales [nkv], then its V scales (kv_scales_: [layers, 2, nkv]).
+  auto k_scales_of = [&](int l) -> const float* {
+    return fp8_kv_ ? kv_scales_.as<float>() + static_cast<size_t>(l) * 2 * c.num_key_value_heads : nullptr;
+  };
+  auto v_scales_of = [&](int l) -> const float* { return fp8_kv_ ? k_scales_of(l) + c.num_key_value_heads : nullptr; };
   bf16* x = residual_.as<bf16>();       // [T, hidden] residual stream
   bf16* h = hidden_.as<bf16>();         // [T, hidden] normed input / projection output
   bf16* qkv = qkv_.as<bf16>();          // [T, qkv_dim]: q [nh, hd], k [nkv, hd], v [nkv, hd]
@@ -156,8 +159,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   auto set_pool = [&](auto& a, int l) {
     if (fp8_kv_) {
       a.kv_pool_fp8 = kv_[l].as<uint8_t>();
-      a.k_scales = k_scales;
-      a.v_scales = v_scales;
+      a.k_scales = k_scales_of(l);
+      a.v_scales = v_scales_of(l);
     } else {
       a.kv_pool = kv_[l].as<bf16>();
     }
@@ -239,8 +242,8 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
         dq.src_blocks = d_fp8_src + g.src_begin;
         dq.num_blocks = g.blocks;
         dq.dst_pool = kv_scratch_.as<bf16>();
-        dq.k_scales = k_scales;
-        dq.v_scales = v_scales;
+        dq.k_scales = k_scales_of(l);
+        dq.v_scales = v_scales_of(l);
         dq.block_size = block_size_;
         dq.num_kv_heads = nkv;
         dq.head_dim = hd;
