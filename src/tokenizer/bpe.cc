@@ -8,9 +8,15 @@
 namespace tandem::tok {
 
 // Open addressing at a load of at most 3/4 (Qwen's 151k merges: 262,144 slots).
-void MergeTable::Reserve(size_t num_merges) {
-  merges_.clear();
-  merges_.reserve(num_merges);
+void MergeTable::Reserve(size_t num_merges, size_t num_ids) {
+  use_wide_ = num_ids > (size_t{1} << kIdBits);
+  packed_.clear();
+  wide_.clear();
+  if (use_wide_) {
+    wide_.reserve(num_merges);
+  } else {
+    packed_.reserve(num_merges);
+  }
   size_t cap = 16;
   while (cap * 3 < num_merges * 4) cap <<= 1;
   slots_.assign(cap, -1);
@@ -24,7 +30,7 @@ void MergeTable::Rehash(size_t cap) {
   mask_ = cap - 1;
   for (const int32_t rank : old) {
     if (rank < 0) continue;
-    size_t i = Hash(merges_[rank].left, merges_[rank].right) & mask_;
+    size_t i = Hash(PairOf(rank)) & mask_;
     while (slots_[i] >= 0) i = (i + 1) & mask_;
     slots_[i] = rank;
   }
@@ -32,16 +38,24 @@ void MergeTable::Rehash(size_t cap) {
 
 void MergeTable::Add(int32_t left, int32_t right, int32_t merged_id) {
   if (slots_.empty() || (size_ + 1) * 4 > slots_.size() * 3) Rehash(std::max<size_t>(16, slots_.size() * 2));
-  const auto rank = static_cast<int32_t>(merges_.size());
-  merges_.push_back(Merge{left, right, merged_id});
-  for (size_t i = Hash(left, right) & mask_;; i = (i + 1) & mask_) {
+  const uint64_t pair = Pair(left, right);
+  int32_t rank;
+  if (use_wide_) {
+    rank = static_cast<int32_t>(wide_.size());
+    wide_.push_back(Merge{left, right, merged_id});
+  } else {
+    rank = static_cast<int32_t>(packed_.size());
+    packed_.push_back((static_cast<uint64_t>(left) << (2 * kIdBits)) |
+                      (static_cast<uint64_t>(right) << kIdBits) | static_cast<uint64_t>(merged_id));
+  }
+  for (size_t i = Hash(pair) & mask_;; i = (i + 1) & mask_) {
     int32_t& slot = slots_[i];
     if (slot < 0) {
       slot = rank;
       ++size_;
       return;
     }
-    if (merges_[slot].left == left && merges_[slot].right == right) {
+    if (PairOf(slot) == pair) {
       slot = rank;
       return;
     }
@@ -153,7 +167,7 @@ Result<std::unique_ptr<BpeModel>> BpeModel::Build(const nlohmann::json& model,
   }
   vocab = {};
 
-  bpe->merges_.Reserve(merges.size());
+  bpe->merges_.Reserve(merges.size(), num_ids);
   std::string joined;
   auto find = [&](std::string_view token) {  // FindToken with one buffer
     if (const auto id = bpe->FindKey(KeyOf(token, &bytes))) return id;

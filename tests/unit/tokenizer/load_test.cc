@@ -187,6 +187,25 @@ TEST(TokenizerLoad, VocabStringsThatShareBytesOrIds) {
   EXPECT_EQ(t.Encode("hello world"), (std::vector<int32_t>{259, 260, 261, 262}));
 }
 
+// Merges are kept in 8 bytes while every id is below 2^21 (tokenizer/bpe.h's MergeTable), in 12
+// past that: both encode alike.
+TEST(TokenizerLoad, MergesOfIdsPast2To21) {
+  nlohmann::json j = TinyTokenizer();
+  constexpr int32_t kBig = (1 << 21) + 3;
+  auto& vocab = j["model"]["vocab"];
+  vocab["hell"] = kBig;
+  vocab["hello"] = kBig + 4;
+  TempDir dir;
+  dir.Write(j.dump());
+  auto r = Tokenizer::Load(dir.path());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const Tokenizer& t = *r.value();
+  EXPECT_EQ(t.Encode("hello world"), (std::vector<int32_t>{kBig + 4, 260, 261, 262}));
+  EXPECT_EQ(t.Encode("hell"), std::vector<int32_t>{kBig});
+  EXPECT_EQ(t.Encode("helll"), (std::vector<int32_t>{kBig, 'l'}));
+  EXPECT_EQ(t.Decode(t.Encode("hello world")), "hello world");
+}
+
 TEST(TokenizerLoad, SplitBehaviors) {
   TempDir dir;
   auto load = [&](const char* behavior, bool invert) {
