@@ -51,10 +51,10 @@ namespace {
 
 class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
  public:
-  GenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner, std::shared_ptr<Worker> worker,
+  GenerateCall(RemoteEngineClient::Impl* owner, std::shared_ptr<Worker> worker,
                std::shared_ptr<CallEntry> entry, const GenerateRequest& request,
                OutputCallback on_output, SteadyClock::time_point deadline)
-      : owner_(std::move(owner)), worker_(std::move(worker)), entry_(std::move(entry)),
+      : owner_(owner), worker_(std::move(worker)), entry_(std::move(entry)),
         request_id_(request.request_id), on_output_(std::move(on_output)),
         timeout_(owner_->options.request_timeout), selector_(owner_->options.selector) {
     ToProto(request, &request_);
@@ -83,7 +83,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     if (out.finished) {
       final_delivered_ = true;
       if (selector_) selector_->OnFinished(request_id_);
-      owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
+      owner_->CallDone(request_id_, entry_.get());
     }
     on_output_(std::move(out));
     tsan::Release(this);
@@ -94,7 +94,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     tsan::Acquire(this);
     if (!final_delivered_) {
       if (selector_) selector_->OnFinished(request_id_);
-      owner_->CallDone(request_id_, entry_.get(), /*reactor_done=*/false);
+      owner_->CallDone(request_id_, entry_.get());
       RequestOutput out;
       out.request_id = request_id_;
       out.finished = true;
@@ -127,12 +127,14 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
       }
       on_output_(std::move(out));
     }
-    auto owner = owner_;  // keeps Impl alive past `delete this`
-    const std::string id = request_id_;
-    const CallEntry* entry = entry_.get();
-    owner->Retire(std::move(worker_));
-    delete this;
-    owner->CallDone(id, entry, /*reactor_done=*/true);
+    // Nothing that may hold the last reference to a channel or to the Impl is dropped on this
+    // thread (Impl::CallEnded): the worker and the entry go to the Impl, which outlives this call.
+    RemoteEngineClient::Impl* owner = owner_;
+    std::shared_ptr<Worker> worker = std::move(worker_);
+    std::shared_ptr<CallEntry> entry = std::move(entry_);
+    delete this;  // the caller's callback (and what it holds) goes before the client may
+    owner->CallEnded(std::move(worker), std::move(entry));  // the client may be gone after this
+    if (auto hook = remote_detail::after_call_ended_for_testing.load()) hook();
   }
 
  private:
@@ -154,7 +156,7 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
     }
   }
 
-  std::shared_ptr<RemoteEngineClient::Impl> owner_;
+  RemoteEngineClient::Impl* const owner_;  // outlives the call (Impl::CallEnded)
   std::shared_ptr<Worker> worker_;
   std::shared_ptr<CallEntry> entry_;
   std::string request_id_;
@@ -169,21 +171,25 @@ class GenerateCall final : public grpc::ClientReadReactor<v1::GenerateOutput> {
 
 }  // namespace
 
-void remote_detail::StartGenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner,
+void remote_detail::StartGenerateCall(RemoteEngineClient::Impl* owner,
                                       std::shared_ptr<Worker> worker, std::shared_ptr<CallEntry> entry,
                                       const GenerateRequest& request, OutputCallback on_output,
                                       SteadyClock::time_point deadline) {
-  auto* call = new GenerateCall(std::move(owner), std::move(worker), std::move(entry), request,
+  auto* call = new GenerateCall(owner, std::move(worker), std::move(entry), request,
                                 std::move(on_output), deadline);
   call->Start();  // deletes itself in OnDone
 }
 
 void RemoteEngineClient::Impl::Refresh() {
   std::lock_guard<std::mutex> serial(refresh_serial);
-  std::vector<std::shared_ptr<Worker>> released;  // dropped here, outside any gRPC callback
+  // Ended calls' workers and entries (Impl::CallEnded), dropped here, outside any gRPC callback;
+  // an entry Cancel still holds (its copy would drop the last reference) waits for the next one.
+  std::vector<RetiredCall> released;
   {
     std::lock_guard<std::mutex> lock(mu);
-    released.swap(retired);
+    std::vector<RetiredCall> kept;
+    for (RetiredCall& r : retired) (r.entry.use_count() > 1 ? kept : released).push_back(std::move(r));
+    retired.swap(kept);
   }
   Result<std::vector<InstanceInfo>> listed = std::vector<InstanceInfo>{};
   for (const std::string& component : options.components) {
@@ -357,11 +363,7 @@ RemoteEngineClient::RemoteEngineClient(std::shared_ptr<Discovery> discovery,
       impl->refresh_cv.wait_for(lock, interval, [impl] { return impl->refresh_stop || impl->refresh_now; });
     }
   });
-  std::weak_ptr<Impl> weak = impl_;
-  impl_->waiter = std::thread([impl, weak] {
-    std::shared_ptr<Impl> self = weak.lock();  // joined before impl_ is dropped: always succeeds
-    impl->RunWaiter(self);
-  });
+  impl_->waiter = std::thread([impl] { impl->RunWaiter(); });
 }
 
 RemoteEngineClient::~RemoteEngineClient() {
@@ -390,12 +392,17 @@ RemoteEngineClient::~RemoteEngineClient() {
   std::unique_lock<std::mutex> lock(impl_->mu);
   if (!impl_->drained.wait_for(lock, std::chrono::seconds(5),
                                [this] { return impl_->num_active == 0; })) {
-    log::error("remote engine client: {} calls still running at shutdown", impl_->num_active);
+    // Their reactors still point at the Impl (and must not drop the last reference to it on a
+    // gRPC thread, see Impl::CallEnded): it is left to them, never freed.
+    log::error("remote engine client: {} calls still running at shutdown (their state is leaked)",
+               impl_->num_active);
+    lock.unlock();
+    static_cast<void>(new std::shared_ptr<Impl>(std::move(impl_)));
   }
 }
 
 Status RemoteEngineClient::Submit(GenerateRequest request, OutputCallback on_output) {
-  return impl_->Submit(impl_, std::move(request), std::move(on_output));
+  return impl_->Submit(std::move(request), std::move(on_output));
 }
 
 void RemoteEngineClient::Cancel(const std::string& request_id) {

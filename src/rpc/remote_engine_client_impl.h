@@ -3,6 +3,7 @@
 // (Submit, and the requests waiting for a live worker).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -87,12 +88,11 @@ struct RemoteEngineClient::Impl {
   void PublishLive();
   std::mutex live_mu;  // serializes PublishLive
   std::optional<std::vector<std::string>> published_live;  // guarded by live_mu
-  Status Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
-                OutputCallback on_output);
+  Status Submit(GenerateRequest request, OutputCallback on_output);
   // Sends `request` to a live worker, its Generate deadline at `deadline`. *no_worker (and the
   // "no worker available" error) when none is live; on_output is moved from only on success.
-  Status TrySubmit(const std::shared_ptr<Impl>& self, const GenerateRequest& request,
-                   OutputCallback& on_output, SteadyClock::time_point deadline, bool* no_worker);
+  Status TrySubmit(const GenerateRequest& request, OutputCallback& on_output,
+                   SteadyClock::time_point deadline, bool* no_worker);
   std::string NoWorkerMessage() const;
 
   // Requests waiting for a live worker, and the thread that sends them on or ends them.
@@ -108,25 +108,40 @@ struct RemoteEngineClient::Impl {
   std::atomic<int> num_parked{0};
   bool refresh_now = false;                    // guarded by refresh_mu: a request was parked
   std::thread waiter;
-  void RunWaiter(const std::shared_ptr<Impl>& self);
+  void RunWaiter();
   // options.selector's worker among the healthy ones; null: none (round-robin).
   std::shared_ptr<Worker> Select(const GenerateRequest& request);
 
-  // Workers whose last call ended after they left discovery: a reactor must not drop the last
-  // reference to its channel inside gRPC's callback (destroying a channel from its own callback
-  // thread over-releases its completion queue: "assertion failed: prior > 0", seen when a killed
-  // worker left discovery before its streams failed). Released by the next Refresh.
-  std::vector<std::shared_ptr<Worker>> retired;  // guarded by mu
-  void Retire(std::shared_ptr<Worker> w) {
+  // A Generate call ended (its reactor is gone): takes the call's worker and entry, counts the
+  // reactor out. The last reference to a channel must never be dropped on one of gRPC's callback
+  // threads: gRPC 1.51 (no background poller) runs every callback on the "nexting" threads of one
+  // process-wide completion queue, and a channel that was its last user shuts that queue down from
+  // its destructor, joins those threads (the calling one too) and deletes the queue the calling
+  // thread polls next ("assertion failed: prior > 0" in ref_counted.h, or a SIGSEGV in
+  // nexting_thread). So the worker (its channel) and the entry (its ClientContext also holds the
+  // channel) are dropped here under `mu` while `workers` still lists the worker (then neither is
+  // the last reference: only Refresh unlists it), else parked in `retired` for the next Refresh or
+  // ~Impl. The reactor holds a plain Impl*: the client's destructor waits for this call (or leaks
+  // the Impl when calls outlive its wait), so Impl is never destroyed on a gRPC thread either.
+  struct RetiredCall {
+    std::shared_ptr<Worker> worker;
+    std::shared_ptr<CallEntry> entry;
+  };
+  std::vector<RetiredCall> retired;  // guarded by mu
+  void CallEnded(std::shared_ptr<Worker> w, std::shared_ptr<CallEntry> e) {
     std::lock_guard<std::mutex> lock(mu);
-    retired.push_back(std::move(w));
+    const bool listed = std::find(workers.begin(), workers.end(), w) != workers.end();
+    if (!listed) retired.push_back({std::move(w), std::move(e)});
+    w.reset();
+    e.reset();
+    if (--num_active == 0) drained.notify_all();
   }
 
-  void CallDone(const std::string& id, const CallEntry* entry, bool reactor_done) {
+  // Ends the entry's listing (for Cancel and duplicate ids); the reactor still holds the entry.
+  void CallDone(const std::string& id, const CallEntry* entry) {
     std::lock_guard<std::mutex> lock(mu);
     auto it = calls.find(id);
     if (it != calls.end() && it->second.get() == entry) calls.erase(it);
-    if (reactor_done && --num_active == 0) drained.notify_all();
   }
 };
 
@@ -134,9 +149,13 @@ namespace remote_detail {
 
 // Starts one Worker.Generate stream to `worker` for `request` (its deadline at `deadline`); the
 // reactor delivers the outputs and deletes itself. `entry` is already in owner->calls.
-void StartGenerateCall(std::shared_ptr<RemoteEngineClient::Impl> owner, std::shared_ptr<Worker> worker,
+void StartGenerateCall(RemoteEngineClient::Impl* owner, std::shared_ptr<Worker> worker,
                        std::shared_ptr<CallEntry> entry, const GenerateRequest& request,
                        OutputCallback on_output, SteadyClock::time_point deadline);
+
+// Tests only (null otherwise): called on gRPC's thread as the very last step of every Generate
+// call's OnDone, after the client was told the call ended (it touches nothing of the client).
+inline std::atomic<void (*)()> after_call_ended_for_testing{nullptr};
 
 }  // namespace remote_detail
 }  // namespace tandem::runtime

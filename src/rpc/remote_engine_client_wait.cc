@@ -18,8 +18,7 @@ std::string RemoteEngineClient::Impl::NoWorkerMessage() const {
                          : fmt::format(" serving model '{}'", options.served_model_name));
 }
 
-Status RemoteEngineClient::Impl::TrySubmit(const std::shared_ptr<Impl>& self,
-                                           const GenerateRequest& request, OutputCallback& on_output,
+Status RemoteEngineClient::Impl::TrySubmit(const GenerateRequest& request, OutputCallback& on_output,
                                            SteadyClock::time_point deadline, bool* no_worker) {
   *no_worker = false;
   std::shared_ptr<Worker> worker;
@@ -44,17 +43,16 @@ Status RemoteEngineClient::Impl::TrySubmit(const std::shared_ptr<Impl>& self,
     }
     ++num_active;
   }
-  remote_detail::StartGenerateCall(self, std::move(worker), std::move(entry), request, std::move(on_output),
+  remote_detail::StartGenerateCall(this, std::move(worker), std::move(entry), request, std::move(on_output),
                                    deadline);
   return Status::Ok();
 }
 
-Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, GenerateRequest request,
-                                        OutputCallback on_output) {
+Status RemoteEngineClient::Impl::Submit(GenerateRequest request, OutputCallback on_output) {
   const auto now = SteadyClock::now();
   const auto deadline = now + options.request_timeout;
   bool no_worker = false;
-  Status st = TrySubmit(self, request, on_output, deadline, &no_worker);
+  Status st = TrySubmit(request, on_output, deadline, &no_worker);
   if (!no_worker || options.wait_for_worker <= std::chrono::milliseconds(0)) return st;
   auto p = std::make_shared<Parked>();
   p->since = now;
@@ -81,7 +79,7 @@ Status RemoteEngineClient::Impl::Submit(const std::shared_ptr<Impl>& self, Gener
   return Status::Ok();
 }
 
-void RemoteEngineClient::Impl::RunWaiter(const std::shared_ptr<Impl>& self) {
+void RemoteEngineClient::Impl::RunWaiter() {
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
     if (parked.empty()) {
@@ -126,7 +124,7 @@ void RemoteEngineClient::Impl::RunWaiter(const std::shared_ptr<Impl>& self) {
     std::vector<std::shared_ptr<Parked>> sent;
     for (auto& p : go) {
       bool no_worker = false;
-      Status st = TrySubmit(self, p->request, p->on_output, p->deadline, &no_worker);
+      Status st = TrySubmit(p->request, p->on_output, p->deadline, &no_worker);
       if (no_worker) {
         again.push_back(std::move(p));
       } else if (!st.ok()) {
