@@ -13,6 +13,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -22,6 +23,7 @@
 #include "engine/echo_engine.h"
 #include "rpc/remote_engine_client.h"
 #include "rpc/remote_engine_client_impl.h"
+#include "rpc/remote_prefill_client.h"
 #include "rpc/worker_server.h"
 
 namespace tandem::runtime {
@@ -41,6 +43,18 @@ struct Probe {
     *destroyed = true;
   }
 };
+
+// The threads of gRPC's shared callback queue alive now (threads named "nexting_thread").
+int NextingThreads() {
+  int n = 0;
+  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+    std::ifstream comm(task.path() / "comm");
+    std::string name;
+    std::getline(comm, name);
+    n += name == "nexting_thread";
+  }
+  return n;
+}
 
 std::atomic<int> g_hook_calls{0};
 std::atomic<int> g_hook_exits{0};
@@ -157,6 +171,85 @@ TEST_F(CallbackThreadReleaseTest, TheClientsStateIsReleasedByTheThreadThatDestro
   std::lock_guard<std::mutex> lock(mu);
   EXPECT_TRUE(destroyed);
   EXPECT_EQ(destroyed_on, std::this_thread::get_id()) << "released on gRPC's callback thread";
+}
+
+// Holds each prefill until the test answers it.
+class HeldPrefill final : public RemotePrefillHandler {
+ public:
+  void Prefill(RemotePrefillRequest, RemotePrefillDone done) override {
+    std::lock_guard<std::mutex> lock(mu);
+    held = std::move(done);
+    cv.notify_all();
+  }
+  void Cancel(const std::string&) override {}
+  bool Answer() {
+    RemotePrefillDone done;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      if (!cv.wait_for(lock, 10s, [&] { return held != nullptr; })) return false;
+      done = std::move(held);
+    }
+    RemotePrefillResult r;
+    r.first_token_id = 7;
+    done(r);
+    return true;
+  }
+
+  std::mutex mu;
+  std::condition_variable cv;
+  RemotePrefillDone held;
+};
+
+// A prefill call whose worker left discovery while it ran: when it ends, nothing on gRPC's thread
+// may hold the last reference to that worker's channel. Here the worker's server is gone by then
+// (the caller's `done` waits for it), so that channel is the shared queue's last user and, dropped
+// on gRPC's thread (the call's callback owning it), took that thread down.
+TEST_F(CallbackThreadReleaseTest, APrefillCallWhoseWorkerLeftEndsWithoutItsChannelOnGrpcsThread) {
+  const bool queue_unused = NextingThreads() == 0;  // no other test's channel or server holds it
+  auto handler = std::make_shared<HeldPrefill>();
+  StartWorker(kComponentPrefill, handler);
+  RemotePrefillClientOptions o;
+  o.namespace_name = "test";
+  o.refresh_interval = 20ms;
+  auto client = std::make_unique<RemotePrefillClient>(discovery_, o);
+  ASSERT_EQ(client->num_workers(), 1);
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool entered = false, server_gone = false, answered = false;
+  RemotePrefillRequest req;
+  req.request_id = "p";
+  req.prompt_token_ids = {1, 2, 3};
+  client->Prefill(req, 10s, [&](Result<RemotePrefillResult> result) {
+    std::unique_lock<std::mutex> lock(mu);
+    answered = result.ok() && result->first_token_id == 7;
+    entered = true;
+    cv.notify_all();
+    cv.wait_for(lock, 10s, [&] { return server_gone; });
+  });
+  lease_.reset();  // the worker leaves discovery; the client forgets it while the call runs
+  for (int i = 0; i < 500 && client->num_workers() != 0; ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(client->num_workers(), 0);
+  ASSERT_TRUE(handler->Answer());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, 10s, [&] { return entered; }));
+  }
+  server_->Stop(0);
+  server_.reset();
+  engine_.reset();
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    server_gone = true;
+    cv.notify_all();
+  }
+  std::this_thread::sleep_for(200ms);  // the callback ends; its thread polls for the next one
+  client.reset();
+  // The channel was the queue's last user: its release shut the queue down and joined its threads,
+  // all of them unless it ran on one (which then outlives its deleted queue, when it does not crash).
+  if (queue_unused) EXPECT_EQ(NextingThreads(), 0) << "the channel was released on gRPC's thread";
+  std::lock_guard<std::mutex> lock(mu);
+  EXPECT_TRUE(answered);
 }
 
 }  // namespace
