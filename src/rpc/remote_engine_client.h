@@ -101,7 +101,9 @@ class RemoteEngineClient final : public EngineClient {
  public:
   RemoteEngineClient(std::shared_ptr<Discovery> discovery, RemoteEngineClientOptions options);
   // Stops the refresh thread, ends waiting requests (kAbort), cancels every call in flight and
-  // waits (up to 5 s) until each has delivered its final output.
+  // waits (up to 5 s) until each has delivered its final output (past that, the client's state is
+  // leaked to the calls still running rather than freed under them). Not from a gRPC callback: the
+  // channels it releases must not go on gRPC's threads (remote_engine_client_impl.h, CallEnded).
   ~RemoteEngineClient() override;
 
   Status Submit(GenerateRequest request, OutputCallback on_output) override;

@@ -15,7 +15,8 @@
 //            (Worker.CancelRemotePrefill, 2 s deadline, not waited for) to stop computing it. The
 //            call goes on and its `done` still comes, with the worker's answer: only that says
 //            nothing more is written into the blocks. No call in flight for the id: nothing.
-//   ~        cancels calls in flight and waits (up to 5 s) for their `done`.
+//   ~        cancels calls in flight and waits (up to 5 s) for their `done` (past that, its state
+//            is leaked to the calls still running). Not from a gRPC callback (see Impl::Ended).
 // Thread-safe.
 #pragma once
 
