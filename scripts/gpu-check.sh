@@ -37,7 +37,8 @@
 #             K/V to e4m3, CUDA bf16 K/V, so a code is a step (1/16 to 1/8) off where the two
 #             straddle a rounding tie, and six random layers grow it: 8.7% worst on the H200,
 #             4.5% on the CPU emulator, against 2% with bf16 KV);
-#             GPU_CHECK_KV_FP8_RUNNER_ARGS adds arguments (--quantization fp8)
+#             GPU_CHECK_KV_FP8_RUNNER_ARGS adds arguments (--quantization fp8); then the same on
+#             the bundled model with calibrated k_scale / v_scale per layer (runner-kv-scales)
 #   golden    scripts/gpu/golden_check.py: the tiny model's greedy ids through the CUDA runner
 #             against tests/golden/tiny-qwen3{,-long}.json (carried in .device-carry/golden)
 #   peer-fp8-0.6b, peer-fp8-8b  scripts/gpu/peer_check_fp8.py: the random checkpoint quantized by
@@ -370,6 +371,12 @@ device() {
     if unpack cuda_runner_check; then
       # shellcheck disable=SC2086
       run_stage runner-kv-fp8 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3" --steps 8 \
+        --kv-cache-dtype fp8 --tol 0.15 ${GPU_CHECK_KV_FP8_RUNNER_ARGS:-}
+      # Calibrated scales from the checkpoint (k_scale / v_scale per layer, model/kv_scales.h).
+      python3 tests/tools/make_fp8_checkpoint.py "$models/tiny-qwen3" "$models/tiny-qwen3-kv-scales" none \
+        --kv-scales 0.5,0.25
+      # shellcheck disable=SC2086
+      run_stage runner-kv-scales 120 10 "$BIN/cuda_runner_check" "$models/tiny-qwen3-kv-scales" --steps 8 \
         --kv-cache-dtype fp8 --tol 0.15 ${GPU_CHECK_KV_FP8_RUNNER_ARGS:-}
     else note kv-fp8 "no binary"; fi
   fi

@@ -26,6 +26,7 @@
 #include "kernels/cpu/rope.h"
 #include "kernels/cpu/silu_mul.h"
 #include "kernels/cpu/thread_pool.h"
+#include "model/kv_scales.h"
 #include "model/model_runner.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
@@ -62,9 +63,9 @@ float* Scratch(std::vector<float>& v, size_t n) {
 
 class CpuModelRunner final : public ModelRunner {
  public:
-  CpuModelRunner(ModelConfig config, ModelWeights weights, KvCacheDtype kv_dtype)
+  CpuModelRunner(ModelConfig config, ModelWeights weights, KvCacheDtype kv_dtype, KvCacheScales kv_scales)
       : config_(std::move(config)), weights_(std::move(weights)), fp8_kv_(kv_dtype == KvCacheDtype::kFp8E4M3),
-        kv_scale_(static_cast<size_t>(config_.num_key_value_heads), 1.0f) {
+        kv_scales_(std::move(kv_scales)) {
     cpu::RopeParams rope;
     rope.theta = config_.rope_theta;
     rope.type = config_.rope_scaling.type;
@@ -133,7 +134,7 @@ class CpuModelRunner final : public ModelRunner {
   ModelWeights weights_;
   std::vector<float> inv_freq_;                 // [head_dim / 2]
   bool fp8_kv_ = false;                         // --kv-cache-dtype fp8: FP8 E4M3 codes, not fp32
-  std::vector<float> kv_scale_;                 // [kv_heads]: K and V scales (1.0: uncalibrated)
+  KvCacheScales kv_scales_;                     // FP8 KV: per layer, K's and V's (1.0: uncalibrated)
   std::vector<ZeroedPages> kv_;                 // per layer [num_blocks, 2, block, kv_heads, hd]
   // Forward's activations, kept across steps (Forward runs on one thread at a time).
   struct Activations {
@@ -245,8 +246,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
     cpu::ApplyRopeCosSin(qb, n, nh, hd, cb, sb);
     cpu::ApplyRopeCosSin(kb, n, nkv, hd, cb, sb);
     if (fp8_kv_) {
-      cpu::ReshapeAndCacheFp8(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_scale_.data(),
-                              kv_scale_.data(), kv_pool8(layer));
+      cpu::ReshapeAndCacheFp8(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_scales_.k(layer),
+                              kv_scales_.v(layer), kv_pool8(layer));
     } else {
       cpu::ReshapeAndCache(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_pool(layer));
     }
@@ -263,7 +264,8 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       a.start_pos = seq.start_pos + t.t0;
       a.kv_pool = kv_pool(layer);
       a.kv_pool_fp8 = kv_pool8(layer);
-      a.k_scale = a.v_scale = kv_scale_.data();
+      a.k_scale = kv_scales_.k(layer);
+      a.v_scale = kv_scales_.v(layer);
       a.block_table = seq.block_table.data();
       a.block_size = block_size_;
       a.num_heads = nh;
@@ -385,11 +387,14 @@ Result<std::unique_ptr<ModelRunner>> LoadCpuModelRunner(const std::string& model
             weights.embed.owned.empty() ? " in place in the checkpoint's mapping" : "",
             cpu::WeightTypeName(head.type), weights.lm_head.empty() ? ", tied to the embedding" : "",
             cpu::LinearIsaName(cpu::ActiveLinearIsa()));
+  KvCacheScales kv_scales = UnitKvCacheScales(config);
   if (kv_dtype == KvCacheDtype::kFp8E4M3) {
-    log::info("KV cache: FP8 E4M3 (scale 1.0 per layer and KV head), a quarter of the fp32 pool's bytes");
+    TANDEM_ASSIGN_OR_RETURN(kv_scales, LoadKvCacheScales(*weights.source, config));
+    log::info("KV cache: FP8 E4M3 ({}), a quarter of the fp32 pool's bytes",
+              kv_scales.calibrated ? "the checkpoint's k_scale / v_scale" : "scale 1.0 per layer and KV head");
   }
   return std::unique_ptr<ModelRunner>(
-      std::make_unique<CpuModelRunner>(std::move(config), std::move(weights), kv_dtype));
+      std::make_unique<CpuModelRunner>(std::move(config), std::move(weights), kv_dtype, std::move(kv_scales)));
 }
 
 }  // namespace tandem

@@ -13,9 +13,13 @@ own descriptions, independently of tandem's C++ (src/kernels/cpu/fp8.cc):
             = block amax / 448.
     channel compressed-tensors float-quantized, strategy "channel": `weight_scale` [out, 1].
     tensor  compressed-tensors float-quantized, strategy "tensor": `weight_scale` [1].
+    none    the weights as they are (with --kv-scales: a bf16 checkpoint with calibrated KV scales).
+  --kv-scales K,V adds each layer's FP8 KV-cache scales under vLLM's names,
+        model.layers.N.self_attn.k_scale / v_scale (F32, shape []): K * (1 + N / 8), V * (1 + N / 8).
 
-usage: make_fp8_checkpoint.py SRC_DIR DST_DIR {block,channel,tensor} [--scale-dtype F32|BF16]
+usage: make_fp8_checkpoint.py SRC_DIR DST_DIR {block,channel,tensor,none} [--scale-dtype F32|BF16]
        [--dequantized FILE]   also write the dequantized f32 weights (q * scale rounded to f32)
+       [--kv-scales K,V]
 The tokenizer and generation files are linked into DST_DIR; config.json gets quantization_config.
 """
 import argparse, bisect, json, math, os, struct, sys
@@ -112,11 +116,13 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("src")
     ap.add_argument("dst")
-    ap.add_argument("scheme", choices=["block", "channel", "tensor"])
+    ap.add_argument("scheme", choices=["block", "channel", "tensor", "none"])
     ap.add_argument("--scale-dtype", choices=["F32", "BF16"], default="F32")
     ap.add_argument("--dequantized")
+    ap.add_argument("--kv-scales")
     a = ap.parse_args()
-    is_linear = lambda name, shape: len(shape) == 2 and name.endswith(".weight") and name.split(".")[-2] in LINEAR
+    is_linear = lambda name, shape: (a.scheme != "none" and len(shape) == 2 and name.endswith(".weight")
+                                     and name.split(".")[-2] in LINEAR)
     src = read_safetensors(os.path.join(a.src, "model.safetensors"), is_linear)
     out, deq = {}, {}
     for name, (dtype, shape, vals, raw) in src.items():
@@ -145,12 +151,20 @@ def main():
             sraw = struct.pack(f"<{len(scales)}H", *[bf16_bits(s) for s in scales])
         out[sname] = (a.scale_dtype, sshape, sraw)
         deq[name] = ("F32", shape, struct.pack(f"<{len(d)}f", *d))
+    if a.kv_scales:
+        k0, v0 = (float(x) for x in a.kv_scales.split(","))
+        cfg0 = json.load(open(os.path.join(a.src, "config.json")))
+        for n in range(cfg0["num_hidden_layers"]):
+            for which, base in (("k_scale", k0), ("v_scale", v0)):
+                out[f"model.layers.{n}.self_attn.{which}"] = ("F32", [], struct.pack("<f", f32(base * (1 + n / 8))))
     os.makedirs(a.dst, exist_ok=True)
     write_safetensors(os.path.join(a.dst, "model.safetensors"), out)
     if a.dequantized:
         write_safetensors(a.dequantized, deq)
     cfg = json.load(open(os.path.join(a.src, "config.json")))
-    if a.scheme == "block":
+    if a.scheme == "none":
+        pass
+    elif a.scheme == "block":
         cfg["quantization_config"] = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
                                       "weight_block_size": [128, 128]}
     else:

@@ -1,7 +1,8 @@
 // --kv-cache-dtype fp8 on the CPU runner (issue 28): the pool holds FP8 E4M3 codes (a quarter of the
 // fp32 pool's bytes, the layout says "fp8_e4m3"), attention over them equals attention over an fp32
 // pool holding the same values dequantized, and the bundled model with an FP8 KV cache against its
-// BF16 golden (agreement printed; floors that a wrong scale or layout misses by far).
+// BF16 golden (agreement printed; floors that a wrong scale or layout misses by far), and a
+// checkpoint's calibrated k_scale / v_scale (model/kv_scales.h) dividing the values the codes hold.
 #include <cmath>
 #include <cstdio>
 #include <random>
@@ -11,6 +12,7 @@
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/paged_attention.h"
 #include "kernels/cpu/reshape_and_cache.h"
+#include "model_files_util.h"
 #include "runner_test_util.h"
 
 namespace tandem::testing {
@@ -86,6 +88,48 @@ TEST(Fp8KvCache, TheBundledModelAgainstItsGolden) {
   EXPECT_GE(a.first_agree, a.cases - 2);
   EXPECT_GE(a.matched * 5, a.total);
   EXPECT_LT(a.max_top5_err, 1.2);
+}
+
+// The bundled model with k_scale / v_scale added by tests/tools/make_fp8_checkpoint.py (layer N: K
+// 0.5 (1 + N / 8), V 0.25 (1 + N / 8)). Layer 0's K and V are the same numbers with either KV
+// dtype (nothing before the first cache write reads the cache), so every code of the FP8 pool's
+// layer 0 must be e4m3(value / scale) of the fp32 pool's value; the same prompt with unit scales
+// gives other codes.
+TEST(Fp8KvCache, CalibratedScalesFromTheCheckpointDivideTheValues) {
+  TempDir dir;
+  const std::string cmd = "python3 '" + std::string(TANDEM_TESTS_DIR) + "/tools/make_fp8_checkpoint.py' '" +
+                          DefaultModelDir() + "' '" + dir.file("kv") + "' none --kv-scales 0.5,0.25";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  auto fp32 = LoadCpuModelRunner(DefaultModelDir());
+  auto unit = LoadCpuModelRunner(DefaultModelDir(), "", "fp8");
+  auto calibrated = LoadCpuModelRunner(dir.file("kv"), "", "fp8");
+  ASSERT_TRUE(fp32.ok() && unit.ok()) << fp32.status().ToString() << unit.status().ToString();
+  ASSERT_TRUE(calibrated.ok()) << calibrated.status().ToString();
+  const std::vector<int32_t> prompt = Ids(LoadGolden("tiny-qwen3.json")["generation"][0]["prompt_ids"]);
+  const int bs = 16, n = static_cast<int>(prompt.size());
+  for (ModelRunner* r : {fp32->get(), unit->get(), calibrated->get()}) Greedy(r, prompt, 1, bs);
+  const ModelConfig& c = (*fp32)->config();
+  const int nkv = c.num_key_value_heads, hd = c.head_dim;
+  const int blocks = (n + 1 + bs - 1) / bs;
+  const auto* f = static_cast<const float*>((*fp32)->kv_cache_layout().layer_base[0]);
+  const auto* u8 = static_cast<const uint8_t*>((*unit)->kv_cache_layout().layer_base[0]);
+  const auto* c8 = static_cast<const uint8_t*>((*calibrated)->kv_cache_layout().layer_base[0]);
+  long checked = 0, differ_from_unit = 0;
+  for (int p = 0; p < n; ++p) {
+    const int64_t slot = int64_t{blocks - 1 - p / bs} * bs + p % bs;  // Greedy's reversed table
+    for (int kv = 0; kv < 2; ++kv) {
+      const float scale = kv == 0 ? 0.5f : 0.25f;
+      for (int e = 0; e < nkv * hd; ++e) {
+        const long at = cpu::KVSlotOffset(slot, kv, bs, nkv, hd) + e;
+        ASSERT_EQ(c8[at], cpu::FloatToFp8E4M3(f[at] / scale)) << "p " << p << " kv " << kv << " e " << e;
+        ASSERT_EQ(u8[at], cpu::FloatToFp8E4M3(f[at]));
+        differ_from_unit += c8[at] != u8[at];
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 2L * n * nkv * hd);
+  EXPECT_GT(differ_from_unit * 2, checked);  // scales 0.5 and 0.25 move almost every code
 }
 
 }  // namespace
