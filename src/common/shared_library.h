@@ -24,7 +24,8 @@ class LazySharedLibrary {
  public:
   // soname: what dlopen gets (e.g. "libucp.so.0"); what: for messages ("UCX, for the ucx transfer
   // backend"). Both must outlive the object (string literals).
-  constexpr LazySharedLibrary(const char* soname, const char* what) : soname_(soname), what_(what) {}
+  constexpr LazySharedLibrary(const char* soname, const char* what)
+      : soname_(soname), what_(what) {}
 
   // The handle, or nullptr once the library could not be opened (error() says why).
   void* Handle();

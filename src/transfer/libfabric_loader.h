@@ -16,7 +16,7 @@
 namespace tandem::transfer {
 
 // Opens libfabric.so.1 now and resolves every forwarded function. Errors: FailedPrecondition with
-// the library or symbol that could not be loaded and dlerror()'s text (the same on every later call).
+// the library or symbol that could not be loaded and dlerror()'s text (kept for later calls).
 Status LoadLibfabric();
 
 // True once LoadLibfabric (or a forwarded call) has opened the library in this process.

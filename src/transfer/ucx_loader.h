@@ -17,7 +17,7 @@
 namespace tandem::transfer {
 
 // Opens libucp.so.0 now and resolves every forwarded function. Errors: FailedPrecondition with the
-// library or symbol that could not be loaded and dlerror()'s text (the same on every later call).
+// library or symbol that could not be loaded and dlerror()'s text (kept for later calls).
 Status LoadUcx();
 
 // True once LoadUcx (or a forwarded call) has opened the library in this process.

@@ -46,7 +46,8 @@ TEST(SharedLibraryTest, MissingLibraryIsAnErrorNamingItAndTheLoadersText) {
   Status st = lib.Load(names, 1);
   ASSERT_FALSE(st.ok());
   const std::string& m = st.message();
-  EXPECT_NE(m.find("could not load libtandem-no-such-library.so.3 (a test library)"), std::string::npos)
+  EXPECT_NE(m.find("could not load libtandem-no-such-library.so.3 (a test library)"),
+            std::string::npos)
       << m;
   EXPECT_NE(m.find("cannot open shared object file"), std::string::npos) << m;
   EXPECT_EQ(std::string(lib.error()), m);  // kept: the open is not retried
