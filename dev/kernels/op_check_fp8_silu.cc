@@ -158,6 +158,10 @@ void CheckFp8SiluQuant() {
   }
   CheckOne(3, 200, true, 0);     // a partial 128-column group
   CheckOne(5, 1000, false, 0);   // 1000 / 8 columns: a partial pass of the CTA
+  CheckOne(3, 12296, false, 0);  // per token: 2 chunks a thread in registers
+  CheckOne(2, 24584, false, 0);  // 4 chunks a thread
+  CheckOne(2, 20000, false, 0);  // 2500 chunks: 4 a thread, the last ones partial
+  CheckOne(2, 40000, false, 0);  // past 4096 chunks: v computed again in the second pass
   CheckOne(40, 640, true, 384);
   CheckOne(37, 640, false, 384);
   if (Small()) return;

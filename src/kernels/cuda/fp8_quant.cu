@@ -9,9 +9,10 @@
 //
 // SwiGLU fused with it (LaunchSiluMulQuantizeFp8): the same quantization of v = bf16(silu(gate) *
 // up) (silu_mul.h's rounding), computed where it is read, so that the bf16 activation [m, k] is
-// never written: per 128-column group, each lane its four values once; per token, the CTA's pass
-// for the row's |max| keeps v in shared memory for the quantizing pass (rows past 24576 columns
-// compute v again there).
+// never written: per 128-column group, each lane its four values once; per token, rows of up to
+// 32768 columns in registers (up to 4 chunks of 8 a thread), longer ones kept in shared memory
+// between the pass for the row's |max| and the quantizing pass (past 24576 columns computed
+// again there).
 //
 // RMSNorm fused with it (LaunchRmsNormQuantizeFp8): one CTA per row with RmsNorm's threads and
 // passes (rms_norm.cuh: the same sum of squares), y = RmsNorm(x) kept in registers (rows of up to
@@ -280,6 +281,50 @@ __global__ void RmsNormQuantizeKernel(RmsNormArgs a, int64_t ld, uint8_t* q, flo
   }
 }
 
+// SiluMulQuantizeRowsKernel with the row in registers: kPer 8-column chunks a thread (chunk
+// threadIdx.x + j blockDim.x), every load of gate and up issued before the first use, the row's
+// |max| over the CTA, the codes from the registers (rows of up to 1024 kPer chunks).
+template <int kPer>
+__global__ void SiluMulQuantizeRowsRegsKernel(SiluMulArgs a, uint8_t* q, float* scales) {
+  __shared__ float scratch[32];
+  const int row = blockIdx.x;
+  const int chunks = a.dim / 8;
+  const __nv_bfloat16* g = a.gate + static_cast<int64_t>(row) * a.gate_stride;
+  const __nv_bfloat16* u = a.up + static_cast<int64_t>(row) * a.up_stride;
+  uint4 gv[kPer], uv[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c < chunks) {
+      gv[j] = reinterpret_cast<const uint4*>(g)[c];
+      uv[j] = reinterpret_cast<const uint4*>(u)[c];
+    }
+  }
+  float v[kPer][8];
+  float amax = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    float gf[8], uf[8];
+    Bf16x8ToFloat(gv[j], gf);
+    Bf16x8ToFloat(uv[j], uf);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      v[j][i] = c < chunks ? RoundBf16(SiluTimes(gf[i], uf[i])) : 0.0f;
+      amax = fmaxf(amax, fabsf(v[j][i]));
+    }
+  }
+  amax = BlockMax(amax, scratch);
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int c = threadIdx.x + j * blockDim.x;
+    if (c < chunks) QuantizeEightFloats(v[j], inv, q + static_cast<int64_t>(row) * a.dim + 8 * c);
+  }
+  if (threadIdx.x == 0) scales[row] = scale;
+}
+
 // One thread per element of W (a conversion for references and the sm_89 fallback, not a hot path).
 __global__ void DequantizeWeightKernel(const uint8_t* w, const float* scale, bool block, int n, int k,
                                        __nv_bfloat16* out) {
@@ -317,7 +362,18 @@ cudaError_t LaunchSiluMulQuantizeFp8(const SiluMulArgs& a, int group, bool scale
                                      uint8_t* q, float* scales, cudaStream_t stream) {
   if (a.num_tokens <= 0 || a.dim <= 0) return cudaSuccess;
   if (group == 0) {
-    // The row staged in shared memory when it fits the default 48 KiB of a CTA.
+    // The row in registers (up to 4 chunks a thread), else staged in shared memory when it fits the
+    // default 48 KiB of a CTA.
+    const int chunks = a.dim / 8;
+    const int per = chunks <= 1024 ? 1 : chunks <= 2048 ? 2 : chunks <= 4096 ? 4 : 0;
+    if (per > 0) {
+      const int threads = RmsNormThreads((chunks + per - 1) / per);  // whole warps, 64 to 1024
+      void (*kernel)(SiluMulArgs, uint8_t*, float*) = per == 1   ? SiluMulQuantizeRowsRegsKernel<1>
+                                                      : per == 2 ? SiluMulQuantizeRowsRegsKernel<2>
+                                                                 : SiluMulQuantizeRowsRegsKernel<4>;
+      TANDEM_LAUNCH(kernel, dim3(a.num_tokens), dim3(threads), 0, stream, a, q, scales);
+      return cudaGetLastError();
+    }
     const size_t staged = static_cast<size_t>(a.dim) * sizeof(__nv_bfloat16);
     if (staged <= 48 * 1024) {
       TANDEM_LAUNCH(SiluMulQuantizeRowsKernel<true>, dim3(a.num_tokens), dim3(256), staged, stream, a, q, scales);
