@@ -9,6 +9,7 @@
 // token-wise work with whole weights (the same arithmetic per element). Attention runs per (slice,
 // KV head, query chunk) over the slice's block table, on the CPU pool.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -252,30 +253,35 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       cpu::ReshapeAndCache(kb, vb, n, slots.data() + t0, block_size_, nkv, hd, kv_pool(layer));
     }
   };
+  // Queries [t0, t1) of slice `si` (indices within the slice) for KV heads [h0, h1), on the calling
+  // thread; their K/V and those of every earlier token of the slice must be in the cache.
+  auto attend = [&](int layer, int si, int t0, int t1, int h0, int h1) {
+    const SequenceSlice& seq = batch.seqs[si];
+    const size_t first = static_cast<size_t>(seq_offset[si] + t0) * q_dim;
+    cpu::PagedAttentionArgs a;
+    a.q = q + first;
+    a.num_tokens = t1 - t0;
+    a.start_pos = seq.start_pos + t0;
+    a.kv_pool = kv_pool(layer);
+    a.kv_pool_fp8 = kv_pool8(layer);
+    a.k_scale = kv_scales_.k(layer);
+    a.v_scale = kv_scales_.v(layer);
+    a.block_table = seq.block_table.data();
+    a.block_size = block_size_;
+    a.num_heads = nh;
+    a.num_kv_heads = nkv;
+    a.head_dim = hd;
+    a.scale = scale;
+    a.out = attn + first;
+    a.kv_head_begin = h0;
+    a.kv_head_end = h1;
+    cpu::PagedAttention(a);
+  };
   auto attention = [&](int layer) {
     if (batch.on_layer_kv_written) batch.on_layer_kv_written(LayerKVReady{layer, [] { return true; }, {}});
     cpu::ParallelFor(static_cast<int>(attention_tasks.size()), [&](int i) {
       const AttentionTask& t = attention_tasks[i];
-      const SequenceSlice& seq = batch.seqs[t.seq];
-      const size_t first = static_cast<size_t>(seq_offset[t.seq] + t.t0) * q_dim;
-      cpu::PagedAttentionArgs a;
-      a.q = q + first;
-      a.num_tokens = t.t1 - t.t0;
-      a.start_pos = seq.start_pos + t.t0;
-      a.kv_pool = kv_pool(layer);
-      a.kv_pool_fp8 = kv_pool8(layer);
-      a.k_scale = kv_scales_.k(layer);
-      a.v_scale = kv_scales_.v(layer);
-      a.block_table = seq.block_table.data();
-      a.block_size = block_size_;
-      a.num_heads = nh;
-      a.num_kv_heads = nkv;
-      a.head_dim = hd;
-      a.scale = scale;
-      a.out = attn + first;
-      a.kv_head_begin = t.kv_head;
-      a.kv_head_end = t.kv_head + 1;
-      cpu::PagedAttention(a);
+      attend(layer, t.seq, t.t0, t.t1, t.kv_head, t.kv_head + 1);
     });
   };
 
@@ -318,19 +324,55 @@ Status CpuModelRunner::Forward(const ForwardBatch& batch, std::vector<float>* lo
       cpu::LinearOnThread(gb, n, w.down_proj.matrix(), nullptr, pb);
       for (size_t i = 0; i < size; ++i) xb[i] += pb[i];
     };
-    auto blocks = [&](auto&& fn) {
-      cpu::ParallelFor(num_blocks, [&](int b) { fn(b * token_block, std::min(T, (b + 1) * token_block)); });
-    };
-    blocks([&](int t0, int t1) {
-      cpu::Embedding(ids.data() + t0, t1 - t0, weights_.embed.matrix(), x + static_cast<size_t>(t0) * hidden);
-      qkv_block(0, t0, t1);
-    });
-    for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
-      attention(layer);
-      blocks([&](int t0, int t1) {
-        mlp_block(layer, t0, t1);
-        if (layer + 1 < c.num_hidden_layers) qkv_block(layer + 1, t0, t1);
+    auto block_range = [&](int b) { return std::pair{b * token_block, std::min(T, (b + 1) * token_block)}; };
+    if (!batch.on_layer_kv_written) {
+      // One loop on the pool for the whole step: a task takes its block of tokens through every
+      // layer. Attention of a block needs the K/V of the earlier blocks of its slices (causal), which
+      // other threads write: the block's task publishes the layers whose KV it has written and waits
+      // for those of the blocks it reads from before its attention. Tasks are handed out in order
+      // and wait only on earlier ones, so the threads run as a wavefront, without a barrier between
+      // operations (and inline, in order, when the pool is busy).
+      std::vector<std::atomic<int>> kv_layers(static_cast<size_t>(num_blocks));
+      for (auto& l : kv_layers) l.store(0, std::memory_order_relaxed);
+      cpu::ParallelFor(num_blocks, [&](int b) {
+        const auto [t0, t1] = block_range(b);
+        // Slices with tokens in the block: from the one holding t0.
+        const int s0 = static_cast<int>(std::upper_bound(seq_offset.begin(), seq_offset.end(), t0) -
+                                        seq_offset.begin()) - 1;
+        const int first_block = seq_offset[s0] / token_block;
+        cpu::Embedding(ids.data() + t0, t1 - t0, weights_.embed.matrix(), x + static_cast<size_t>(t0) * hidden);
+        for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+          qkv_block(layer, t0, t1);
+          kv_layers[b].store(layer + 1, std::memory_order_release);
+          for (int j = first_block; j < b; ++j) cpu::SpinUntilAtLeast(kv_layers[j], layer + 1);
+          for (int si = s0; si < static_cast<int>(batch.seqs.size()) && seq_offset[si] < t1; ++si) {
+            const int begin = std::max(t0, seq_offset[si]) - seq_offset[si];
+            const int end = std::min(t1, seq_offset[si] + static_cast<int>(batch.seqs[si].token_ids.size())) -
+                            seq_offset[si];
+            if (begin < end) attend(layer, si, begin, end, 0, nkv);
+          }
+          mlp_block(layer, t0, t1);
+        }
       });
+    } else {
+      // Layer-wise KV callbacks: each layer's KV of all blocks first, then the callback and attention.
+      auto blocks = [&](auto&& fn) {
+        cpu::ParallelFor(num_blocks, [&](int b) {
+          const auto [t0, t1] = block_range(b);
+          fn(t0, t1);
+        });
+      };
+      blocks([&](int t0, int t1) {
+        cpu::Embedding(ids.data() + t0, t1 - t0, weights_.embed.matrix(), x + static_cast<size_t>(t0) * hidden);
+        qkv_block(0, t0, t1);
+      });
+      for (int layer = 0; layer < c.num_hidden_layers; ++layer) {
+        attention(layer);
+        blocks([&](int t0, int t1) {
+          mlp_block(layer, t0, t1);
+          if (layer + 1 < c.num_hidden_layers) qkv_block(layer + 1, t0, t1);
+        });
+      }
     }
   } else {
     cpu::Embedding(ids.data(), T, weights_.embed.matrix(), x);

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/cpu/attention_tile.h"
 #include "kernels/cpu/fp8.h"
 #include "kernels/cpu/reshape_and_cache.h"
 #include "kernels/cpu/vexp.h"
@@ -18,6 +19,9 @@ namespace {
 // Query rows per sgemm: a tile's keys end at its last token (causal), so smaller tiles skip more of
 // the masked upper triangle; 32 keeps each sgemm large enough to run near its peak.
 constexpr int kQueryTile = 32;
+
+// From this many query tokens, AttentionTileAvx512 where the CPU has it.
+constexpr int kTileMinTokens = 4;
 
 // v's data with room for n floats (grown, never shrunk).
 float* Buffer(std::vector<float>& v, size_t n) {
@@ -87,11 +91,21 @@ void PagedAttention(const PagedAttentionArgs& a) {
       std::memcpy(&values[(static_cast<size_t>(h - kv_begin) * ctx + p) * d], v + h * d, sizeof(float) * d);
     }
   }
-  float* scores = Buffer(scores_buf, static_cast<size_t>(std::min(kQueryTile, a.num_tokens)) * ctx);
+  // Prefill: tiles of 16 queries in our AVX-512 kernel (attention_tile.h: the same arithmetic, without
+  // sgemm's packing and with the causal triangle cut per 16 rows); few queries (decode): sgemm.
+  const bool tiles = a.num_tokens >= kTileMinTokens && AttentionTileSupported(d);
+  float* scores = tiles ? nullptr : Buffer(scores_buf, static_cast<size_t>(std::min(kQueryTile, a.num_tokens)) * ctx);
   for (int h = kv_begin * group; h < kv_end * group; ++h) {
     const int kvh = h / group - kv_begin;
     const float* kh = &keys[static_cast<size_t>(kvh) * ctx * d];
     const float* vh = &values[static_cast<size_t>(kvh) * ctx * d];
+    if (tiles) {
+      for (int i0 = 0; i0 < a.num_tokens; i0 += 16) {
+        AttentionTileAvx512(a.q + i0 * q_row + h * d, q_row, std::min(16, a.num_tokens - i0), kh, vh, d,
+                            a.start_pos + i0 + 1, a.scale, a.out + i0 * q_row + h * d, q_row);
+      }
+      continue;
+    }
     for (int i0 = 0; i0 < a.num_tokens; i0 += kQueryTile) {
       const int rows = std::min(kQueryTile, a.num_tokens - i0);
       const int keys_needed = a.start_pos + i0 + rows;  // causal: the tile's last token sees these

@@ -117,6 +117,16 @@ void ThreadPool::WorkerLoop() {
   }
 }
 
+void SpinUntilAtLeast(const std::atomic<int>& v, int target) {
+  for (int spins = 0; v.load(std::memory_order_acquire) < target; ++spins) {
+    if (spins < 20000) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
+}
+
 namespace {
 std::mutex g_pool_mu;
 std::shared_ptr<ThreadPool>& PoolSlot() {

@@ -73,6 +73,10 @@ void ParallelFor(int num_tasks, Fn&& fn) {
   CpuPool()->ParallelFor(num_tasks, fn);
 }
 
+// Returns once v >= target (acquire): spins, then yields the CPU between checks (a thread the OS
+// took off its core gets it back). For a task that waits on a task the pool handed out before it.
+void SpinUntilAtLeast(const std::atomic<int>& v, int target);
+
 // fn(begin, end) over [0, n) in contiguous ranges of at least min_chunk items (one range, on the
 // caller, when n < 2 * min_chunk), a few per thread of the CPU pool.
 template <typename Fn>

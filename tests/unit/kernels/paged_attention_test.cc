@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/matmul.h"
 #include "kernels/cpu/reshape_and_cache.h"
 
 namespace tandem::cpu {
@@ -122,6 +123,58 @@ TEST(PagedAttentionTest, MatchesNaiveAndDense) {
     }
     EXPECT_LT(max_err, 2e-5) << "start " << c.start_pos << " n " << c.num_tokens << " block "
                              << c.block_size;
+  }
+}
+
+// The prefill tiles (attention_tile.h, AVX-512) against the sgemm path (what runs with AVX2 forced):
+// the same up to the order of the sums (OpenBLAS's kernels sum in an order of their own).
+TEST(PagedAttentionTest, TilesEqualSgemmPath) {
+  if (!LinearIsaSupported(LinearIsa::kAvx512)) GTEST_SKIP() << "no AVX-512";
+  struct TileCase {
+    int start_pos, num_tokens, num_heads, num_kv_heads, head_dim;
+  };
+  const TileCase cases[] = {{0, 37, 4, 2, 64},  {0, 128, 4, 2, 64}, {100, 50, 4, 2, 64}, {0, 200, 8, 2, 128},
+                            {3, 17, 2, 1, 64},  {0, 5, 4, 4, 64},   {0, 700, 4, 2, 64},  {900, 40, 2, 2, 64}};
+  std::mt19937 rng(6);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  const int bs = 16;
+  for (const TileCase& c : cases) {
+    const int ctx = c.start_pos + c.num_tokens;
+    const int nblk = (ctx + bs - 1) / bs;
+    std::vector<int32_t> table(nblk);
+    std::iota(table.begin(), table.end(), 0);
+    std::shuffle(table.begin(), table.end(), rng);
+    const long kv_row = long(c.num_kv_heads) * c.head_dim;
+    std::vector<float> pool(size_t(nblk) * 2 * bs * kv_row, 0.0f);
+    std::vector<float> k(ctx * kv_row), v(ctx * kv_row), q(size_t(c.num_tokens) * c.num_heads * c.head_dim);
+    for (float& x : k) x = nd(rng);
+    for (float& x : v) x = nd(rng);
+    for (float& x : q) x = 2.0f * nd(rng);
+    std::vector<int64_t> slots(ctx);
+    for (int p = 0; p < ctx; ++p) slots[p] = int64_t(table[p / bs]) * bs + p % bs;
+    ReshapeAndCache(k.data(), v.data(), ctx, slots.data(), bs, c.num_kv_heads, c.head_dim, pool.data());
+    PagedAttentionArgs a;
+    a.q = q.data();
+    a.num_tokens = c.num_tokens;
+    a.start_pos = c.start_pos;
+    a.kv_pool = pool.data();
+    a.block_table = table.data();
+    a.block_size = bs;
+    a.num_heads = c.num_heads;
+    a.num_kv_heads = c.num_kv_heads;
+    a.head_dim = c.head_dim;
+    a.scale = 1.0f / std::sqrt(float(c.head_dim));
+    std::vector<float> tiles(q.size(), NAN), sgemm(q.size(), NAN);
+    ASSERT_TRUE(SetLinearIsaForTesting(LinearIsa::kAvx512));
+    a.out = tiles.data();
+    PagedAttention(a);
+    ASSERT_TRUE(SetLinearIsaForTesting(LinearIsa::kAvx2));
+    a.out = sgemm.data();
+    PagedAttention(a);
+    SetLinearIsaForTesting(LinearIsa::kAuto);
+    const std::string label = "start " + std::to_string(c.start_pos) + " n " + std::to_string(c.num_tokens) +
+                              " d " + std::to_string(c.head_dim);
+    for (size_t i = 0; i < tiles.size(); ++i) ASSERT_NEAR(tiles[i], sgemm[i], 1e-5) << label << " at " << i;
   }
 }
 
