@@ -144,8 +144,9 @@ class CudaModelRunner final : public ModelRunner {
   // SwiGLU fused into the down projection's FP8 activation quantization on the GEMM path
   // (cuda::SiluMulQuantizeFp8) from this many tokens a step on (and always above GemvMaxM());
   // TANDEM_FUSED_SILU_QUANT (read at InitOnce): 0 keeps the two kernels, N > 0 sets the count
-  // (checks run the fused path on short prompts); default 256.
-  int fused_silu_quant_min_tokens_ = 256;
+  // (checks run the fused path on short prompts); default 64 (measured at 64, 256 and 2048 tokens:
+  // dev/kernels/results/2026-12-04c-*).
+  int fused_silu_quant_min_tokens_ = 64;
   // FP8 GEMM path: RMSNorm writes the next projection's activation codes (RmsNormQuantizeFp8) at
   // every step with more than GemvMaxM() tokens; TANDEM_FUSED_NORM_QUANT=0 turns it off.
   bool fused_norm_quant_ = true;

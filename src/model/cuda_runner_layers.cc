@@ -276,11 +276,11 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
     sm.out_stride = inter;
     sm.num_tokens = T;
     sm.dim = inter;
-    // FP8 weights on the GEMM path from kFusedSiluQuantMinTokens on: SwiGLU straight into the down
-    // projection's activation codes (the bf16 activation is never written). On the H200 (Qwen3-8B
-    // shapes, dev/kernels/results/2026-12-04b-*) it takes 0.5 ms off a 2k prefill's device time and
-    // 0.03 ms off a 256-token decode step; at 64 tokens its one CTA per token is slower than the
-    // two kernels (fused_silu_quant_min_tokens_); the GEMV (small m) reads bf16 anyway.
+    // FP8 weights on the GEMM path from fused_silu_quant_min_tokens_ on: SwiGLU straight into the
+    // down projection's activation codes (the bf16 activation is never written). On the H200
+    // (Qwen3-8B shapes, dev/kernels/results/2026-12-04c-*, the row in registers) silu_mul + down
+    // take 8.0 against 8.4 ms at a 2k prefill, 1.83 against 1.88 ms a step at 256 tokens and 1.53
+    // against 1.63 at 64; the GEMV (small m) reads bf16 anyway.
     const bool fused = w_.fp8 && fp8_gemm_ != nullptr && T > cuda::GemvMaxM() && T >= fused_silu_quant_min_tokens_ &&
                        (!w.down_block128 || T % cuda::kFp8GemmRowMultiple == 0);
     if (fused) {
