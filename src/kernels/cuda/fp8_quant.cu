@@ -50,6 +50,21 @@ __device__ inline float AbsMax8(const uint4& v) {
   return m;
 }
 
+// One lane's part of a 128-column group (a warp: 32 lanes x 4 columns): the group's |max| over
+// the warp, its scale (returned), and, when `in`, the lane's four codes at dst.
+__device__ inline float QuantizeGroupLane(const float f[4], bool in, uint8_t* dst) {
+  const float amax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
+  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
+  const float inv = 1.0f / scale;
+  if (in) {
+    uint32_t codes = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
+    *reinterpret_cast<uint32_t*>(dst) = codes;
+  }
+  return scale;
+}
+
 // grid (m, ceil(groups / 8)), 256 threads: warp w of CTA (r, b) takes group 8 b + w of row r, lane i
 // its columns 4i .. 4i + 3 (8 bytes). Rows in grid.x: a step's tokens may pass grid.y's 65535.
 __global__ void QuantizeGroupsKernel(const __nv_bfloat16* x, int64_t ldx, int k, bool k_major,
@@ -71,15 +86,7 @@ __global__ void QuantizeGroupsKernel(const __nv_bfloat16* x, int64_t ldx, int k,
     f[2] = __low2float(hi);
     f[3] = __high2float(hi);
   }
-  const float amax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
-  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
-  const float inv = 1.0f / scale;
-  if (in) {
-    uint32_t codes = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
-    *reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(row) * k + col) = codes;
-  }
+  const float scale = QuantizeGroupLane(f, in, q + static_cast<int64_t>(row) * k + col);
   if (lane == 0) {
     scales[k_major ? gi * ld + row : row * ld + gi] = scale;
   }
@@ -144,15 +151,7 @@ __global__ void SiluMulQuantizeGroupsKernel(SiluMulArgs a, bool k_major, int64_t
       f[2 * h + 1] = RoundBf16(SiluTimes(__high2float(g2[h]), __high2float(u2[h])));
     }
   }
-  const float amax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
-  const float scale = fmaxf(amax, kMinAmax) / kFp8Max;
-  const float inv = 1.0f / scale;
-  if (in) {
-    uint32_t codes = 0;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
-    *reinterpret_cast<uint32_t*>(q + static_cast<int64_t>(row) * k + col) = codes;
-  }
+  const float scale = QuantizeGroupLane(f, in, q + static_cast<int64_t>(row) * k + col);
   if (lane == 0) scales[k_major ? gi * ld + row : row * ld + gi] = scale;
 }
 
@@ -267,15 +266,7 @@ __global__ void RmsNormQuantizeKernel(RmsNormArgs a, int64_t ld, uint8_t* q, flo
 #pragma unroll
         for (int i = 0; i < 4; ++i) f[i] = __bfloat162float(y[col + i]);
       }
-      const float gmax = WarpMax(fmaxf(fmaxf(fabsf(f[0]), fabsf(f[1])), fmaxf(fabsf(f[2]), fabsf(f[3]))));
-      const float scale = fmaxf(gmax, kMinAmax) / kFp8Max;
-      const float inv = 1.0f / scale;
-      if (in) {
-        uint32_t codes = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) codes |= static_cast<uint32_t>(FloatToFp8(f[i] * inv)) << (8 * i);
-        *reinterpret_cast<uint32_t*>(qr + col) = codes;
-      }
+      const float scale = QuantizeGroupLane(f, in, qr + col);
       if (lane == 0) scales[gi * ld + row] = scale;
     }
   }
