@@ -230,38 +230,71 @@ std::string FloatRepr(double d) {
 }
 
 namespace {
+// StrRepr's byte classes, one table per quote: 0 copied as is (printable ASCII other than the
+// backslash and the quote), 1 written after a backslash (the backslash, the quote), 2 the rest
+// (control bytes, DEL, UTF-8 sequences), decoded one code point at a time.
+struct ReprClasses {
+  unsigned char c[256];
+};
+constexpr ReprClasses MakeReprClasses(char quote) {
+  ReprClasses t{};
+  for (int b = 0; b < 256; ++b) t.c[b] = b >= 0x20 && b < 0x7F ? 0 : 2;
+  t.c[static_cast<unsigned char>('\\')] = 1;
+  t.c[static_cast<unsigned char>(quote)] = 1;
+  return t;
+}
+constexpr ReprClasses kReprSingle = MakeReprClasses('\'');
+constexpr ReprClasses kReprDouble = MakeReprClasses('"');
+
 std::string StrRepr(const std::string& s) {
   bool has_single = s.find('\'') != std::string::npos;
   bool has_double = s.find('"') != std::string::npos;
   char quote = (has_single && !has_double) ? '"' : '\'';
-  std::string out(1, quote);
+  const unsigned char* cls = quote == '\'' ? kReprSingle.c : kReprDouble.c;
+  std::string out;
   out.reserve(s.size() + 2);
-  // Printable ASCII other than the quote and the backslash is copied in runs; everything else is
-  // decoded as Utf8Decode does, one code point at a time (no u32string of the whole value).
-  auto plain = [quote](unsigned char c) { return c >= 0x20 && c < 0x7F && c != quote && c != '\\'; };
-  for (size_t i = 0; i < s.size();) {
-    size_t j = i;
-    while (j < s.size() && plain(static_cast<unsigned char>(s[j]))) ++j;
-    if (j > i) {
-      out.append(s, i, j - i);
-      i = j;
+  out.push_back(quote);
+  // Runs of class 0 are appended at once, runs of class 1 written in place: repr of a repr of a
+  // repr (a macro recursion, found by fuzzing) is mostly backslashes, and 16 MiB of them took
+  // seconds under ASan one byte at a time.
+  const auto* const begin = reinterpret_cast<const unsigned char*>(s.data());
+  const auto* const end = begin + s.size();
+  const auto* p = begin;
+  while (p < end) {
+    const unsigned char* q = p;
+    while (q < end && cls[*q] == 0) ++q;
+    if (q > p) {
+      out.append(reinterpret_cast<const char*>(p), static_cast<size_t>(q - p));
+      p = q;
       continue;
     }
-    char32_t c;
-    i += Utf8DecodeOne(s, i, &c);
-    if (c == static_cast<char32_t>(quote) || c == '\\') {
-      out.push_back('\\');
-      out.push_back(static_cast<char>(c));
-    } else if (c == '\n') {
+    if (cls[*p] == 1) {
+      while (q < end && cls[*q] == 1) ++q;
+      const size_t at = out.size();
+      out.resize(at + 2 * static_cast<size_t>(q - p));
+      char* w = out.data() + at;
+      for (; p < q; ++p) {
+        *w++ = '\\';
+        *w++ = static_cast<char>(*p);
+      }
+      continue;
+    }
+    char32_t c = *p;
+    if (c < 0x80) {
+      ++p;
+    } else {
+      p += Utf8DecodeOne(s, static_cast<size_t>(p - begin), &c);
+    }
+    if (c == '\n') {
       out += "\\n";
     } else if (c == '\r') {
       out += "\\r";
     } else if (c == '\t') {
       out += "\\t";
     } else if (c < 0x20 || c == 0x7F || (c >= 0x80 && c <= 0xA0) || c == 0xAD) {
-      char b[8];
-      std::snprintf(b, sizeof(b), "\\x%02x", static_cast<unsigned>(c));
-      out += b;
+      static constexpr char kHex[] = "0123456789abcdef";
+      const char b[4] = {'\\', 'x', kHex[(c >> 4) & 0xF], kHex[c & 0xF]};
+      out.append(b, 4);
     } else {
       AppendUtf8(out, c);
     }

@@ -101,6 +101,9 @@ TEST(ChatOracleTest, Expressions) {
       {"literals print", "{{ [1, 'a', none, true, 2.5, {'k': \"it's\"}] }} {{ (1, 2) }} {{ (1,) }} {{ () }} {{ {'a': [1], 'b': {}} }} {{ true }} {{ none }} {{ False }}"},
       {"string escapes", "{{ 'a\\nb\\t\\u00e9\\x41\\\\ \\'q\\'' }}{{ \"dq\\\"\" }}{{ 'adj' 'acent' }}"},
       {"repr quotes", "{{ [\"it's\", 'say \"x\"', 'both \\' \"', 'tab\\there', 'nl\\n'] }}"},
+      // Runs of backslashes and quotes, control bytes, Latin-1 and wider code points; a repr of reprs.
+      {"repr escapes", R"({{ ['a\\\\b\\', '\'\'\\\'', "\"\\\"'", '\x00\x1f\x7f\x80\xa0\xad\xa1\u00e9\u4e2d\r\t\nz', ([('x\\y',)],)] }} {{ [[('q\'"' ~ ['\\', "'"] | string) | string] | string] }})"},
+      {"repr of reprs", R"({% set ns = namespace(s="'\\") %}{% for i in range(12) %}{% set ns.s = [ns.s, '"'] | string %}{% endfor %}{{ ns.s | length }} {{ ns.s[:40] }} {{ ns.s[-40:] }})"},
       {"subscripts", "{{ xs[0] }} {{ xs[-1] }} {{ xs[5] }}| {{ d['a'] }} {{ d.b }} {{ nested.k.v[1] }} {{ nested['k']['v'][-1] }} {{ s[0] }} {{ s[-1] }} {{ people[1].name }}"},
       {"slices", "{{ xs[::-1] }} {{ xs[1:] }} {{ xs[:2] }} {{ xs[::2] }} {{ xs[-2:] }} {{ xs[5:] }} {{ s[::-1] }} {{ s[2:5] }} {{ messages[3].content[:7] }} {{ messages[3].content[-5:] }} {{ xs[1:-1] }} {{ xs[::-2] }}"},
       {"missing prints empty", "[{{ missing }}][{{ d.missing }}][{{ d['missing'] }}][{{ nul.attr }}][{{ n.attr }}][{{ xs[10] }}]"},
