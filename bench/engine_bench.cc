@@ -3,7 +3,8 @@
 //
 //   build/bench/engine_bench [--benchmark_filter=...]
 //
-// Prefill/B/L: B prompts of L distinct tokens (1x128, 16x128, 1x512), max_tokens 1, prefix caching
+// Prefill/B/L: B prompts of L distinct tokens (1x128, 16x128, 1x512; 1x32 and 1x64 around the CPU
+// runner's switch from one operation at a time to token blocks), max_tokens 1, prefix caching
 // off (every iteration computes every prompt token); rate = prompt tokens / s of wall time.
 // Decode/B: B prompts of 16 tokens, 64 generated tokens each (ignore_eos); the clock runs over
 // decode steps only (63 per sequence); rate = generated tokens / s across the batch.
@@ -173,6 +174,8 @@ BENCHMARK(BM_Prefill)
     ->Args({1, 128})
     ->Args({16, 128})
     ->Args({1, 512})
+    ->Args({1, 32})
+    ->Args({1, 64})
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Arg(1)->Arg(16)->UseManualTime()->Unit(benchmark::kMillisecond);

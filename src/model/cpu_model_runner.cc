@@ -51,8 +51,9 @@ int TokenBlock(int num_tokens, int threads) {
   }();
   if (forced >= 0) return forced;
   if (num_tokens < kTokenPathMin) return 0;
-  // A few blocks a thread (a thread the OS delays leaves some to the others), of 16 to 64 tokens.
-  const int per = (num_tokens + 2 * threads - 1) / (2 * threads);
+  // Up to 64 tokens a block (each block reads every weight; larger blocks amortize that and run
+  // the GEMM kernels at their best), and at least a block a thread.
+  const int per = (num_tokens + threads - 1) / threads;
   return std::clamp(per, 16, 64);
 }
 

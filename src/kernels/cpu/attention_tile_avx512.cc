@@ -37,20 +37,22 @@ inline __mmask16 ValidLanes(int p, int rows, int first_valid) {
 template <int KB>
 TANDEM_AVX512 inline void Scores(const float* qt, const float* keys, int d, int p0, float scale, float* s) {
   __m512 acc[KB];
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int j = 0; j < KB; ++j) acc[j] = _mm512_setzero_ps();
   const float* k0 = keys + static_cast<long>(p0) * d;
   for (int c = 0; c < d; ++c) {
     const __m512 qv = _mm512_load_ps(qt + c * kLanes);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
     for (int j = 0; j < KB; ++j) acc[j] = _mm512_fmadd_ps(qv, _mm512_set1_ps(k0[j * d + c]), acc[j]);
   }
   const __m512 sv = _mm512_set1_ps(scale);
-#pragma GCC unroll 8
+#pragma GCC unroll 16
   for (int j = 0; j < KB; ++j) _mm512_store_ps(s + static_cast<long>(p0 + j) * kLanes, _mm512_mul_ps(sv, acc[j]));
 }
 
-// out_r[e0, e0 + 64) for rows r0 and r0 + 1 (when RB = 2): sum over keys p < n_r of p[p][r] v_p.
+// out_r[e0, e0 + 64) for the RB rows r0.. (r0 + RB - 1): row r0 + i sums keys p < n0 + i of
+// prob[p][r] v_p. Past its own keys a row's probabilities are 0 (adding 0 * v changes no sum), so
+// the rows run their first n0 keys together and the later rows take their last keys after.
 template <int RB>
 TANDEM_AVX512 inline void Outputs(const float* prob, const float* values, int d, int e0, int r0, int n0,
                                   float* out, long out_stride) {
@@ -60,13 +62,11 @@ TANDEM_AVX512 inline void Outputs(const float* prob, const float* values, int d,
 #pragma GCC unroll 4
     for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_setzero_ps();
   }
-  // Row r0 + i sums keys [0, n0 + i): past them its probabilities are 0 (adding 0 * v changes no
-  // sum), so the pair runs n0 keys together and the second row takes its last key alone.
   for (int p = 0; p < n0; ++p) {
     const float* vp = values + static_cast<long>(p) * d + e0;
     const __m512 v0 = _mm512_loadu_ps(vp), v1 = _mm512_loadu_ps(vp + 16);
     const __m512 v2 = _mm512_loadu_ps(vp + 32), v3 = _mm512_loadu_ps(vp + 48);
-#pragma GCC unroll 2
+#pragma GCC unroll 4
     for (int i = 0; i < RB; ++i) {
       const __m512 pr = _mm512_set1_ps(prob[static_cast<long>(p) * kLanes + r0 + i]);
       acc[i][0] = _mm512_fmadd_ps(pr, v0, acc[i][0]);
@@ -75,13 +75,16 @@ TANDEM_AVX512 inline void Outputs(const float* prob, const float* values, int d,
       acc[i][3] = _mm512_fmadd_ps(pr, v3, acc[i][3]);
     }
   }
-  if constexpr (RB == 2) {
-    const float* vp = values + static_cast<long>(n0) * d + e0;
-    const __m512 pr = _mm512_set1_ps(prob[static_cast<long>(n0) * kLanes + r0 + 1]);
 #pragma GCC unroll 4
-    for (int v = 0; v < 4; ++v) acc[1][v] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vp + 16 * v), acc[1][v]);
+  for (int i = 1; i < RB; ++i) {
+    for (int p = n0; p < n0 + i; ++p) {
+      const float* vp = values + static_cast<long>(p) * d + e0;
+      const __m512 pr = _mm512_set1_ps(prob[static_cast<long>(p) * kLanes + r0 + i]);
+#pragma GCC unroll 4
+      for (int v = 0; v < 4; ++v) acc[i][v] = _mm512_fmadd_ps(pr, _mm512_loadu_ps(vp + 16 * v), acc[i][v]);
+    }
   }
-#pragma GCC unroll 2
+#pragma GCC unroll 4
   for (int i = 0; i < RB; ++i) {
     float* o = out + (r0 + i) * out_stride + e0;
 #pragma GCC unroll 4
@@ -102,7 +105,8 @@ TANDEM_AVX512 void Tile(const float* q, long q_stride, int rows, const float* ke
   float* s = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(buffer.data()) + 63) & ~uintptr_t{63});
 
   int p = 0;
-  for (; p + 8 <= n_keys; p += 8) Scores<8>(qt, keys, d, p, scale, s);
+  for (; p + 16 <= n_keys; p += 16) Scores<16>(qt, keys, d, p, scale, s);
+  for (; p + 4 <= n_keys; p += 4) Scores<4>(qt, keys, d, p, scale, s);
   for (; p < n_keys; ++p) Scores<1>(qt, keys, d, p, scale, s);
 
   // Softmax of each lane over its keys (SoftmaxRow's operations).
@@ -131,8 +135,8 @@ TANDEM_AVX512 void Tile(const float* q, long q_stride, int rows, const float* ke
 
   for (int e0 = 0; e0 < d; e0 += 64) {
     int r = 0;
-    for (; r + 2 <= rows; r += 2) Outputs<2>(s, values, d, e0, r, first_valid + r, out, out_stride);
-    if (r < rows) Outputs<1>(s, values, d, e0, r, first_valid + r, out, out_stride);
+    for (; r + 4 <= rows; r += 4) Outputs<4>(s, values, d, e0, r, first_valid + r, out, out_stride);
+    for (; r < rows; ++r) Outputs<1>(s, values, d, e0, r, first_valid + r, out, out_stride);
   }
 }
 

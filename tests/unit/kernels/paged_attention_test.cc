@@ -131,14 +131,15 @@ TEST(PagedAttentionTest, MatchesNaiveAndDense) {
 TEST(PagedAttentionTest, TilesEqualSgemmPath) {
   if (!LinearIsaSupported(LinearIsa::kAvx512)) GTEST_SKIP() << "no AVX-512";
   struct TileCase {
-    int start_pos, num_tokens, num_heads, num_kv_heads, head_dim;
+    int start_pos, num_tokens, num_heads, num_kv_heads, head_dim, block_size;
   };
-  const TileCase cases[] = {{0, 37, 4, 2, 64},  {0, 128, 4, 2, 64}, {100, 50, 4, 2, 64}, {0, 200, 8, 2, 128},
-                            {3, 17, 2, 1, 64},  {0, 5, 4, 4, 64},   {0, 700, 4, 2, 64},  {900, 40, 2, 2, 64}};
+  const TileCase cases[] = {{0, 37, 4, 2, 64, 16},   {0, 128, 4, 2, 64, 16}, {100, 50, 4, 2, 64, 7},
+                            {0, 200, 8, 2, 128, 32}, {3, 17, 2, 1, 64, 1},   {0, 5, 4, 4, 64, 16},
+                            {0, 700, 4, 2, 64, 16},  {900, 40, 2, 2, 64, 20}};
   std::mt19937 rng(6);
   std::normal_distribution<float> nd(0.0f, 1.0f);
-  const int bs = 16;
   for (const TileCase& c : cases) {
+    const int bs = c.block_size;
     const int ctx = c.start_pos + c.num_tokens;
     const int nblk = (ctx + bs - 1) / bs;
     std::vector<int32_t> table(nblk);
@@ -173,7 +174,7 @@ TEST(PagedAttentionTest, TilesEqualSgemmPath) {
     PagedAttention(a);
     SetLinearIsaForTesting(LinearIsa::kAuto);
     const std::string label = "start " + std::to_string(c.start_pos) + " n " + std::to_string(c.num_tokens) +
-                              " d " + std::to_string(c.head_dim);
+                              " d " + std::to_string(c.head_dim) + " block " + std::to_string(bs);
     for (size_t i = 0; i < tiles.size(); ++i) ASSERT_NEAR(tiles[i], sgemm[i], 1e-5) << label << " at " << i;
   }
 }
