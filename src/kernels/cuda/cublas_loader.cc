@@ -13,6 +13,8 @@
 #include <mutex>
 #include <string>
 
+#include "common/shared_library.h"
+
 namespace tandem::cuda {
 namespace {
 
@@ -70,17 +72,6 @@ void* Symbol(Library& lib, const char* name) {
 }
 
 }  // namespace
-
-Result<void*> OpenSharedLibrary(const char* soname, const char* what) {
-  dlerror();
-  void* h = dlopen(soname, RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) {
-    const char* e = dlerror();
-    return Err(StatusCode::kInternal, "could not load {} ({}): {}", soname, what,
-               e != nullptr ? e : "dlopen failed");
-  }
-  return h;
-}
 
 bool CublasLoaded() { return g_loaded.load(); }
 

@@ -25,8 +25,4 @@ Status LoadCublas();
 // True once a cuBLAS call (or LoadCublas) has opened the libraries in this process.
 bool CublasLoaded();
 
-// dlopen(soname, RTLD_NOW | RTLD_LOCAL) with the error as the loader reports it: the handle, or
-// Internal "could not load <soname> (<what>): <dlerror()>". Exposed for the loader's test.
-Result<void*> OpenSharedLibrary(const char* soname, const char* what);
-
 }  // namespace tandem::cuda
