@@ -155,15 +155,23 @@ class Builder {
         return;
       case ExprKind::kRepeat: {
         int cur = from;
-        for (int i = 0; i < e.min && !too_large_; ++i) {
+        // x{min,} is x^(min-1) then x+, and x+ one copy of x in a loop (entry -x-> loop -eps->
+        // entry), not x then x*: with two copies, nested unbounded repeats ("x++++...", found by
+        // the grammar fuzzer) doubled the automaton at every level.
+        const bool unbounded = e.max == kUnbounded;
+        const int copies = unbounded && e.min > 0 ? e.min - 1 : e.min;
+        for (int i = 0; i < copies && !too_large_; ++i) {
           const int next = New();
           Build(e.children[0], cur, next);
           cur = next;
         }
-        if (e.max == kUnbounded) {
-          const int loop = New();
-          raw_[cur].eps.push_back(loop);
-          Build(e.children[0], loop, loop);
+        if (unbounded) {
+          const int entry = New(), loop = New();
+          if (too_large_) return;
+          raw_[cur].eps.push_back(entry);
+          Build(e.children[0], entry, loop);
+          raw_[loop].eps.push_back(entry);
+          if (e.min == 0) raw_[entry].eps.push_back(to);
           raw_[loop].eps.push_back(to);
           return;
         }

@@ -48,6 +48,34 @@ TEST(GbnfTest, LeftRecursionAndSizeAreRefused) {
   EXPECT_NE(a.status().message().find("too large"), std::string::npos);
 }
 
+// Nested unbounded repeats ("x++++...", from the grammar fuzzer) build one copy of x per level:
+// with x+ built as x then x*, each '+' doubled the automaton (130 of them: over a minute under
+// ASan). The languages: one or more, at least n, zero or more.
+TEST(GbnfTest, NestedUnboundedRepeatsStaySmall) {
+  auto accepts = [](const std::string& gbnf, const std::string& text) {
+    auto g = ParseGbnf(gbnf);
+    EXPECT_TRUE(g.ok()) << g.status().ToString();
+    auto a = Automaton::Compile(*g, 100000);
+    EXPECT_TRUE(a.ok()) << a.status().ToString();
+    if (!g.ok() || !a.ok()) return false;
+    Matcher m(std::make_shared<const Automaton>(std::move(*a)));
+    return m.Accept(text) && m.IsAccepting();
+  };
+  const std::string plus = "root ::= [ab]" + std::string(130, '+');
+  EXPECT_TRUE(accepts(plus, "a"));
+  EXPECT_TRUE(accepts(plus, "abba"));
+  EXPECT_FALSE(accepts(plus, ""));
+  EXPECT_FALSE(accepts(plus, "abc"));
+  const std::string star = "root ::= (\"x\"" + std::string(60, '+') + ")*";
+  EXPECT_TRUE(accepts(star, ""));
+  EXPECT_TRUE(accepts(star, "xxx"));
+  EXPECT_FALSE(accepts("root ::= \"ab\"{2,}", "ab"));
+  EXPECT_TRUE(accepts("root ::= \"ab\"{2,}", "abab"));
+  EXPECT_TRUE(accepts("root ::= \"ab\"{2,}", "ababab"));
+  EXPECT_FALSE(accepts("root ::= (\"ab\"+)+ \"c\"", "c"));
+  EXPECT_TRUE(accepts("root ::= (\"ab\"+)+ \"c\"", "ababc"));
+}
+
 // A branch that can never end is cut off: only the finite alternative remains, and the root
 // alone never ending is an error.
 TEST(GbnfTest, BranchesThatCanNeverEndAreDropped) {
