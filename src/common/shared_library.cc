@@ -2,6 +2,9 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstring>
+
 namespace tandem {
 
 Result<void*> OpenSharedLibrary(const char* soname, const char* what) {
@@ -51,13 +54,16 @@ Status LazySharedLibrary::Load(const char* const* names, size_t count) {
 }
 
 const char* LazySharedLibrary::error() const {
-  const char* e = error_.load(std::memory_order_acquire);
-  return e != nullptr ? e : "";
+  return has_error_.load(std::memory_order_acquire) ? error_text_ : "";
 }
 
 void LazySharedLibrary::RecordError(const std::string& message) {
   std::lock_guard<std::mutex> lock(error_mu_);
-  if (error_.load() == nullptr) error_.store((new std::string(message))->c_str());
+  if (has_error_.load(std::memory_order_relaxed)) return;
+  size_t n = std::min(message.size(), kErrorCapacity - 1);
+  std::memcpy(error_text_, message.data(), n);
+  error_text_[n] = '\0';
+  has_error_.store(true, std::memory_order_release);
 }
 
 }  // namespace tandem

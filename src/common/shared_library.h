@@ -6,6 +6,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstddef>
 #include <mutex>
 #include <string>
 
@@ -37,8 +38,11 @@ class LazySharedLibrary {
 
   bool loaded() const { return loaded_.load(std::memory_order_acquire); }
   const char* soname() const { return soname_; }
-  // The first open or symbol error ("" if none): a stable C string once set (never freed).
+  // The first open or symbol error ("" if none; at most kErrorCapacity - 1 bytes, longer ones cut):
+  // a stable C string once set (held in the object, never rewritten).
   const char* error() const;
+
+  static constexpr size_t kErrorCapacity = 512;
 
  private:
   void RecordError(const std::string& message);
@@ -49,7 +53,8 @@ class LazySharedLibrary {
   void* handle_ = nullptr;
   std::atomic<bool> loaded_{false};
   mutable std::mutex error_mu_;
-  std::atomic<const char*> error_{nullptr};
+  std::atomic<bool> has_error_{false};
+  char error_text_[kErrorCapacity] = {};
 };
 
 }  // namespace tandem

@@ -56,5 +56,14 @@ TEST(SharedLibraryTest, MissingLibraryIsAnErrorNamingItAndTheLoadersText) {
   EXPECT_EQ(h.status().message(), m);
 }
 
+TEST(SharedLibraryTest, ALongErrorIsCutToTheCapacity) {
+  static const std::string soname = "libtandem-" + std::string(600, 'x') + ".so";
+  LazySharedLibrary lib(soname.c_str(), "a test library");
+  EXPECT_EQ(lib.Handle(), nullptr);
+  const std::string e = lib.error();
+  EXPECT_EQ(e.size(), LazySharedLibrary::kErrorCapacity - 1);
+  EXPECT_EQ(e.rfind("could not load libtandem-xxx", 0), 0u) << e.substr(0, 80);
+}
+
 }  // namespace
 }  // namespace tandem
