@@ -282,8 +282,13 @@ void DecodeCase(const Heads& h, const std::vector<int>& ctx, const std::vector<i
   }
   std::vector<int> ones(num_seqs, 1);
   const Policy resolved = cuda::PagedDecodeResolvePolicy(policy);
-  std::string tag = chosen == DK::kMmaPairLoads ? " mma pairs" : mma ? " mma" : policy == Policy::kAuto ? " simt"
-                                 : resolved == Policy::kLegacy ? " simt legacy" : " simt fill";
+  std::string tag = chosen == DK::kMmaPairLoads      ? " mma pairs"
+                    : chosen == DK::kMmaGlobalMerge ? " mma global"
+                    : mma && cuda::detail::PagedDecodeUsesCluster(a) ? " mma cluster"
+                    : mma                           ? " mma"
+                    : policy == Policy::kAuto       ? " simt"
+                    : resolved == Policy::kLegacy   ? " simt legacy"
+                                                    : " simt fill";
   tag += (num_splits > 0 ? " splits " : " auto ") + std::to_string(cuda::PagedDecodeSplits(a));
   Row row{"paged_decode", Describe(h, ctx, ones) + tag};
   std::vector<int32_t> seq_rows(num_seqs + 1);
@@ -420,9 +425,10 @@ std::vector<std::pair<int, int>> TimedDecodeShapesFromEnv() {
 void CheckPagedDecode() {
   const Heads qwen3_8b{32, 8, 128};
   // Issue 22's kernels side by side: the SIMT kernel as the engine ran it before (legacy splits,
-  // reduce kernel), the first mma kernel (pair loads) and the current one.
+  // reduce kernel), the mma kernel merging its splits through the workspace (kMmaGlobalMerge, its
+  // split choice uncapped) and kMma (a cluster merge on sm_90 with TANDEM_DECODE_CLUSTER=8|16).
   auto timed = [&](int seqs, int len) {
-    for (DK k : {DK::kSimt, DK::kMmaPairLoads, DK::kMma}) {
+    for (DK k : {DK::kSimt, DK::kMmaGlobalMerge, DK::kMma}) {
       DecodeCase(qwen3_8b, std::vector<int>(seqs, len), std::vector<int>(seqs, 0), true, 0,
                  k == DK::kSimt ? Policy::kLegacy : Policy::kAuto, k);
     }
@@ -455,12 +461,15 @@ void CheckPagedDecode() {
   // Fixed splits: the fill merge (last CTA) and the legacy reduce kernel (first: these are what a
   // 1-SM emulator would not reach through the automatic choice).
   // Each kernel (the mma one runs every shape here but head_dim 256 and group 32).
-  for (DK k : {DK::kSimt, DK::kMma, DK::kMmaPairLoads}) {
+  // (kMma with TANDEM_DECODE_CLUSTER=16 on sm_90: the fixed splits of 2-16 here merge in a cluster,
+  // kMmaGlobalMerge's through the workspace.)
+  for (DK k : {DK::kSimt, DK::kMma, DK::kMmaPairLoads, DK::kMmaGlobalMerge}) {
     for (Policy pol : {Policy::kFill, Policy::kLegacy}) {
       DecodeCase({4, 2, 64}, {1100, 37, 600, 1, 17}, {0, 0, 2, 0, 1}, false, 7, pol, k);
       DecodeCase({8, 1, 128}, {300, 64, 65}, {0, 0, 0}, false, 256, pol, k);  // group 8, max splits
     }
     DecodeCase({32, 8, 128}, {300, 33, 700}, {0, 1, 0}, false, 40, Policy::kFill, k);  // Qwen3-8B
+    DecodeCase({32, 8, 128}, {4096, 300, 1, 2000}, {0, 1, 0, 3}, false, 16, Policy::kFill, k);  // 16 splits
     DecodeCase({24, 4, 128}, {300, 1, 500}, {0, 0, 0}, false, 9, Policy::kFill, k);    // group 6
     DecodeCase({8, 4, 256}, {600, 3, 200}, {0, 0, 0}, false, 4, Policy::kFill, k);     // head_dim 256
     DecodeCase({32, 2, 128}, {700, 200, 1}, {0, 5, 0}, false, 5, Policy::kFill, k);    // group 16

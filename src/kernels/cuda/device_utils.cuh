@@ -67,6 +67,52 @@ __device__ inline void TriggerDependents() {
 __device__ inline void PrefetchL2(const void* p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 #endif
 
+// Thread-block clusters (sm_90+; PTX ISA "barrier.cluster", "mapa", "ld.shared::cluster"):
+// ClusterSync is barrier.cluster.arrive.release + wait.acquire (every thread of every CTA of the
+// cluster must call it, the same number of times); ClusterMapShared gives the shared::cluster
+// address of the variable at `p` (this CTA's shared memory) in the CTA of cluster rank `rank`;
+// LdCluster / LdCluster4 read 4 / 16 bytes there. Before sm_90 they trap; the CPU emulator has
+// no clusters (its stubs abort, nothing launches them there).
+#if defined(TANDEM_CUDA_EMU)
+inline void ClusterSync() { std::abort(); }
+inline uint32_t ClusterMapShared(const void*, unsigned) { std::abort(); }
+inline float LdCluster(uint32_t) { std::abort(); }
+inline float4 LdCluster4(uint32_t) { std::abort(); }
+#else
+__device__ inline void ClusterSync() {
+#if __CUDA_ARCH__ >= 900
+  asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#else
+  __trap();
+#endif
+}
+__device__ inline uint32_t ClusterMapShared(const void* p, unsigned rank) {
+  uint32_t remote = 0;
+#if __CUDA_ARCH__ >= 900
+  const uint32_t local = static_cast<uint32_t>(__cvta_generic_to_shared(p));
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(remote) : "r"(local), "r"(rank));
+#else
+  __trap();
+#endif
+  return remote;
+}
+__device__ inline float LdCluster(uint32_t addr) {
+  float v = 0.0f;
+#if __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.f32 %0, [%1];" : "=f"(v) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+__device__ inline float4 LdCluster4(uint32_t addr) {
+  float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#if __CUDA_ARCH__ >= 900
+  asm volatile("ld.shared::cluster.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(addr) : "memory");
+#endif
+  return v;
+}
+#endif
+
 // True when p is 16-byte aligned (uint4 access).
 __host__ __device__ inline bool Aligned16(const void* p) {
   return (reinterpret_cast<uintptr_t>(p) & 15u) == 0;

@@ -88,6 +88,9 @@ struct PagedPrefillArgs {
 
 // Largest num_splits PagedDecode accepts.
 constexpr int kPagedDecodeMaxSplits = 256;
+// Largest num_splits that the tensor-core kernel merges inside a thread-block cluster (sm_90:
+// the splits of a (sequence, KV head) are one cluster; 16 is a non-portable cluster size).
+constexpr int kPagedDecodeMaxClusterSplits = 16;
 // Merge counters at the start of a split launch's workspace (uint32 each, one per (sequence, KV
 // head, query-head chunk)); launches with more groups merge with the second kernel instead.
 constexpr int kPagedDecodeCounters = 4096;
@@ -109,7 +112,15 @@ enum class DecodeSplitPolicy { kAuto, kFill, kLegacy };
 // elsewhere): the first FP8 kernel, which converts each landed tile of codes to an f16 tile in
 // shared memory and reads it with ldmatrix, kept to be measured beside kMma's fragments straight
 // from the codes (paged_decode_fp8.cu); TANDEM_DECODE_KERNEL=mma-fp8-tile.
-enum class DecodeKernel { kAuto, kMma, kSimt, kMmaPairLoads, kMmaFp8Tile };
+// Split merge of kMma over a bf16 pool: on sm_90 devices, where the split count is 2 to
+// kPagedDecodeMaxClusterSplits (the automatic choice is capped there: detail::
+// PagedDecodeClusterSplitsMax), the splits of a (sequence, KV head) are one thread-block cluster
+// and merge through distributed shared memory (paged_decode_mma.cuh); elsewhere, and with
+// kMmaGlobalMerge (TANDEM_DECODE_KERNEL=mma-global, kept to be measured beside it), the split
+// results go through the workspace and the last CTA to finish merges them. TANDEM_DECODE_CLUSTER
+// =8|16 turns the cluster merge on with that largest cluster (unset or 0: off; it has not yet run
+// on a GPU, 2026-12-04: built for sm_90a, no device time left in that session).
+enum class DecodeKernel { kAuto, kMma, kSimt, kMmaPairLoads, kMmaFp8Tile, kMmaGlobalMerge };
 
 struct PagedDecodeArgs {
   const __nv_bfloat16* q = nullptr;  // [num_seqs, num_heads, head_dim], row stride q_stride
@@ -207,6 +218,14 @@ bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const Dev
 // 241 us with 3 (dev/kernels/results/2026-12-04c-*).
 int PagedDecodeFp8Ring();
 int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& limits);
+// The cluster merge (see DecodeKernel): the largest split count it serves for kMma at head_dim 64
+// or 128 on the current device: 0 (off: TANDEM_DECODE_CLUSTER unset or 0, not sm_90+, or no
+// cluster of 8 fits), else 8 or 16 (16 where TANDEM_DECODE_CLUSTER=16 and at least half of the
+// device's CTA slots run in clusters of 16, cudaOccupancyMaxActiveClusters). Read once per head_dim.
+int PagedDecodeClusterSplitsMax(int head_dim);
+// Whether a launch with `args` merges its splits in a cluster (the chosen kernel kMma over a bf16
+// pool, 2 <= PagedDecodeSplits(args) <= PagedDecodeClusterSplitsMax(head_dim)).
+bool PagedDecodeUsesCluster(const PagedDecodeArgs& args);
 cudaError_t LaunchPagedDecodeInitWorkspace(void* workspace, size_t bytes, cudaStream_t stream);
 }  // namespace detail
 }  // namespace tandem::cuda

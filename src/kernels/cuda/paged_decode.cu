@@ -44,7 +44,8 @@ int NumChunks(int num_heads, int num_kv_heads) {
 constexpr int kMinChunkMma = 64;  // keys: one 16-key tile per warp
 constexpr int kMaxGroupMma = 16;  // query heads of one KV head: the rows of an m16 tile
 
-// TANDEM_DECODE_KERNEL, read once: mma, simt, mma-pairs, or kAuto (unset or anything else).
+// TANDEM_DECODE_KERNEL, read once: mma, simt, mma-pairs, mma-fp8-tile, mma-global, or kAuto (unset or
+// anything else).
 DecodeKernel EnvKernel() {
   static const DecodeKernel k = [] {
     const char* v = std::getenv("TANDEM_DECODE_KERNEL");
@@ -52,6 +53,7 @@ DecodeKernel EnvKernel() {
     if (v != nullptr && std::strcmp(v, "simt") == 0) return DecodeKernel::kSimt;
     if (v != nullptr && std::strcmp(v, "mma-pairs") == 0) return DecodeKernel::kMmaPairLoads;
     if (v != nullptr && std::strcmp(v, "mma-fp8-tile") == 0) return DecodeKernel::kMmaFp8Tile;
+    if (v != nullptr && std::strcmp(v, "mma-global") == 0) return DecodeKernel::kMmaGlobalMerge;
     return DecodeKernel::kAuto;
   }();
   return k;
@@ -132,6 +134,20 @@ int PagedDecodeMmaCtasPerSm(int head_dim, const DeviceLimits& d) {
   return static_cast<int>(std::min<size_t>(d.smem_per_sm / per_cta, 4));
 }
 
+int PagedDecodeClusterSplitsMax(int head_dim) {
+  const DeviceLimits& d = CurrentDeviceLimits();
+  const int stages = PagedDecodeMmaStages(head_dim, d);
+  return stages > 0 ? decode::MmaClusterSplitsMax(head_dim, stages) : 0;
+}
+
+bool PagedDecodeUsesCluster(const PagedDecodeArgs& a) {
+  if (a.kv_pool_fp8 != nullptr || ChoosePagedDecodeKernel(a, CurrentDeviceLimits()) != DecodeKernel::kMma) {
+    return false;
+  }
+  const int splits = PagedDecodeSplits(a);
+  return splits >= 2 && splits <= PagedDecodeClusterSplitsMax(a.head_dim);
+}
+
 bool PagedDecodeMmaFits(int num_heads, int num_kv_heads, int head_dim, const DeviceLimits& d) {
   if (num_kv_heads <= 0) return false;
   const int group = num_heads / num_kv_heads;
@@ -148,7 +164,7 @@ DecodeKernel ChoosePagedDecodeKernel(const PagedDecodeArgs& a, const DeviceLimit
   if (asked == DecodeKernel::kSimt || !PagedDecodeMmaFits(a.num_heads, a.num_kv_heads, a.head_dim, d)) {
     return DecodeKernel::kSimt;
   }
-  if (asked == DecodeKernel::kMmaPairLoads) return asked;
+  if (asked == DecodeKernel::kMmaPairLoads || asked == DecodeKernel::kMmaGlobalMerge) return asked;
   return asked == DecodeKernel::kMmaFp8Tile && a.kv_pool_fp8 != nullptr ? asked : DecodeKernel::kMma;
 }
 
@@ -158,9 +174,15 @@ int PagedDecodeSplits(const PagedDecodeArgs& a) {
   if (a.num_splits > 0) return a.num_splits;
   if (a.policy == DecodeSplitPolicy::kAuto && Env().splits > 0) return Env().splits;
   const DeviceLimits& d = CurrentDeviceLimits();
-  if (detail::ChoosePagedDecodeKernel(a, d) != DecodeKernel::kSimt) {
-    return PagedDecodeChooseMmaSplits(a.num_seqs, a.num_kv_heads, a.max_context_len, d.sm_count,
-                                      detail::PagedDecodeMmaCtasPerSm(a.head_dim, d));
+  const DecodeKernel kernel = detail::ChoosePagedDecodeKernel(a, d);
+  if (kernel != DecodeKernel::kSimt) {
+    const int splits = PagedDecodeChooseMmaSplits(a.num_seqs, a.num_kv_heads, a.max_context_len, d.sm_count,
+                                                  detail::PagedDecodeMmaCtasPerSm(a.head_dim, d));
+    // The cluster merge's cap (kMma over bf16): fewer, longer splits merged without the workspace.
+    const int cap = kernel == DecodeKernel::kMma && a.kv_pool_fp8 == nullptr
+                        ? detail::PagedDecodeClusterSplitsMax(a.head_dim)
+                        : 0;
+    return cap > 0 ? std::min(splits, cap) : splits;
   }
   return PagedDecodeChooseSplits(a.num_seqs, a.num_heads, a.num_kv_heads, a.max_context_len,
                                  d.sm_count, a.policy);
@@ -434,7 +456,9 @@ cudaError_t LaunchPagedDecode(const PagedDecodeArgs& a, cudaStream_t stream) {
   if (mma) {
     PagedDecodeArgs chosen = a;  // kAuto resolved: which loads the mma kernel uses
     chosen.kernel = kernel;
-    cudaError_t err = LaunchPagedDecodeMma(chosen, ws, PagedDecodeMmaStages(a.head_dim, d), stream);
+    const int stages = PagedDecodeMmaStages(a.head_dim, d);
+    if (PagedDecodeUsesCluster(a)) return LaunchPagedDecodeMmaCluster(chosen, ws, stages, stream);
+    cudaError_t err = LaunchPagedDecodeMma(chosen, ws, stages, stream);
     if (err != cudaSuccess || ws.splits <= 1 || ws.merge_in_kernel) return err;
     return a.head_dim == 64 ? LaunchReduce<64>(a, ws, stream) : LaunchReduce<128>(a, ws, stream);
   }

@@ -36,6 +36,8 @@
 #include "kernels/cuda/fp8_utils.cuh"
 #include "kernels/cuda/paged_decode_mma.cuh"
 
+#include <cstdlib>
+
 namespace tandem::cuda::detail {
 namespace decode {
 namespace {
@@ -55,6 +57,9 @@ struct MmaSmem {
   static_assert(kWarpBytes >= sizeof(float) * 16 * HD, "warp output");
   static_assert(kWarps * kWarpBytes >= sizeof(float) * 2 * 16 * kPagedDecodeMaxSplits, "merge");
   static_assert(kKV % 16 == 0 && kStageBytes % 16 == 0 && (kLd * 2) % 16 == 0);
+  // The cluster merge's split result (ClusterPartBytes) in warp 0's region after its output.
+  static constexpr size_t kClusterPart = sizeof(float) * 16 * HD;
+  static_assert(kClusterPart + ClusterPartBytes<HD>() <= kWarpBytes, "cluster part");
   // FP8 (a layout of its own): a warp's kRingFp8 stages of codes, then its f16 tile (one 16 x kLd
   // matrix: K, then V). 3 stages: 69.25 KiB a CTA at head_dim 128, so three CTAs (12 warps) an SM
   // where bf16's 106 KiB allow two.
@@ -69,9 +74,10 @@ struct MmaSmem {
   static_assert(kStageBytesFp8 % 16 == 0 && kWarpBytesFp8 % 16 == 0, "fp8 stages");
 };
 
-template <int HD, int kStages, bool kRowLoads, bool kFp8>
+template <int HD, int kStages, bool kRowLoads, bool kFp8, bool kCluster = false>
 __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(PagedDecodeArgs a, Workspace ws) {
   static_assert(!kFp8 || kRowLoads, "FP8 KV has the row loads only");
+  static_assert(!kCluster || (kRowLoads && !kFp8), "the cluster merge is the bf16 row-load kernel's");
   // A GEMV launched programmatically after this kernel (LinearArgs::programmatic_launch) may
   // start fetching its weights now; it reads this kernel's output only after its wait.
   TriggerDependents();
@@ -95,7 +101,13 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
   const int h0 = kvh * group;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   int start = 0, end = 0, used = 0;
-  if (!CtaChunk<HD>(a, ws, seq, split, h0, group, &start, &end, &used)) return;
+  if (!CtaChunk<HD>(a, ws, seq, split, h0, group, &start, &end, &used)) {
+    if constexpr (kCluster) {  // the cluster's barriers count every CTA (FinishMmaCta's two)
+      ClusterSync();
+      ClusterSync();
+    }
+    return;
+  }
   const int num_tiles = (end - start + kTile - 1) / kTile;
   const int my_tiles = warp < num_tiles ? (num_tiles - warp + kWarps - 1) / kWarps : 0;
   const int32_t* table = a.block_tables + static_cast<int64_t>(seq) * a.block_table_stride;
@@ -353,7 +365,8 @@ __global__ void __launch_bounds__(kThreads, kFp8 ? 3 : 2) PagedDecodeMmaKernel(P
     so[(r + 8) * HD + d * 8 + col2 + 1] = o[d][3];
   }
   FinishMmaCta<HD>(a, ws, smem + L::kKV, kWarpStride, s_m, s_l, &s_ticket, seq, split, h0, group, used,
-                   scale, v_scale, my_tiles > 0, m0, m1, l0, l1, reinterpret_cast<float*>(smem + L::kKV));
+                   scale, v_scale, my_tiles > 0, m0, m1, l0, l1, reinterpret_cast<float*>(smem + L::kKV),
+                   kCluster ? reinterpret_cast<float*>(smem + L::kKV + L::kClusterPart) : nullptr);
 }
 
 template <int HD, int kStages, bool kRowLoads, bool kFp8 = false>
@@ -377,7 +390,132 @@ cudaError_t LaunchMma(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_
                                                  : LaunchMmaLoads<HD, kStages, true>(a, ws, stream);
 }
 
+#if !defined(TANDEM_CUDA_EMU)
+// The cluster launch: grid (splits, KV heads, sequences), clusters of (splits, 1, 1).
+template <int HD, int kStages>
+cudaLaunchConfig_t ClusterConfig(int splits, int kv_heads, int seqs, cudaStream_t stream,
+                                 cudaLaunchAttribute* attr) {
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(splits, kv_heads, seqs);
+  cfg.blockDim = dim3(kThreads);
+  cfg.dynamicSmemBytes = MmaSmem<HD, kStages>::kBytes;
+  cfg.stream = stream;
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = splits;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  return cfg;
+}
+
+template <int HD, int kStages>
+cudaError_t PrepareClusterKernel() {
+  auto* kernel = &PagedDecodeMmaKernel<HD, kStages, true, false, true>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(MmaSmem<HD, kStages>::kBytes));
+  if (err != cudaSuccess) return err;
+  return cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+}
+
+template <int HD, int kStages>
+cudaError_t LaunchCluster(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream) {
+  static const cudaError_t prepared = PrepareClusterKernel<HD, kStages>();
+  if (prepared != cudaSuccess) return prepared;
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = ClusterConfig<HD, kStages>(ws.splits, a.num_kv_heads, a.num_seqs, stream, attr);
+  return cudaLaunchKernelEx(&cfg, &PagedDecodeMmaKernel<HD, kStages, true, false, true>, a, ws);
+}
+
+// Clusters of `size` that the device runs at once (0 where none fits or the query fails).
+template <int HD, int kStages>
+int ActiveClusters(int size) {
+  if (PrepareClusterKernel<HD, kStages>() != cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  cudaLaunchAttribute attr[1];
+  const cudaLaunchConfig_t cfg = ClusterConfig<HD, kStages>(size, 64, 1, nullptr, attr);
+  int n = 0;
+  if (cudaOccupancyMaxActiveClusters(&n, &PagedDecodeMmaKernel<HD, kStages, true, false, true>, &cfg) !=
+      cudaSuccess) {
+    (void)cudaGetLastError();
+    return 0;
+  }
+  return n;
+}
+
+// TANDEM_DECODE_CLUSTER: 0, 8 or 16 (the cap), -1 unset (off).
+int EnvClusterCap() {
+  static const int cap = [] {
+    const char* v = std::getenv("TANDEM_DECODE_CLUSTER");
+    if (v == nullptr || *v == '\0') return -1;
+    const int n = std::atoi(v);
+    return n >= 16 ? 16 : n >= 8 ? 8 : 0;
+  }();
+  return cap;
+}
+
+template <int HD, int kStages>
+int ClusterMax() {
+  static const int max = [] {
+    int dev = 0, major = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    // Off unless asked for: not yet run on a GPU (see PagedDecodeClusterSplitsMax).
+    const int cap = EnvClusterCap();
+    if (major < 9 || cap <= 0) return 0;
+    // Two CTAs an SM (PagedDecodeMmaCtasPerSm at 3 stages): clusters of 16 where they fill at least
+    // half of the slots, else 8 where any run.
+    const int slots = 2 * sms;
+    if (cap != 8 && 16 * ActiveClusters<HD, kStages>(16) >= slots / 2) return 16;
+    return ActiveClusters<HD, kStages>(8) > 0 ? 8 : 0;
+  }();
+  return max;
+}
+#endif
+
 }  // namespace
+
+int MmaClusterSplitsMax(int head_dim, int stages) {
+#if defined(TANDEM_CUDA_EMU)
+  (void)head_dim;
+  (void)stages;
+  return 0;
+#else
+  switch (head_dim * 10 + stages) {
+    case 643: return ClusterMax<64, 3>();
+    case 642: return ClusterMax<64, 2>();
+    case 1283: return ClusterMax<128, 3>();
+    case 1282: return ClusterMax<128, 2>();
+    default: return 0;
+  }
+#endif
+}
+
+cudaError_t LaunchPagedDecodeMmaCluster(const PagedDecodeArgs& a, const Workspace& ws, int stages,
+                                        cudaStream_t stream) {
+#if defined(TANDEM_CUDA_EMU)
+  (void)a;
+  (void)ws;
+  (void)stages;
+  (void)stream;
+  return cudaErrorInvalidValue;
+#else
+  if (ws.splits < 2 || ws.splits > kPagedDecodeMaxClusterSplits) return cudaErrorInvalidValue;
+  switch (a.head_dim * 10 + stages) {
+    case 643: return LaunchCluster<64, 3>(a, ws, stream);
+    case 642: return LaunchCluster<64, 2>(a, ws, stream);
+    case 1283: return LaunchCluster<128, 3>(a, ws, stream);
+    case 1282: return LaunchCluster<128, 2>(a, ws, stream);
+    default: return cudaErrorInvalidValue;
+  }
+#endif
+}
 
 size_t MmaSmemBytes(int head_dim, int stages) {
   if (head_dim == 64) return stages == 3 ? MmaSmem<64, 3>::kBytes : MmaSmem<64, 2>::kBytes;

@@ -5,7 +5,8 @@
 // rows' exp sums (l0, l1), and wrote its unnormalized 16 x HD fp32 output, row-major, to its own
 // shared memory at warp_out + warp * warp_stride bytes. FinishMmaCta merges the warps with
 // log-sum-exp weights (as flash-decoding merges splits) and writes bf16 `out` (one split) or the
-// split result, after which the last CTA of a split group merges the splits (paged_decode_split.cuh).
+// split result, after which the last CTA of a split group merges the splits (paged_decode_split.cuh),
+// or, in a cluster launch, the cluster's CTAs merge them through distributed shared memory.
 #pragma once
 
 #include "kernels/cuda/mma_utils.cuh"
@@ -16,6 +17,67 @@ namespace decode {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
+// The cluster merge (DecodeKernel::kMma on sm_90 where 2 <= splits <= kPagedDecodeMaxClusterSplits:
+// the splits of a (sequence, KV head) are one thread-block cluster along x, cluster rank = split).
+// A CTA's split result sits in its own shared memory, `part`: [16][HD] normalized outputs (fp32,
+// V scale applied), then at kClusterMaxOffset * HD the 16 row maxima of the scaled scores and the
+// 16 exp sums (the units of MergeSplits). After a cluster barrier the CTA of rank r merges the r-th
+// of `used` slices of the group x HD outputs, reading every split's values through distributed
+// shared memory (log-sum-exp weights, as MergeSplits), and writes them as bf16: no workspace, no
+// fence, no ticket, no second pass over L2.
+constexpr int kClusterMaxOffset = 16;  // in rows of HD floats
+template <int HD>
+constexpr size_t ClusterPartBytes() {
+  return sizeof(float) * (kClusterMaxOffset * HD + 32);
+}
+
+template <int HD>
+__device__ void ClusterMergeSplits(const PagedDecodeArgs& a, int seq, int h0, int group, int used, int rank,
+                                   const float* part) {
+  constexpr int kVec = 4, kMax = kPagedDecodeMaxClusterSplits;
+  const int total = group * (HD / kVec);
+  const int per = (total + used - 1) / used;
+  const int lo = rank * per, hi = min(lo + per, total);
+  for (int i = lo + static_cast<int>(threadIdx.x); i < hi; i += kThreads) {
+    const int g = i / (HD / kVec), d = (i % (HD / kVec)) * kVec;
+    uint32_t base[kMax];
+    float m[kMax], l[kMax];
+#pragma unroll
+    for (int r = 0; r < kMax; ++r) {
+      if (r < used) {
+        base[r] = ClusterMapShared(part, static_cast<unsigned>(r));
+        m[r] = LdCluster(base[r] + sizeof(float) * (kClusterMaxOffset * HD + g));
+        l[r] = LdCluster(base[r] + sizeof(float) * (kClusterMaxOffset * HD + 16 + g));
+      }
+    }
+    float mx = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kMax; ++r) {
+      if (r < used) mx = fmaxf(mx, m[r]);
+    }
+    float total_w = 0.0f;
+    float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+    for (int r = 0; r < kMax; ++r) {
+      if (r < used) {
+        const float w = m[r] == -INFINITY ? 0.0f : l[r] * expf(m[r] - mx);
+        const float4 v = LdCluster4(base[r] + sizeof(float) * (g * HD + d));
+        total_w += w;
+        acc.x += w * v.x;
+        acc.y += w * v.y;
+        acc.z += w * v.z;
+        acc.w += w * v.w;
+      }
+    }
+    const float inv = 1.0f / total_w;
+    __nv_bfloat16* o = a.out + seq * a.out_stride + static_cast<int64_t>(h0 + g) * HD + d;
+    o[0] = __float2bfloat16_rn(acc.x * inv);
+    o[1] = __float2bfloat16_rn(acc.y * inv);
+    o[2] = __float2bfloat16_rn(acc.z * inv);
+    o[3] = __float2bfloat16_rn(acc.w * inv);
+  }
+}
+
 // Every thread of the CTA calls this. scale: the softmax scale (K's FP8 scale folded in);
 // v_scale multiplies the output (1 for bf16 KV). merge_scratch: 2 * 16 * kPagedDecodeMaxSplits
 // floats of shared memory no longer in use.
@@ -23,7 +85,8 @@ template <int HD>
 __device__ void FinishMmaCta(const PagedDecodeArgs& a, const Workspace& ws, const unsigned char* warp_out,
                              size_t warp_stride, float (*s_m)[16], float (*s_l)[16], unsigned* s_ticket,
                              int seq, int split, int h0, int group, int used, float scale, float v_scale,
-                             bool has_tiles, float m0, float m1, float l0, float l1, float* merge_scratch) {
+                             bool has_tiles, float m0, float m1, float l0, float l1, float* merge_scratch,
+                             float* cluster_part = nullptr) {
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   l0 += __shfl_xor_sync(kFullMask, l0, 1);
   l0 += __shfl_xor_sync(kFullMask, l0, 2);
@@ -54,7 +117,13 @@ __device__ void FinishMmaCta(const PagedDecodeArgs& a, const Workspace& ws, cons
     }
     acc = acc / sum * v_scale;
     const int h = h0 + g;
-    if (used == 1) {
+    if (cluster_part != nullptr && used > 1) {  // the cluster merge reads it from shared memory
+      cluster_part[g * HD + d] = acc;
+      if (d == 0) {
+        cluster_part[kClusterMaxOffset * HD + g] = mx * scale;
+        cluster_part[kClusterMaxOffset * HD + 16 + g] = sum;
+      }
+    } else if (used == 1) {
       a.out[seq * a.out_stride + static_cast<int64_t>(h) * HD + d] = __float2bfloat16_rn(acc);
     } else {
       // Split results in the SIMT kernel's units: the max of the scaled scores.
@@ -65,6 +134,12 @@ __device__ void FinishMmaCta(const PagedDecodeArgs& a, const Workspace& ws, cons
         ws.exp_sums[row] = sum;
       }
     }
+  }
+  if (cluster_part != nullptr) {
+    ClusterSync();  // every split result of the cluster is in its CTA's shared memory
+    if (used > 1) ClusterMergeSplits<HD>(a, seq, h0, group, used, split, cluster_part);
+    ClusterSync();  // no CTA leaves (its shared memory) while another may still read it
+    return;
   }
   if (used == 1 || !ws.merge_in_kernel) return;
   if (!LastToFinish(ws, seq, used, s_ticket)) return;

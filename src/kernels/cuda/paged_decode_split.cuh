@@ -166,6 +166,13 @@ __device__ inline bool LastToFinish(const Workspace& ws, int seq, int used, unsi
 size_t MmaSmemBytes(int head_dim, int stages);
 cudaError_t LaunchPagedDecodeMma(const PagedDecodeArgs& a, const Workspace& ws, int stages,
                                  cudaStream_t stream);
+// The same kernel merging its splits in a thread-block cluster of ws.splits CTAs (sm_90, bf16
+// pool, 2 <= ws.splits <= kPagedDecodeMaxClusterSplits; no workspace used), and the largest cluster
+// size it may launch with on the current device (MmaClusterSplitsMax: 16, 8 or 0, see
+// PagedDecodeClusterSplitsMax).
+cudaError_t LaunchPagedDecodeMmaCluster(const PagedDecodeArgs& a, const Workspace& ws, int stages,
+                                        cudaStream_t stream);
+int MmaClusterSplitsMax(int head_dim, int stages);
 // paged_decode_fp8.cu: the FP8 kernel with fragments straight from the codes (head_dim 64 or 128),
 // its ring: PagedDecodeFp8Ring (paged_attention.h).
 cudaError_t LaunchPagedDecodeFp8(const PagedDecodeArgs& a, const Workspace& ws, cudaStream_t stream);
