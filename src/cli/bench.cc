@@ -17,9 +17,11 @@
 #include "common/file_util.h"
 #include "loadgen/compare.h"
 #include "loadgen/openai_client.h"
+#include "loadgen/phases.h"
 #include "loadgen/report.h"
 #include "loadgen/runner.h"
 #include "loadgen/stats.h"
+#include "loadgen/timeline.h"
 #include "loadgen/workload.h"
 #include "tokenizer/tokenizer.h"
 
@@ -47,6 +49,10 @@ struct BenchOptions {
   std::string output_json, output_csv, output_svg;
   bool no_progress = false, no_ignore_eos = false;
   std::string compare_a, compare_b;
+  std::string phases;                 // loadgen/phases.h
+  std::string scrape_url, scrape_keys = "tandem_planner_desired_replicas{role=prefill}|"
+                                        "tandem_planner_desired_replicas{role=decode}";
+  double scrape_interval_s = 1;
 };
 
 int Fail(const std::string& message, int code = 1) {
@@ -127,9 +133,24 @@ int RunBench(const BenchOptions& o) {
   base.seed = o.seed;
   base.time_scale = o.time_scale;
   base.progress = !o.no_progress && isatty(STDERR_FILENO) && std::getenv("CI") == nullptr;
+  base.scrape_url = o.scrape_url;
+  base.scrape_interval_s = o.scrape_interval_s;
   if (!o.concurrency.empty() && !o.request_rate.empty())
     return Fail("give --concurrency or --request-rate, not both", 2);
-  if (!o.request_rate.empty()) {
+  std::vector<bench::PhaseSpec> phases;
+  if (!o.phases.empty()) {
+    auto parsed = bench::ParsePhases(o.phases);
+    if (!parsed.ok()) return Fail(parsed.status().message(), 2);
+    phases = std::move(*parsed);
+    if (!o.concurrency.empty() || !o.request_rate.empty() || o.dataset != "synthetic" || o.warmup > 0 ||
+        o.num_requests > 0 || o.duration_s > 0 || o.num_turns > 1 || o.num_prefixes > 0)
+      return Fail("--phases sets lengths, rates and durations itself: no --concurrency, --request-rate, "
+                  "--num-requests, --duration, --warmup, --num-turns, --num-prefixes or dataset", 2);
+    RunConfig c = base;
+    c.mode = RunConfig::Mode::kTrace;
+    c.min_duration_s = phases.back().start_s + phases.back().duration_s;
+    configs.push_back(c);
+  } else if (!o.request_rate.empty()) {
     std::vector<double> rates;
     if (!ParseList(o.request_rate, &rates)) return Fail("--request-rate: expected R[,R...] > 0", 2);
     for (double r : rates) {
@@ -177,14 +198,28 @@ int RunBench(const BenchOptions& o) {
   std::vector<bench::RunResult> runs;
   std::vector<bench::RunSummary> summaries;
   for (const RunConfig& config : configs) {
-    auto workload = bench::MakeWorkload(w, *tokenizer, *vocab);
+    auto workload = phases.empty() ? bench::MakeWorkload(w, *tokenizer, *vocab)
+                                   : Result<std::unique_ptr<bench::Workload>>(
+                                         bench::MakePhasedWorkload(phases, *vocab, o.seed));
     if (!workload.ok()) return Fail(workload.status().ToString(), 2);
     auto run = bench::RunBenchmark(client, **workload, config);
     if (!run.ok()) return Fail(run.status().ToString(), 2);
     summaries.push_back(bench::Summarize(*run, slo));
+    if (!phases.empty()) summaries.back().label = "phases";
     runs.push_back(std::move(*run));
   }
   std::fputs(bench::FormatTable(summaries).c_str(), stdout);
+  std::vector<std::string> keys;
+  std::vector<bench::PhaseSummary> phase_summaries;
+  if (!phases.empty()) {
+    std::stringstream ss(o.scrape_keys);
+    for (std::string k; std::getline(ss, k, '|');)
+      if (!k.empty()) keys.push_back(k);
+    phase_summaries = bench::SummarizePhases(runs[0], phases, slo, keys);
+    std::fputs(("\n" + bench::FormatPhaseTable(phase_summaries, keys)).c_str(), stdout);
+    if (!o.scrape_url.empty())
+      std::printf("scrapes: %zu read, %d failed\n", runs[0].scrapes.size(), runs[0].scrape_errors);
+  }
   int rc = 0;
   for (const bench::RunSummary& s : summaries)
     if (s.num_requests > 0 && s.num_ok == 0) rc = Fail("every request of " + s.label + " failed");
@@ -206,9 +241,16 @@ int RunBench(const BenchOptions& o) {
                         {"timeout_s", o.timeout_s},
                         {"seed", o.seed},
                         {"ignore_eos", client.ignore_eos},
-                        {"slo", slo.ToString()}};
+                        {"slo", slo.ToString()},
+                        {"phases", bench::PhasesToString(phases)},
+                        {"scrape_url", o.scrape_url}};
   if (!o.output_json.empty()) {
     auto j = bench::ReportToJson(config, runs, summaries);
+    if (!phases.empty()) {
+      j["phases"] = bench::PhaseSummariesToJson(phase_summaries);
+      j["start_unix_s"] = runs[0].start_unix_s;
+      j["scrapes"] = bench::ScrapesToJson(runs[0].scrapes);
+    }
     if (Status st = bench::WriteTextFile(o.output_json, j.dump(2) + "\n"); !st.ok())
       rc = Fail(st.ToString());
   }
@@ -219,6 +261,10 @@ int RunBench(const BenchOptions& o) {
   if (!o.output_svg.empty()) {
     auto files = bench::WriteSvgCharts(o.output_svg, runs, summaries);
     if (!files.ok()) rc = Fail(files.status().ToString());
+    if (!phases.empty()) {
+      auto more = bench::WriteTimelineCharts(o.output_svg, runs[0], phases, slo, keys);
+      if (!more.ok()) rc = Fail(more.status().ToString());
+    }
   }
   return rc;
 }
@@ -268,6 +314,16 @@ Runner RegisterBench(CLI::App& app) {
   app.add_option("--output-json", o->output_json, "Report with every request");
   app.add_option("--output-csv", o->output_csv, "One row per run");
   app.add_option("--output-svg", o->output_svg, "Folder for SVG charts");
+  app.add_option("--phases", o->phases,
+                 "Phased open-loop load, one run: NAME:input=LEN,output=LEN,rate=R,duration=S;NAME:... "
+                 "(LEN as --input-len; a table per phase, TTFT/ITL over time as SVG)");
+  app.add_option("--scrape-metrics", o->scrape_url,
+                 "Prometheus endpoint read while the run lasts (e.g. the planner's http://127.0.0.1:9400/metrics)");
+  app.add_option("--scrape-interval", o->scrape_interval_s, "Seconds between scrapes")
+      ->check(CLI::Range(0.05, 3600.0));
+  app.add_option("--scrape-keys", o->scrape_keys,
+                 "Scraped series in the phase table and replica chart, '|'-separated, as "
+                 "name{label=value} (default: the planner's desired prefill and decode replicas)");
   app.add_flag("--no-progress", o->no_progress, "No progress line (also off when not a TTY or CI is set)");
   app.add_flag("--no-ignore-eos", o->no_ignore_eos, "Do not send ignore_eos (servers that reject it)");
   app.require_subcommand(0, 1);

@@ -149,6 +149,7 @@ asio::awaitable<RequestRecord> SendTurn(HttpConnection& connection, const Client
   RequestRecord record;
   record.item_id = item.id;
   record.turn = turn;
+  record.phase = item.phase;
   record.expected_input_tokens = item.system_tokens;
   for (int t = 0; t <= turn; ++t) record.expected_input_tokens += item.turns[t].input_tokens;
   record.expected_output_tokens = item.turns[turn].output_tokens;

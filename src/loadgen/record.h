@@ -21,6 +21,7 @@ const char* ErrorKindName(ErrorKind kind);  // "none", "http", "connection", "ti
 struct RequestRecord {
   uint64_t item_id = 0;  // the workload item (a conversation); turns share it
   int turn = 0;
+  int phase = -1;        // the item's phase (--phases), else -1
   double start_s = 0;    // send time, from the start of the run
   double ttft_s = -1;    // first non-empty content chunk; -1 when none came
   double e2e_s = 0;      // last byte of the response

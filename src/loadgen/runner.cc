@@ -17,6 +17,8 @@
 #include <boost/asio/use_awaitable.hpp>
 #include <fmt/format.h>
 
+#include "planner/prom_text.h"
+
 namespace tandem::bench {
 
 namespace asio = boost::asio;
@@ -31,6 +33,27 @@ std::vector<double> PoissonArrivals(double rate, int n, uint64_t seed) {
     t.push_back(now);
   }
   return t;
+}
+
+Result<std::map<std::string, double>> ScrapeValues(const std::string& text, const std::string& prefix) {
+  auto samples = planner::ParsePromText(text);
+  if (!samples.ok()) return samples.status();
+  std::map<std::string, double> out;
+  for (const planner::PromSample& s : *samples) {
+    if (s.name.compare(0, prefix.size(), prefix) != 0) continue;
+    std::string key = s.name;
+    if (!s.labels.empty()) {
+      key += "{";
+      bool first = true;
+      for (const auto& [k, v] : s.labels) {
+        key += fmt::format("{}{}={}", first ? "" : ",", k, v);
+        first = false;
+      }
+      key += "}";
+    }
+    out[key] = s.value;
+  }
+  return out;
 }
 
 namespace {
@@ -95,6 +118,35 @@ struct Phase {
     std::fflush(stderr);
   }
 
+  // Reads config.scrape_url every interval until the phase is done (runner.h: Scrape).
+  asio::awaitable<void> Scrape(const RunConfig& config, std::vector<ScrapeSample>* out, int* errors) {
+    auto endpoint = ParseUrl(config.scrape_url);
+    if (!endpoint.ok()) co_return;
+    HttpConnection conn(io.get_executor(), *endpoint);
+    asio::steady_timer timer(io);
+    const auto interval = std::chrono::duration_cast<Clock::duration>(
+        std::chrono::duration<double>(std::max(0.05, config.scrape_interval_s)));
+    auto next = start;
+    while (!AllDone()) {
+      std::string body;
+      const auto sent = Clock::now();
+      HttpResult r = co_await conn.Request("GET", "", "", {}, sent + std::chrono::seconds(2),
+                                           [&body](std::string_view bytes, Clock::time_point) {
+                                             body.append(bytes);
+                                             return true;
+                                           });
+      auto values = r.error == ErrorKind::kNone ? ScrapeValues(body, config.scrape_prefix)
+                                                : Result<std::map<std::string, double>>(
+                                                      Status(StatusCode::kFailedPrecondition, r.message));
+      if (values.ok()) out->push_back(ScrapeSample{Seconds(sent - start), std::move(*values)});
+      else ++*errors;
+      next += interval;
+      if (next < Clock::now()) next = Clock::now();
+      timer.expires_at(next);
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+  }
+
   asio::awaitable<void> Progress() {
     asio::steady_timer timer(io);
     while (!AllDone()) {
@@ -142,7 +194,7 @@ asio::awaitable<void> Dispatcher(Phase& p, const RunConfig& config) {
     if (config.mode == RunConfig::Mode::kRate) {
       next_s += gap(rng);
     } else {
-      if (!first_timestamp) first_timestamp = item->timestamp_s;
+      if (!first_timestamp) first_timestamp = p.workload.timestamps_from_zero() ? 0.0 : item->timestamp_s;
       next_s = (item->timestamp_s - *first_timestamp) * config.time_scale;
     }
     if (p.duration_s > 0 && next_s >= p.duration_s) break;
@@ -152,11 +204,23 @@ asio::awaitable<void> Dispatcher(Phase& p, const RunConfig& config) {
     ++p.in_flight_items;
     asio::co_spawn(p.io, OpenLoopItem(p, std::move(*item)), Rethrow);
   }
+  if (config.min_duration_s > 0) {  // e.g. a quiet last phase: the clock (and scraping) runs on
+    timer.expires_at(p.start + std::chrono::duration_cast<Clock::duration>(
+                                   std::chrono::duration<double>(config.min_duration_s)));
+    co_await timer.async_wait(asio::use_awaitable);
+  }
   p.dispatch_done = true;
 }
 
-void RunPhase(Phase& p, const RunConfig& config, bool closed_loop, int clients) {
+void RunPhase(Phase& p, const RunConfig& config, bool closed_loop, int clients,
+              RunResult* scrape_into = nullptr) {
   p.start = Clock::now();
+  if (scrape_into) {
+    scrape_into->start_unix_s =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    if (!config.scrape_url.empty())
+      asio::co_spawn(p.io, p.Scrape(config, &scrape_into->scrapes, &scrape_into->scrape_errors), Rethrow);
+  }
   if (closed_loop) {
     p.in_flight_items = clients;
     for (int i = 0; i < clients; ++i) asio::co_spawn(p.io, ClosedLoopClient(p), Rethrow);
@@ -179,6 +243,9 @@ Result<RunResult> RunBenchmark(const ClientOptions& client, Workload& workload,
     return Err(StatusCode::kInvalidArgument, "trace replay needs a workload with timestamps");
   if (config.mode == RunConfig::Mode::kRate && !(config.request_rate > 0))
     return Err(StatusCode::kInvalidArgument, "--request-rate must be positive");
+  if (!config.scrape_url.empty()) {
+    if (auto ep = ParseUrl(config.scrape_url); !ep.ok()) return ep.status();
+  }
   RunResult result;
   result.config = config;
   switch (config.mode) {
@@ -195,7 +262,7 @@ Result<RunResult> RunBenchmark(const ClientOptions& client, Workload& workload,
     }
     Phase p{io, client, workload, config.num_requests, config.duration_s, true, result.label,
             config.progress};
-    RunPhase(p, config, !open_loop, config.concurrency);
+    RunPhase(p, config, !open_loop, config.concurrency, &result);
     // First send to last completion (not to the progress line's last tick).
     result.duration_s = 0;
     for (const RequestRecord& r : p.records)

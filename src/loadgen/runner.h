@@ -11,9 +11,16 @@
 // start; requests in flight are waited for (each within the client's timeout). `warmup` requests go
 // first (closed loop, same concurrency; 1 client in the open-loop modes) and are not recorded.
 // Everything runs on one thread (Asio coroutines); the run's clock starts after the warm-up.
+//
+// Scrape (optional, `scrape_url`): while the measured part runs, a Prometheus text endpoint (e.g.
+// the SLA planner's /metrics) is read every `scrape_interval_s` seconds, from the run's start until
+// its last request ends; the samples whose names start with `scrape_prefix` are kept as
+// ScrapeSamples (e.g. tandem_planner_current_replicas per role: the replica timeline). A failed
+// scrape is skipped (counted in RunResult::scrape_errors).
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -35,6 +42,17 @@ struct RunConfig {
   int warmup = 0;
   uint64_t seed = 0;
   bool progress = false;       // a carriage-return progress line on stderr
+  double min_duration_s = 0;   // open loop: no new request after it, but the run lasts this long
+  std::string scrape_url;      // "http://host:port/metrics"; empty: no scraping
+  double scrape_interval_s = 1;
+  std::string scrape_prefix = "tandem_planner_";
+};
+
+// One reading of the scraped endpoint: t_s seconds from the run's start; values keyed
+// "name{label=value,...}" (labels in name order, no quotes; "name" alone without labels).
+struct ScrapeSample {
+  double t_s = 0;
+  std::map<std::string, double> values;
 };
 
 struct RunResult {
@@ -42,7 +60,14 @@ struct RunResult {
   std::string label;                    // "c=4", "rate=2", "trace"
   double duration_s = 0;                // first send to last completion
   std::vector<RequestRecord> records;   // in completion order
+  double start_unix_s = 0;              // wall clock (Unix seconds) at the run's start
+  std::vector<ScrapeSample> scrapes;    // in time order
+  int scrape_errors = 0;
 };
+
+// Parses Prometheus text into a ScrapeSample's values (those whose names start with `prefix`).
+// InvalidArgument for text that is not the exposition format.
+Result<std::map<std::string, double>> ScrapeValues(const std::string& text, const std::string& prefix);
 
 // InvalidArgument when nothing bounds the run (a synthetic workload without --num-requests or
 // --duration). Request failures are records, not errors.

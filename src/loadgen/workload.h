@@ -65,7 +65,8 @@ struct WorkItem {
   std::string system;     // shared prefix / system prompt ("" when none)
   int system_tokens = 0;
   std::vector<Turn> turns;
-  double timestamp_s = -1;  // trace arrival time (mooncake), else -1
+  double timestamp_s = -1;  // trace arrival time (mooncake, phases), else -1
+  int phase = -1;           // index of its phase (--phases, loadgen/phases.h), else -1
 };
 
 class Workload {
@@ -74,6 +75,8 @@ class Workload {
   // The next item; nullopt when a finite workload is used up.
   virtual std::optional<WorkItem> Next() = 0;
   virtual bool has_timestamps() const { return false; }
+  // Timestamps are seconds from the run's start (true) or from the first item's (false: a trace).
+  virtual bool timestamps_from_zero() const { return false; }
 };
 
 struct WorkloadOptions {
