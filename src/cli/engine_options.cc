@@ -52,6 +52,7 @@ EngineConfig EngineOptions::ToEngineConfig() const {
   config.quantization = quantization;
   config.kv_cache_dtype = kv_cache_dtype;
   config.cpu_threads = threads;
+  config.async_scheduling = async_scheduling;
   // FP8 weights make other KV than the checkpoint's own: a disk tier must not mix them.
   if (config.kv_offload_disk_bytes > 0) {
     config.kv_offload_model_id = ModelIdentity(ModelDir()) + (quantization.empty() ? "" : " quantization:" + quantization) +
@@ -113,6 +114,9 @@ void AddEngineOptions(CLI::App& app, EngineOptions* opt) {
       });
   app.add_option("--max-num-seqs", opt->max_num_seqs, "Running requests at most")
       ->check(CLI::Range(1, 1 << 30));
+  app.add_flag("--async-scheduling", opt->async_scheduling,
+               "Overlap the engine's CPU work (scheduling the next step, detokenization, stop "
+               "strings) with the running forward pass; the same tokens as without");
   app.add_option("--max-waiting-requests", opt->max_waiting_requests,
                  "Waiting requests at most; beyond it requests get 503")
       ->check(CLI::Range(1, 1 << 30));

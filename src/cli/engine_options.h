@@ -22,6 +22,7 @@ struct EngineOptions {
   std::string served_model_name;  // empty: the model directory's name
   std::string device = "cpu";     // cpu | cuda | cuda:N
   int max_num_seqs = 64;
+  bool async_scheduling = false;  // --async-scheduling (EngineConfig::async_scheduling)
   int max_waiting_requests = 256;
   int max_num_batched_tokens = 2048;
   int block_size = 16;

@@ -63,6 +63,13 @@ struct EngineConfig {
   // --threads: the CPU runner's threads (0: common/cpu_cores.h UsableCores(), the affinity mask
   // capped by the cgroup CPU quota). The CUDA runner ignores it.
   int cpu_threads = 0;
+  // --async-scheduling (vLLM's name; issue 23): the overlapped loop of engine_overlap.cc. While
+  // step N runs on a forward thread, Step() schedules and prepares step N+1 from the predicted
+  // state (each request of N one token further), then detokenizes N's tokens and checks stop
+  // strings; a request a stop string ends computes one wasted row of N+1. The same tokens as the
+  // synchronous loop. Steps run synchronously while a KV offload tier, a step timeline or a
+  // request with layer-wise KV callbacks is present.
+  bool async_scheduling = false;
 };
 
 inline constexpr size_t kDefaultHostKVCacheBytes = 256u << 20;

@@ -12,6 +12,7 @@
 
 #include "common/logging.h"
 #include "engine/engine.h"
+#include "engine/forward_worker.h"
 #include "engine/grammar_state.h"
 #include "engine/kv_cache_manager.h"
 #include "engine/kv_offload_setup.h"
@@ -131,6 +132,7 @@ class EngineImpl final : public Engine {
     r.prefill_worker_id = options.prefill_worker_id;
     r.arrival = options.arrival;
     entry->on_layer_kv_ready = options.on_layer_kv_ready;
+    entry->serial = ++next_serial_;
     // Seeded: its own stream, whatever else runs. Unseeded: a seed from the engine's generator.
     r.generator.seed(params.seed ? *params.seed : global_generator_());
     if (tokenizer_) entry->text = std::make_unique<TextStream>(tokenizer_, params);
@@ -150,6 +152,7 @@ class EngineImpl final : public Engine {
     auto it = requests_.find(request_id);
     if (it == requests_.end()) return;
     Entry& e = *it->second;
+    DropPendingToken(e.request);
     scheduler_.FinishRequest(&e.request);
     RequestOutput out = BaseOutput(e);
     out.finished = true;
@@ -158,177 +161,42 @@ class EngineImpl final : public Engine {
     requests_.erase(it);
   }
 
-  std::vector<RequestOutput> Step() override {
-    struct PublishOnReturn {  // KV events of this step, whichever way it returns
-      EngineImpl* self;
-      ~PublishOnReturn() { self->PublishKvEvents(); }
-    } publish_kv_events{this};
-    std::vector<RequestOutput> outputs = std::move(pending_);
-    pending_.clear();
-    // What arrived between steps (a remote prefill's first token, aborts) goes out now rather than
-    // after the next forward pass: a disaggregated request's TTFT must not include a decode step.
-    if (!outputs.empty()) return outputs;
-
-    PhaseClock clock(timeline_);
-    if (offloader_) offloader_->Poll();  // blocks the disk tier brought up count from this lookup on
-    SchedulerOutput sched = scheduler_.Schedule();
-    // Blocks this scheduling evicted are saved, and tier hits copied in, before any forward pass.
-    if (offloader_) {
-      if (Status st = offloader_->BeforeForward(kv_.TakeEvicted(), kv_.TakeOnboard()); !st.ok()) {
-        // Onboarded blocks may hold stale bytes: fail what this step scheduled and drop every
-        // cached hash that is free (those requests' blocks included, once freed).
-        log::error("kv offload failed: {}", st.ToString());
-        FailScheduled(sched, st, &outputs);
-        kv_.ResetPrefixCache();
-        return outputs;
-      }
-    }
-    for (Request* r : sched.remote_prefills) {
-      RemotePrefillTask task;
-      task.request_id = r->request_id;
-      task.prompt_token_ids.assign(r->token_ids.begin(), r->token_ids.end());
-      task.params = r->params;
-      task.block_ids = kv_.GetBlockIds(r->request_id);
-      task.num_cached_tokens = r->num_computed_tokens;
-      task.prefill_worker_id = r->prefill_worker_id;
-      task.arrival = r->arrival;
-      remote_tasks_.push_back(std::move(task));
-    }
-    for (Request* r : sched.unfittable) {
-      // Its tokens need more KV blocks than the pool has: the effective context limit.
-      log::warn("request {}: {} tokens need more than the {} KV blocks of the pool; stopping",
-                r->request_id, r->num_tokens(), kv_.num_blocks());
-      outputs.push_back(Finish(r->request_id, FinishReason::kLength));
-    }
-    if (sched.scheduled.empty()) {
-      if (outputs.empty() && offloader_) offloader_->WaitForFetch(2);  // disk reads: no spinning
-      return outputs;
-    }
-    clock.Lap("schedule");
-
-    // Run the model. Greedy rows without penalties are picked by the runner (kPick: on a GPU the
-    // logits stay there). On a runner that samples on its device every other row is a kPick too,
-    // with a PickSpec: the engine keeps the randomness (the row's one uniform u drawn here, as
-    // SampleToken would) and sends penalized rows' prompt + output ids as unique ids with output
-    // counts (O(prompt + output) per row and step). On a host runner they come back as logits
-    // for the host sampler (the same tokens: both follow SampleTokenWithUniform).
-    ForwardBatch batch;
-    batch.seqs.reserve(sched.scheduled.size());
-    size_t num_rows = 0, num_samples = 0;
-    const bool device_sampling = runner_->SamplesOnDevice();
-    std::vector<PickSpec> pick_specs(sched.scheduled.size());  // sized once: slices point into it
-    std::vector<std::vector<cpu::PenaltyEntry>> penalty_ids(sched.scheduled.size());
-    std::vector<size_t> masked;  // the structured rows picked by the runner
-    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-      const ScheduledRequest& s = sched.scheduled[i];
-      SequenceSlice slice;
-      slice.token_ids =
-          std::span<const int32_t>(s.request->token_ids).subspan(s.start_pos, s.num_new_tokens);
-      slice.start_pos = s.start_pos;
-      slice.block_table = kv_.GetBlockIds(s.request->request_id);
-      slice.logits = SequenceSlice::Logits::kNone;
-      const SamplingParams& sp = s.request->params;
-      // A structured output's row: on a device-sampling runner a kPick whose PickSpec carries the
-      // grammar's token bitmask (PickSpec::allowed), unless it wants log-probabilities (those
-      // rows, and every row of a host runner, are masked on the host: GrammarState::ApplyMask).
-      const bool structured = Structured(sp);
-      if (s.samples && (device_sampling || PickedByRunner(sp)) && (!structured || sp.logprobs < 0)) {
-        slice.logits = SequenceSlice::Logits::kPick;
-        // ComputeLogprobs clamps the count to the vocabulary; Execute refuses more.
-        slice.num_logprobs = std::min(sp.logprobs, model_config().vocab_size);
-        ++num_samples;
-        if (!PickedByRunner(sp)) {
-          PickSpec& pick = pick_specs[i];
-          pick.sample = ToSampleSpec(sp);
-          pick.repetition_penalty = sp.repetition_penalty;
-          pick.frequency_penalty = sp.frequency_penalty;
-          pick.presence_penalty = sp.presence_penalty;
-          if (sp.temperature > 0.0f) pick.u = UniformDouble(s.request->generator);
-          if (pick.has_penalties()) {
-            penalty_ids[i] = cpu::MakePenaltyEntries(s.request->prompt_token_ids(),
-                                                     s.request->output_token_ids(),
-                                                     model_config().vocab_size);
-            pick.penalties = penalty_ids[i];
-          }
-          if (structured) masked.push_back(i);  // its mask: prepare_picks, below
-          slice.pick = &pick;
-        }
-      } else if (s.samples) {
-        slice.logits = SequenceSlice::Logits::kLast;
-        ++num_rows;
-      }
-      batch.seqs.push_back(slice);
-    }
-    // Layer-wise KV readiness for the requests whose prompt completes in this step.
-    std::vector<std::pair<const Entry*, std::span<const int>>> layer_watchers;
-    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-      const ScheduledRequest& s = sched.scheduled[i];
-      if (s.start_pos + s.num_new_tokens != s.request->num_prompt_tokens) continue;
-      const Entry& e = *requests_.at(s.request->request_id);
-      if (e.on_layer_kv_ready) layer_watchers.emplace_back(&e, batch.seqs[i].block_table);
-    }
-    if (!layer_watchers.empty()) {
-      batch.on_layer_kv_written = [&layer_watchers](const LayerKVReady& ready) {
-        for (const auto& [e, blocks] : layer_watchers) {
-          e->on_layer_kv_ready(LayerKVReady{ready.layer, ready.is_ready, blocks});
-        }
-      };
-    }
-    // The structured rows' token bitmasks are computed while the forward pass runs on the device
-    // (the runner calls this once that is enqueued; about 0.9 ms for 64 rows on the H200 host).
-    bool masks_ready = masked.empty();
-    if (!masked.empty()) {
-      batch.prepare_picks = [&] {
-        if (masks_ready) return;
-        for (size_t i : masked) {
-          pick_specs[i].allowed = requests_.at(sched.scheduled[i].request->request_id)->grammar->Mask();
-        }
-        masks_ready = true;
-      };
-    }
-    clock.Lap("batch");
-    Status st = runner_->Execute(batch, &forward_);
-    clock.Lap("execute");
-    if (st.ok() && !masks_ready) {  // never sample a structured row unconstrained
-      st = Err(StatusCode::kInternal, "the model runner did not call ForwardBatch::prepare_picks");
-    }
-    const size_t vocab = static_cast<size_t>(model_config().vocab_size);
-    if (st.ok() && (forward_.logits.size() != num_rows * vocab ||
-                    forward_.samples.size() != num_samples)) {
-      st = Err(StatusCode::kInternal,
-               "the model runner returned {} logits and {} greedy picks, expected {} x {} and {}",
-               forward_.logits.size(), forward_.samples.size(), num_rows, vocab, num_samples);
-    }
-    if (!st.ok()) {
-      log::error("forward pass failed: {}", st.ToString());
-      FailScheduled(sched, st, &outputs);
-      return outputs;
-    }
-    scheduler_.OnStepComputed(sched);
-
-    // Sample and post-process.
-    size_t row = 0, sample = 0;
-    for (size_t i = 0; i < sched.scheduled.size(); ++i) {
-      const SequenceSlice::Logits kind = batch.seqs[i].logits;
-      if (kind == SequenceSlice::Logits::kNone) continue;
-      Entry& e = *requests_.at(sched.scheduled[i].request->request_id);
-      if (kind == SequenceSlice::Logits::kPick) {
-        ArgmaxSample& pick = forward_.samples[sample++];
-        std::optional<TokenLogprob> logprob;
-        if (e.request.params.logprobs >= 0) {
-          logprob = TokenLogprob{pick.token_id, pick.logprob, std::move(pick.top)};
-        }
-        outputs.push_back(ProcessToken(e, pick.token_id, std::move(logprob)));
-      } else {
-        std::span<float> logits(forward_.logits.data() + row * vocab, vocab);
-        ++row;
-        outputs.push_back(SampleAndProcess(e, logits));
-      }
-    }
-    clock.Lap("post");
-    if (timeline_) ++timeline_->steps;
-    return outputs;
+  ~EngineImpl() override {
+    if (inflight_) worker_.Wait();  // the forward pass reads what inflight_ owns
   }
+
+  std::vector<RequestOutput> Step() override {
+    return config_.async_scheduling ? StepOverlapped() : StepSync();
+  }
+
+  // The synchronous step: schedule -> run the model -> sample -> post-process.
+  std::vector<RequestOutput> StepSync();
+
+  // What a scheduling admitted besides the batch: remote prefills become tasks, requests the pool
+  // cannot hold end with "length".
+  void TakeAdmitted(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs);
+
+  // One step's forward batch and what its slices point into.
+  struct StepBatch {
+    ForwardBatch batch;
+    std::vector<PickSpec> picks;  // [scheduled]
+    std::vector<std::vector<cpu::PenaltyEntry>> penalties;  // [scheduled]
+    std::vector<size_t> masked;  // the structured rows picked by the runner (PickSpec::allowed)
+    std::vector<std::vector<int32_t>> tokens, tables;  // own copies (BuildBatch's `own`)
+    std::vector<std::vector<uint32_t>> masks;          // own copies of the masked rows' bitmasks
+    size_t num_rows = 0, num_samples = 0;              // kLast rows, kPick rows
+  };
+
+  // The forward batch of `sched`. Greedy rows without penalties are picked by the runner (kPick:
+  // on a GPU the logits stay there). On a runner that samples on its device every other row is a
+  // kPick too, with a PickSpec: the engine keeps the randomness (the row's one uniform u drawn
+  // here, as SampleToken would) and sends penalized rows' prompt + output ids as unique ids with
+  // output counts (O(prompt + output) per row and step). On a host runner they come back as
+  // logits for the host sampler (the same tokens: both follow SampleTokenWithUniform). `own`: the
+  // slices' token ids and block tables are copies held in *b (the overlapped loop changes both
+  // while the forward pass runs); else they point into the requests and the KV cache manager.
+  // Masked rows' PickSpec::allowed is left to the caller.
+  void BuildBatch(const SchedulerOutput& sched, bool own, StepBatch* b);
 
   void SetStepTimeline(StepTimeline* timeline) override {
     timeline_ = timeline;
@@ -336,7 +204,7 @@ class EngineImpl final : public Engine {
   }
 
   bool HasUnfinishedRequests() const override {
-    return scheduler_.has_schedulable() || !pending_.empty();
+    return scheduler_.has_schedulable() || !pending_.empty() || inflight_ != nullptr;
   }
 
   std::vector<RemotePrefillTask> TakeRemotePrefillTasks() override {
@@ -417,6 +285,7 @@ class EngineImpl final : public Engine {
     std::unique_ptr<TextStream> text;  // null without a tokenizer
     std::unique_ptr<GrammarState> grammar;  // a structured output's (sampling_params.h)
     std::function<void(const LayerKVReady&)> on_layer_kv_ready;  // RequestOptions
+    uint64_t serial = 0;  // unique per engine: tells a reused request id apart
   };
 
   RequestOutput BaseOutput(const Entry& e) const {
@@ -428,10 +297,17 @@ class EngineImpl final : public Engine {
     return out;
   }
 
+  // The overlapped loop's pending token (kPendingToken) of a request that ends while the step
+  // that samples it runs: not an output.
+  static void DropPendingToken(Request& r) {
+    if (!r.token_ids.empty() && r.token_ids.back() == kPendingTokenId) r.token_ids.pop_back();
+  }
+
   // Ends a request: frees its blocks, flushes its text, forgets it.
   RequestOutput Finish(const std::string& request_id, FinishReason reason) {
     auto it = requests_.find(request_id);
     Entry& e = *it->second;
+    DropPendingToken(e.request);
     const bool hold = e.request.hold_blocks && reason != FinishReason::kError &&
                       reason != FinishReason::kAbort;
     RequestOutput out = BaseOutput(e);
@@ -448,13 +324,21 @@ class EngineImpl final : public Engine {
   }
 
   RequestOutput SampleAndProcess(Entry& e, std::span<float> logits) {
+    auto [token, logprob] = SampleHostRow(e, logits, e.request.output_token_ids());
+    return ProcessToken(e, token, std::move(logprob));
+  }
+
+  // A row sampled on the host: penalties over the request's prompt and `output_ids` (its output
+  // before this token), the grammar's mask, the token, and its log-probabilities (the model's own).
+  std::pair<int32_t, std::optional<TokenLogprob>> SampleHostRow(Entry& e, std::span<float> logits,
+                                                                std::span<const int32_t> output_ids) {
     Request& r = e.request;
     const SamplingParams& p = r.params;
     const bool penalties = p.repetition_penalty != 1.0f || p.frequency_penalty != 0.0f ||
                            p.presence_penalty != 0.0f;
     std::vector<float> raw;  // logprobs come from the model's own distribution
     if (p.logprobs >= 0 && (penalties || e.grammar)) raw.assign(logits.begin(), logits.end());
-    if (penalties) ApplyPenalties(logits, r.prompt_token_ids(), r.output_token_ids(), p);
+    if (penalties) ApplyPenalties(logits, r.prompt_token_ids(), output_ids, p);
     if (e.grammar) e.grammar->ApplyMask(logits);
     const int32_t token = SampleToken(logits, p, r.generator);
     std::optional<TokenLogprob> logprob;
@@ -463,14 +347,33 @@ class EngineImpl final : public Engine {
           raw.empty() ? std::span<const float>(logits) : std::span<const float>(raw);
       logprob = ComputeLogprobs(model_logits, token, p.logprobs);
     }
-    return ProcessToken(e, token, std::move(logprob));
+    return {token, std::move(logprob)};
   }
 
   // Appends a sampled token and runs the stop checks; finishes the request when one holds.
   RequestOutput ProcessToken(Entry& e, int32_t token, std::optional<TokenLogprob> logprob) {
+    e.request.token_ids.push_back(token);
+    return *ProcessAppended(e, std::move(logprob), nullptr);
+  }
+
+  // What the overlapped loop finishes after it launched the next step: a token's text and stop
+  // strings (FinishText).
+  struct DeferredText {
+    std::string request_id;
+    uint64_t serial = 0;
+    int32_t token = 0;
+    RequestOutput out;
+  };
+
+  // The output of the request's newest token (token_ids.back()) and the stop checks; finishes the
+  // request when one holds. `defer` (the overlapped loop): when neither EOS, a stop id, the
+  // grammar nor the length ends the request, its detokenization and stop strings are left to
+  // FinishText: nullopt, *defer filled.
+  std::optional<RequestOutput> ProcessAppended(Entry& e, std::optional<TokenLogprob> logprob,
+                                               DeferredText* defer) {
     Request& r = e.request;
     const SamplingParams& p = r.params;
-    r.token_ids.push_back(token);
+    const int32_t token = r.token_ids.back();
     RequestOutput out = BaseOutput(e);
     out.new_token_ids.push_back(token);
     if (logprob && p.logprobs >= 0) out.new_logprobs.push_back(std::move(*logprob));
@@ -488,6 +391,14 @@ class EngineImpl final : public Engine {
       }
       grammar_done = e.grammar->IsComplete();
     }
+    const bool length = r.num_output_tokens() >= p.max_tokens || r.num_tokens() >= config_.max_model_len;
+    if (defer != nullptr && !is_eos && !is_stop_token && !grammar_done && !length) {
+      defer->request_id = r.request_id;
+      defer->serial = e.serial;
+      defer->token = token;
+      defer->out = std::move(out);
+      return std::nullopt;
+    }
     if (is_eos || is_stop_token) {
       reason = FinishReason::kStop;  // the stop token's text is not part of the output text
     } else if (e.text) {
@@ -496,10 +407,7 @@ class EngineImpl final : public Engine {
       if (t.stopped) reason = FinishReason::kStop;
     }
     if (reason == FinishReason::kNone && grammar_done) reason = FinishReason::kStop;
-    if (reason == FinishReason::kNone &&
-        (r.num_output_tokens() >= p.max_tokens || r.num_tokens() >= config_.max_model_len)) {
-      reason = FinishReason::kLength;
-    }
+    if (reason == FinishReason::kNone && length) reason = FinishReason::kLength;
     if (reason == FinishReason::kNone) return out;
 
     const bool stopped_by_string =
@@ -536,6 +444,33 @@ class EngineImpl final : public Engine {
   std::shared_ptr<KvEventSink> kv_event_sink_;  // SetKvEventSink
   StepTimeline* timeline_ = nullptr;             // SetStepTimeline
   std::unique_ptr<kvtier::KvOffloader> offloader_;  // EngineConfig::kv_offload_host_bytes
+  uint64_t next_serial_ = 0;                        // Entry::serial
+
+  // ---- The overlapped loop (EngineConfig::async_scheduling; engine_overlap.cc) ----
+  // The token a request holds at the end of token_ids while the step that samples it runs (the
+  // predicted state the next step is scheduled from, request.h); Collect puts the sampled one in
+  // its place.
+  static constexpr int32_t kPendingToken = kPendingTokenId;
+  struct InFlightRow {
+    std::string request_id;
+    uint64_t serial = 0;
+    SequenceSlice::Logits kind = SequenceSlice::Logits::kNone;
+    int pending_index = -1;  // where its kPendingToken sits in token_ids, -1: none
+  };
+  struct InFlight {  // the step on the forward thread and everything its batch points into
+    StepBatch sb;
+    std::vector<InFlightRow> rows;  // [scheduled]
+    ForwardOutput out;
+    Status status;
+  };
+  std::vector<RequestOutput> StepOverlapped();
+  bool OverlapPossible() const;
+  Entry* FindEntry(const std::string& request_id, uint64_t serial);
+  bool Collect(std::vector<RequestOutput>* outputs, std::vector<DeferredText>* deferred);
+  void Launch(SchedulerOutput sched, std::vector<RequestOutput>* outputs);
+  RequestOutput FinishText(Entry& e, DeferredText d);
+  ForwardWorker worker_;
+  std::unique_ptr<InFlight> inflight_;
 };
 
 

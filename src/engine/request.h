@@ -16,9 +16,14 @@ namespace tandem {
 // them (disaggregated decode); never scheduled for compute, never preempted.
 enum class RequestStatus { kWaiting, kRunning, kPreempted, kRemotePrefill, kFinished };
 
+// The overlapped engine loop (EngineConfig::async_scheduling) appends this id to a request's
+// token_ids while the step that samples its next token runs, so that the next step can be
+// scheduled from that predicted state; the sampled token replaces it before any step computes it.
+inline constexpr int32_t kPendingTokenId = -1;
+
 struct Request {
   std::string request_id;
-  std::vector<int32_t> token_ids;  // the prompt, then the generated tokens
+  std::vector<int32_t> token_ids;  // the prompt, then the generated tokens (last: maybe kPendingTokenId)
   int num_prompt_tokens = 0;
   SamplingParams params;
 
@@ -44,6 +49,11 @@ struct Request {
   }
   std::span<const int32_t> output_token_ids() const {
     return std::span<const int32_t>(token_ids).subspan(num_prompt_tokens);
+  }
+  // token_ids without a trailing kPendingTokenId: the tokens whose ids are known.
+  std::span<const int32_t> known_token_ids() const {
+    std::span<const int32_t> ids(token_ids);
+    return !ids.empty() && ids.back() == kPendingTokenId ? ids.first(ids.size() - 1) : ids;
   }
 };
 

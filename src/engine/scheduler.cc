@@ -38,7 +38,8 @@ SchedulerOutput Scheduler::Schedule() {
   SchedulerOutput out;
   int budget = config_.max_num_batched_tokens;
   auto update_hashes = [&](Request* r) {
-    if (kv_->prefix_caching()) ExtendBlockHashes(r->token_ids, kv_->block_size(), &r->block_hashes);
+    // Full blocks of known tokens only (a pending token's block is hashed once it is sampled).
+    if (kv_->prefix_caching()) ExtendBlockHashes(r->known_token_ids(), kv_->block_size(), &r->block_hashes);
   };
 
   // 1. Running requests.
