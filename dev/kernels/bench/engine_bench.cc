@@ -21,6 +21,10 @@
 // --quantization fp8: the checkpoint's linear projections quantized to FP8 per channel at load
 // (or an FP8 checkpoint as stored), the CUDA runner's FP8 path (kernels/cuda/fp8_linear.h).
 // --kv-cache-dtype fp8: an FP8 E4M3 KV cache (half of bf16's bytes; kernels/cuda/paged_attention.h).
+// --async-scheduling: the overlapped engine loop (EngineConfig::async_scheduling): a decode Step()
+// then returns one step's tokens while the next step runs, so the sum of the Step() times is still
+// the wall time of the steps; --timeline attaches a step timeline, under which steps run
+// synchronously (the timeline lines are then the synchronous loop's).
 // --timeline N: for each prefill, one more untimed prefill with its kernel groups timed; for each
 // decode batch, the timed steps' host phases, then N more steps with
 // per-kernel-group device time launched eagerly and N from graphs with event nodes between the
@@ -92,6 +96,7 @@ struct Args {
   bool cpu = false;
   std::string quantization;  // --quantization (model/quantization.h): "" or "fp8"
   std::string kv_cache_dtype = "auto";  // --kv-cache-dtype: "auto" or "fp8"
+  bool async_scheduling = false;        // --async-scheduling: the overlapped engine loop
 };
 
 // DESIGN.md section 5: the H200's measured device-to-device copy and bf16 GEMM ceilings.
@@ -398,6 +403,7 @@ int Run(const Args& a) {
   cfg.max_num_batched_tokens = budget;
   cfg.max_model_len = 0;  // the model's
   cfg.enable_prefix_caching = true;
+  cfg.async_scheduling = a.async_scheduling;
   const size_t kv_bytes = (*runner_or)->KVBlockBytes(kBlockSize) * static_cast<size_t>(cfg.num_kv_blocks);
   auto engine_or = Engine::Create(std::move(*runner_or), nullptr, cfg);
   if (!engine_or.ok()) {
@@ -417,7 +423,8 @@ int Run(const Args& a) {
   std::ostringstream json;
   json << "{\"tool\": \"cuda_engine_bench\", \"backend\": \"" << (a.cpu ? "cpu" : "cuda")
        << "\", \"cuda_graphs_env\": \"" << (graphs ? graphs : "") << "\", \"quantization\": \""
-       << a.quantization << "\", \"kv_cache_dtype\": \"" << a.kv_cache_dtype << "\", \"load_s\": " << load_s
+       << a.quantization << "\", \"kv_cache_dtype\": \"" << a.kv_cache_dtype
+       << "\", \"async_scheduling\": " << (a.async_scheduling ? "true" : "false") << ", \"load_s\": " << load_s
        << ", \"num_kv_blocks\": " << cfg.num_kv_blocks << ", \"budget\": " << budget
        << ", \"results\": [\n";
   Bench bench(engine, mc, a.timeline);
@@ -445,7 +452,7 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: %s MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32] [--warmup 2] "
       "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N] [--json FILE] [--cpu] "
-      "[--quantization fp8] [--kv-cache-dtype fp8]\n";
+      "[--quantization fp8] [--kv-cache-dtype fp8] [--async-scheduling]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -467,6 +474,7 @@ int main(int argc, char** argv) {
     else if (arg == "--cpu") a.cpu = true;
     else if (arg == "--quantization") a.quantization = value();
     else if (arg == "--kv-cache-dtype") a.kv_cache_dtype = value();
+    else if (arg == "--async-scheduling") a.async_scheduling = true;
     else if (!arg.empty() && arg[0] != '-' && a.model_dir.empty()) a.model_dir = arg;
     else {
       std::fprintf(stderr, usage, argv[0]);
