@@ -13,7 +13,13 @@ void FailAt(int line, const std::string& message) {
   throw TemplateError(message + " at line " + std::to_string(line), false, true);
 }
 
-Evaluator::Evaluator(std::shared_ptr<Frame> root) { frames_.push_back(std::move(root)); }
+static_assert(ChatTemplateLimits{}.max_output_bytes == kMaxTemplateOutputBytes);
+static_assert(ChatTemplateLimits{}.max_steps == kMaxTemplateSteps);
+
+Evaluator::Evaluator(std::shared_ptr<Frame> root)
+    : max_output_bytes_(Limits().max_output_bytes), max_steps_(Limits().max_steps) {
+  frames_.push_back(std::move(root));
+}
 
 void Evaluator::Render(const Body& body, std::string& out) { Exec(body, out); }
 
@@ -28,9 +34,9 @@ Value Evaluator::Lookup(const std::string& name) const {
 void Evaluator::Assign(const std::string& name, Value v) { (*frames_.back())[name] = std::move(v); }
 
 void Evaluator::Step(int line) {
-  if (++steps_ > kMaxTemplateSteps) {
-    FailAt(line, "the rendering takes more than " + std::to_string(kMaxTemplateSteps >> 20) +
-                     "M steps (statements and loop iterations)");
+  if (++steps_ > max_steps_) {
+    FailAt(line, "the rendering takes more than " + CountText(static_cast<uint64_t>(max_steps_)) +
+                     " steps (statements and loop iterations)");
   }
 }
 
@@ -60,9 +66,9 @@ void Unpack(const std::vector<std::string>& targets, const Value& v, Frame& fram
 
 void Evaluator::Emit(std::string& out, std::string_view text, int line) {
   emitted_ += text.size();
-  if (emitted_ > kMaxTemplateOutputBytes) {
-    FailAt(line, "the rendering exceeds " + std::to_string(kMaxTemplateOutputBytes >> 20) +
-                     " MiB of output (nested output counted at each level)");
+  if (emitted_ > max_output_bytes_) {
+    FailAt(line, "the rendering exceeds " + BytesText(max_output_bytes_) +
+                     " of output (nested output counted at each level)");
   }
   out += text;
 }

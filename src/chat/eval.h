@@ -41,15 +41,18 @@ inline constexpr int kMaxTemplateCallDepth = 256;
 // Text one render may emit, counted at every level (a macro's output, then again where its caller
 // writes it): beyond is a TemplateError. Macros whose output doubles with each nesting level grow
 // without bound within the call depth (found by fuzzing: 20 s for one 3.7 KB template).
+// The default of ChatTemplateLimits::max_output_bytes.
 inline constexpr size_t kMaxTemplateOutputBytes = size_t{16} << 20;
 // Statements executed plus loop iterations in one render: beyond is a TemplateError. Templates are
 // programs (loops over range() nest); a chat template of a real model takes a few thousand steps
 // for a long conversation. Bounds a render's time whatever the template does.
+// The default of ChatTemplateLimits::max_steps.
 inline constexpr int64_t kMaxTemplateSteps = int64_t{2} << 20;
 
 class Evaluator {
  public:
-  // `root` holds the globals and the render context; top-level {% set %} writes into it.
+  // `root` holds the globals and the render context; top-level {% set %} writes into it. The
+  // output and step budgets are those of Limits() when constructed.
   explicit Evaluator(std::shared_ptr<Frame> root);
 
   void Render(const Body& body, std::string& out);
@@ -72,8 +75,10 @@ class Evaluator {
   void EvalArgs(const Expr& e, size_t first, CallArgs& args);
 
   std::vector<std::shared_ptr<Frame>> frames_;
-  size_t emitted_ = 0;  // Emit's count, for kMaxTemplateOutputBytes
-  int64_t steps_ = 0;   // for kMaxTemplateSteps
+  size_t emitted_ = 0;  // Emit's count, for max_output_bytes (kMaxTemplateOutputBytes)
+  int64_t steps_ = 0;   // for max_steps (kMaxTemplateSteps)
+  size_t max_output_bytes_;
+  int64_t max_steps_;
   void Step(int line);  // one more step, within the budget
 };
 

@@ -322,7 +322,7 @@ const std::unordered_map<std::string, FilterFn>& Filters() {
                                      PyStr(a.GetOr(1, "new", Value::Str(""))),
                                      a.GetOr(2, "count", Value::Int(-1)).is_integral()
                                          ? a.GetOr(2, "count", Value::Int(-1)).as_int() : -1,
-                                     kMaxTemplateStringBytes));
+                                     Limits().max_string_bytes));
        }},
       {"selectattr", [](Evaluator&, const Value& v, CallArgs& a) { return SelectReject(v, a, true, true); }},
       {"rejectattr", [](Evaluator&, const Value& v, CallArgs& a) { return SelectReject(v, a, true, false); }},

@@ -71,8 +71,8 @@ Value StringMethod(const Value& self, const std::string& name, CallArgs& a) {
   if (name == "lstrip") return Value::Str(PyStrip(s, OptStr(a, 0, "chars"), true, false));
   if (name == "rstrip") return Value::Str(PyStrip(s, OptStr(a, 0, "chars"), false, true));
   if (name == "replace")
-    return Value::Str(PyReplace(s, ReqStr(a, 0, "old"), ReqStr(a, 1, "new"), OptInt(a, 2, "count", -1),
-                                kMaxTemplateStringBytes));
+    return Value::Str(PyReplace(s, ReqStr(a, 0, "old"), ReqStr(a, 1, "new"),
+                                OptInt(a, 2, "count", -1), Limits().max_string_bytes));
   if (name == "lower") return Value::Str(PyLower(s));
   if (name == "upper") return Value::Str(PyUpper(s));
   if (name == "title") return Value::Str(PyTitle(s));
@@ -170,10 +170,10 @@ ValueList Iterate(const Value& v) {
       return keys;
     }
     case Value::Type::kString: {
-      // A value per character: a long string (up to kMaxTemplateStringBytes) would be millions.
-      if (v.str().size() > kMaxIteratedStringBytes) {
-        throw TemplateError("iterating over a string of more than " + std::to_string(kMaxIteratedStringBytes >> 20) +
-                            " MiB, a value per character");
+      // A value per character: a long string (up to max_string_bytes) would be millions.
+      if (v.str().size() > Limits().max_iterated_items) {
+        throw TemplateError("iterating over a string of more than " +
+                            BytesText(Limits().max_iterated_items) + ", a value per character");
       }
       ValueList chars;
       for (char32_t c : Utf8Decode(v.str())) {

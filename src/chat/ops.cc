@@ -18,13 +18,14 @@ namespace {
 Value Repeat(const Value& seq, int64_t n) {
   const size_t unit = seq.is_string() ? seq.str().size() : seq.list->size();
   if (n > 0 && unit > 0) {
-    // Strings: up to kMaxTemplateStringBytes bytes; lists: up to kMaxIteratedStringBytes items.
-    if (seq.is_string() && static_cast<uint64_t>(n) > kMaxTemplateStringBytes / unit) {
-      CheckStringSize(kMaxTemplateStringBytes + 1, "'*'");
+    // Strings: up to Limits().max_string_bytes bytes; lists: up to max_iterated_items items.
+    const ChatTemplateLimits& limits = Limits();
+    if (seq.is_string() && static_cast<uint64_t>(n) > limits.max_string_bytes / unit) {
+      CheckStringSize(limits.max_string_bytes + 1, "'*'");
     }
-    if (!seq.is_string() && static_cast<uint64_t>(n) > kMaxIteratedStringBytes / unit) {
-      throw TemplateError("'*' would make a list of more than " + std::to_string(kMaxIteratedStringBytes >> 20) +
-                          "M items");
+    if (!seq.is_string() && static_cast<uint64_t>(n) > limits.max_iterated_items / unit) {
+      throw TemplateError("'*' would make a list of more than " +
+                          CountText(limits.max_iterated_items) + " items");
     }
   }
   if (seq.is_string()) {

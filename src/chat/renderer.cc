@@ -28,9 +28,11 @@ Result<ChatTemplate> ChatTemplate::Parse(const std::string& source) {
   }
 }
 
-Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context) const {
+Result<std::string> ChatTemplate::Render(const nlohmann::ordered_json& context,
+                                         const ChatTemplateLimits& limits) const {
   if (!impl_) return Status(StatusCode::kFailedPrecondition, "chat template not parsed");
   if (!context.is_object()) return Status(StatusCode::kInvalidArgument, "chat template context must be an object");
+  chat::ScopedLimits scoped(limits);
   try {
     auto root = std::make_shared<chat::Frame>();
     chat::AddGlobals(*root);

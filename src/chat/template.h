@@ -20,6 +20,8 @@
 // for `tojson` output (e.g. tool definitions in the system prompt).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -32,6 +34,22 @@
 
 namespace tandem {
 
+// Bounds on one render: past any of them the render is an InvalidArgument naming the bound (a
+// template is a program from the request or the model directory; jinja2 would run it until memory
+// or time ran out). The defaults are the production limits; every render that passes no limits
+// uses them. Smaller ones make each render of a hostile template cheaper with the same errors
+// (the chat_template fuzzer renders with 1/16 of them: under ASan a 16 MiB string costs seconds).
+struct ChatTemplateLimits {
+  // The largest string value, or text being built for one (chat/value.h kMaxTemplateStringBytes).
+  size_t max_string_bytes = size_t{16} << 20;
+  // Text one render may emit, counted at every level (chat/eval.h kMaxTemplateOutputBytes).
+  size_t max_output_bytes = size_t{16} << 20;
+  // Characters of a string iterated, items of a list built by `*` (kMaxIteratedStringBytes).
+  size_t max_iterated_items = size_t{1} << 20;
+  // Statements executed plus loop iterations (chat/eval.h kMaxTemplateSteps).
+  int64_t max_steps = int64_t{2} << 20;
+};
+
 class ChatTemplate {
  public:
   // Parses a template. InvalidArgument naming the construct and line (e.g. "unsupported tag
@@ -40,8 +58,10 @@ class ChatTemplate {
 
   // Renders with `context` as the template's variables (e.g. messages, tools,
   // add_generation_prompt, enable_thinking, bos_token, eos_token). Errors: InvalidArgument with
-  // the line for a runtime error, and the message of raise_exception().
-  Result<std::string> Render(const nlohmann::ordered_json& context) const;
+  // the line for a runtime error, and the message of raise_exception(). `limits`: see
+  // ChatTemplateLimits (the production limits unless given).
+  Result<std::string> Render(const nlohmann::ordered_json& context,
+                             const ChatTemplateLimits& limits = {}) const;
 
   struct Impl;
 

@@ -36,10 +36,40 @@ Value Value::Float(double x) {
   v.f = x;
   return v;
 }
+static_assert(ChatTemplateLimits{}.max_string_bytes == kMaxTemplateStringBytes);
+static_assert(ChatTemplateLimits{}.max_iterated_items == kMaxIteratedStringBytes);
+
+namespace {
+const ChatTemplateLimits kDefaultLimits;
+thread_local const ChatTemplateLimits* t_limits = nullptr;
+}  // namespace
+
+const ChatTemplateLimits& Limits() {
+  return t_limits ? *t_limits : kDefaultLimits;
+}
+
+ScopedLimits::ScopedLimits(const ChatTemplateLimits& limits) : previous_(t_limits) {
+  t_limits = &limits;
+}
+ScopedLimits::~ScopedLimits() {
+  t_limits = previous_;
+}
+
+std::string BytesText(size_t bytes) {
+  if (bytes != 0 && bytes % (size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes != 0 && bytes % 1024 == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " bytes";
+}
+
+std::string CountText(uint64_t n) {
+  if (n != 0 && n % (uint64_t{1} << 20) == 0) return std::to_string(n >> 20) + "M";
+  return std::to_string(n);
+}
+
 void CheckStringSize(size_t bytes, const char* what) {
-  if (bytes > kMaxTemplateStringBytes) {
+  if (bytes > Limits().max_string_bytes) {
     throw TemplateError(std::string(what) + " would make a string of more than " +
-                        std::to_string(kMaxTemplateStringBytes >> 20) + " MiB");
+                        BytesText(Limits().max_string_bytes));
   }
 }
 

@@ -13,6 +13,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/template.h"
+
 namespace tandem::chat {
 
 // A render/parse error inside the module; ChatTemplate turns it into InvalidArgument.
@@ -29,11 +31,34 @@ struct TemplateError : std::runtime_error {
 // TemplateError. Without it a template multiplies its strings without bound: chained `join`s
 // (each inserts its separator between every character), `'x' * n`, `s ~ s` in a loop (found by
 // fuzzing: a 592-byte template spent 12 s under ASan building joins of joins). Same size as the
-// output budget (eval.h kMaxTemplateOutputBytes).
+// output budget (eval.h kMaxTemplateOutputBytes). ChatTemplateLimits::max_string_bytes' default.
 inline constexpr size_t kMaxTemplateStringBytes = size_t{16} << 20;
-// Iterate() over a string makes a value per character: only strings up to this size.
+// Iterate() over a string makes a value per character: only strings up to this size; `*` builds
+// lists of up to this many items. The default of ChatTemplateLimits::max_iterated_items.
 inline constexpr size_t kMaxIteratedStringBytes = size_t{1} << 20;
-// Throws the TemplateError when `bytes` exceeds kMaxTemplateStringBytes; `what` names the operation.
+
+// The limits of the render running on this thread: those ChatTemplate::Render was given, for its
+// duration (a ScopedLimits); ChatTemplateLimits{} (the constants above, eval.h's) outside a render.
+// A thread-local because values are built and checked in places that have no Evaluator
+// (Value::Str, repr, tojson, methods).
+const ChatTemplateLimits& Limits();
+class ScopedLimits {
+ public:
+  explicit ScopedLimits(const ChatTemplateLimits& limits);
+  ~ScopedLimits();
+  ScopedLimits(const ScopedLimits&) = delete;
+  ScopedLimits& operator=(const ScopedLimits&) = delete;
+
+ private:
+  const ChatTemplateLimits* previous_;
+};
+// A size for error messages: "16 MiB", "64 KiB", else "1000 bytes".
+std::string BytesText(size_t bytes);
+// A count for error messages: "2M" for a multiple of 2^20, else the number.
+std::string CountText(uint64_t n);
+
+// Throws the TemplateError when `bytes` exceeds Limits().max_string_bytes; `what` names the
+// operation.
 void CheckStringSize(size_t bytes, const char* what);
 
 

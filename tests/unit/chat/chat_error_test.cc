@@ -19,10 +19,11 @@ Status ParseError(const std::string& src) {
   return t.status();
 }
 
-Status RenderError(const std::string& src, const ojson& ctx = ojson::object()) {
+Status RenderError(const std::string& src, const ojson& ctx = ojson::object(),
+                   const ChatTemplateLimits& limits = {}) {
   auto t = ChatTemplate::Parse(src);
   if (!t.ok()) return t.status();
-  auto r = t->Render(ctx);
+  auto r = t->Render(ctx, limits);
   if (r.ok()) return Status();
   return r.status();
 }
@@ -141,6 +142,70 @@ TEST(ChatErrorTest, StringsBeyondTheCapAreErrors) {
   auto ok = t->Render(ojson::object());
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(*ok, "8388608 8388609");
+}
+
+// Smaller limits (the chat_template fuzzer renders with 1/16 of the defaults) stop a render with the
+// same errors, naming the smaller bound; the defaults are the limits above. (Strings at 2 MiB here,
+// not 1 MiB, so that a string can pass the small iteration limit and not the default one.)
+TEST(ChatErrorTest, SmallerLimitsGiveTheSameErrors) {
+  ChatTemplateLimits small;
+  small.max_string_bytes = size_t{2} << 20;
+  small.max_output_bytes = size_t{1} << 20;
+  small.max_iterated_items = size_t{1} << 16;
+  small.max_steps = int64_t{1} << 17;
+  const ChatTemplateLimits defaults;
+  EXPECT_EQ(defaults.max_string_bytes, size_t{16} << 20);
+  EXPECT_EQ(defaults.max_output_bytes, size_t{16} << 20);
+  EXPECT_EQ(defaults.max_iterated_items, size_t{1} << 20);
+  EXPECT_EQ(defaults.max_steps, int64_t{2} << 20);
+  const auto replaced = [](std::string s, const std::string& from, const std::string& to) {
+    const size_t at = s.find(from);
+    if (at != std::string::npos) s.replace(at, from.size(), to);
+    return s;
+  };
+  const std::string kib(1024, 'x');
+  struct Case {
+    std::string beyond_both;   // fails with either
+    std::string between;       // renders with the defaults, fails with `small`
+    const char* default_text;  // the bound as the default error names it
+    const char* small_text;    // ... and as the small one does
+  };
+  const Case cases[] = {
+      {"{{ 'x' * 100000000000 }}", "{{ ('x' * 3000000) | length }}", "16 MiB", "2 MiB"},
+      {"{% set ns = namespace(s='ab') %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
+       "{{ ('ab' * 1100000 ~ 'c') | length }}", "16 MiB", "2 MiB"},
+      {"{{ ([['y' * 500000]] * 40) | tojson | length }}", "{{ ([['y' * 500000]] * 5) | tojson | length }}", "16 MiB",
+       "2 MiB"},
+      {"{%- macro f(n) -%}{%- if n > 0 -%}{{ f(n - 1) }}{{ f(n - 1) }}{%- else -%}" + kib +
+           "{%- endif -%}{%- endmacro -%}{{ f(30) }}",
+       "{% for i in range(2048) %}" + kib + "{% endfor %}", "16 MiB", "1 MiB"},
+      {"{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
+       "{% for a in range(400) %}{% for b in range(400) %}{% endfor %}{% endfor %}", "2M steps", "131072 steps"},
+      {"{% for c in 'x' * 2000000 %}{% endfor %}", "{% for c in 'x' * 100000 %}{% endfor %}", "1 MiB", "64 KiB"},
+      {"{{ (['x'] * 100000000000) | length }}", "{{ (['a'] * 100000) | length }}", "1M items", "65536 items"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.beyond_both);
+    const Status with_defaults = RenderError(c.beyond_both);
+    ASSERT_EQ(with_defaults.code(), StatusCode::kInvalidArgument);
+    ASSERT_NE(with_defaults.message().find(c.default_text), std::string::npos) << with_defaults.message();
+    const Status with_small = RenderError(c.beyond_both, ojson::object(), small);
+    EXPECT_EQ(with_small.code(), StatusCode::kInvalidArgument);
+    EXPECT_EQ(with_small.message(), replaced(with_defaults.message(), c.default_text, c.small_text));
+    SCOPED_TRACE(c.between);
+    EXPECT_TRUE(RenderError(c.between).ok()) << RenderError(c.between).ToString();
+    const Status between_small = RenderError(c.between, ojson::object(), small);
+    EXPECT_EQ(between_small.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(between_small.message().find(c.small_text), std::string::npos)
+        << between_small.message();
+  }
+  // The limits last for their render only: the defaults again after a failed one on this thread.
+  EXPECT_FALSE(RenderError("{{ ('x' * 3000000) | length }}", ojson::object(), small).ok());
+  auto t = ChatTemplate::Parse("{{ ('x' * 3000000) | length }}");
+  ASSERT_TRUE(t.ok());
+  auto r = t->Render(ojson::object());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "3000000");
 }
 
 TEST(ChatErrorTest, UndefinedErrorsNameTheVariable) {
