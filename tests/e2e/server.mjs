@@ -48,8 +48,11 @@ export function freePort() {
 // decode worker), waits until GET /health is 200 (at most 60 s) and registers an after() hook
 // that stops it. Returns {url, baseURL, port, proc, log(),
 // stop()}. Retries with another port when the port was taken in between (at most 3 times).
+// TANDEM_E2E_RUN_ARGS (space-separated) is added to every server's flags: ctest runs some files
+// a second time with it (e.g. --async-scheduling, the overlapped engine loop).
 export async function startServer({ args = [], env = {}, mode = "agg" } = {}) {
   if (!existsSync(BINARY)) throw new Error(`TANDEM_BINARY ${BINARY} does not exist`);
+  args = [...args, ...(process.env.TANDEM_E2E_RUN_ARGS ?? "").split(" ").filter(Boolean)];
   let lastError;
   for (let attempt = 0; attempt < 3; ++attempt) {
     const port = await freePort();
@@ -230,8 +233,18 @@ export function parseMetrics(text) {
   return m;
 }
 
+// GET /metrics. Retried once when the pooled keep-alive socket turns out closed ("other side
+// closed"): a test that blocked node's event loop for longer than the server's keep-alive timeout
+// (5 s; e.g. loading the JS tokenizer on a loaded machine) finds the server's FIN only then.
 export async function metrics(server) {
-  const r = await fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(10_000) });
+  const get = () => fetch(`${server.url}/metrics`, { signal: AbortSignal.timeout(10_000) });
+  let r;
+  try {
+    r = await get();
+  } catch (e) {
+    if (e?.cause?.code !== "UND_ERR_SOCKET") throw e;
+    r = await get();
+  }
   return parseMetrics(await r.text());
 }
 
