@@ -102,10 +102,20 @@ void Matcher::Step(const State& from, uint8_t byte, State* to) {
   to->context_end = false;
   ++pass_;
   for (int32_t f : from.tops) {
-    const Frame frame = frames_[f];
-    for (const ByteEdge& e : automaton_->node(frame.node).bytes) {
+    const std::vector<ByteEdge>& edges = automaton_->node(frames_[f].node).bytes;
+    int32_t base = frames_[f].succ;
+    if (base < 0) {
+      base = static_cast<int32_t>(succ_.size());
+      frames_[f].succ = base;
+      succ_.resize(succ_.size() + edges.size(), -1);
+    }
+    for (size_t k = 0; k < edges.size(); ++k) {
+      const ByteEdge& e = edges[k];
       if (e.lo > byte) break;  // sorted by lo
-      if (byte <= e.hi) Close(Intern(e.target, frame.parent), to);
+      if (byte > e.hi) continue;
+      const size_t at = static_cast<size_t>(base) + k;
+      if (succ_[at] < 0) succ_[at] = Intern(e.target, frames_[f].parent);
+      Close(succ_[at], to);
     }
   }
   std::sort(to->tops.begin(), to->tops.end());
@@ -124,25 +134,27 @@ int64_t Matcher::MinBytesToComplete(const State& state) const {
 }
 
 bool Matcher::Advance(std::string_view bytes, State* out) {
-  *out = state_;
-  State next;
-  for (unsigned char c : bytes) {
-    Step(*out, c, &next);
-    if (next.tops.empty() && !next.accepting) return false;
-    std::swap(*out, next);
+  if (bytes.empty()) {
+    *out = state_;
+    return true;
+  }
+  // The first byte from state_ itself; then between *out and a scratch state (no allocation once
+  // their vectors have grown).
+  Step(state_, static_cast<uint8_t>(bytes[0]), out);
+  if (out->tops.empty() && !out->accepting) return false;
+  for (size_t k = 1; k < bytes.size(); ++k) {
+    Step(*out, static_cast<uint8_t>(bytes[k]), &advance_scratch_);
+    if (advance_scratch_.tops.empty() && !advance_scratch_.accepting) return false;
+    std::swap(*out, advance_scratch_);
   }
   return true;
 }
 
-bool Matcher::CanAccept(std::string_view bytes) {
-  State scratch;
-  return Advance(bytes, &scratch);
-}
+bool Matcher::CanAccept(std::string_view bytes) { return Advance(bytes, &accept_scratch_); }
 
 bool Matcher::Accept(std::string_view bytes) {
-  State next;
-  if (!Advance(bytes, &next)) return false;
-  state_ = std::move(next);
+  if (!Advance(bytes, &accept_scratch_)) return false;
+  std::swap(state_, accept_scratch_);
   return true;
 }
 

@@ -76,6 +76,9 @@ class Matcher {
   struct Frame {
     int32_t node;
     int32_t parent;  // the caller's frame (its node: where to go on), -1 for the root
+    // Where succ_ holds the frame each byte edge of `node` leads to (over `parent`), -1 until the
+    // frame is first stepped from.
+    int32_t succ = -1;
   };
   int32_t Intern(int32_t node, int32_t parent);
   // The state after `bytes` from the current one into *out; false when one of them cannot follow.
@@ -86,6 +89,10 @@ class Matcher {
   std::shared_ptr<const Automaton> automaton_;
   std::vector<Frame> frames_;
   std::unordered_map<uint64_t, int32_t> index_;
+  // Per stepped frame, one entry per byte edge of its node: the target's frame, -1 until the edge
+  // is first taken. Step looks frames up here instead of interning them again: a state can hold
+  // hundreds of frames (a regex of many `.` and `.*`), each byte crossing thousands of edges.
+  std::vector<int32_t> succ_;
   std::vector<int32_t> work_;
   std::vector<uint32_t> mark_;  // per frame: the Close() pass that added it
   uint32_t pass_ = 0;
@@ -96,6 +103,7 @@ class Matcher {
   std::vector<uint8_t> flags_;  // [num_states]
   std::unordered_map<uint64_t, std::vector<int32_t>> table_index_;  // state hash -> ids
   State step_scratch_;
+  State advance_scratch_, accept_scratch_;  // Advance/Accept/CanAccept reuse these, not allocate
 };
 
 }  // namespace tandem::grammar
