@@ -26,6 +26,7 @@ Result<FrontendReading> ReadFrontend(const std::vector<PromSample>& samples, dou
   r.cache_queries = SumSamples(samples, "tandem_prefix_cache_queries_total");
   r.cache_hits = SumSamples(samples, "tandem_prefix_cache_hits_total");
   r.backlog_tokens = SumSamples(samples, "tandem_prompt_tokens_before_first_token");
+  r.in_flight = SumSamples(samples, "tandem_num_requests_running") + SumSamples(samples, "tandem_num_requests_waiting");
   return r;
 }
 
@@ -37,6 +38,7 @@ LoadSample MeterInterval(const FrontendReading& prev, const FrontendReading& now
   s.valid = true;
   s.request_rate = Delta(prev.requests, now.requests) / dt;
   s.queued_prefill_tokens = now.backlog_tokens > 0 ? now.backlog_tokens : 0;
+  s.requests_in_flight = now.in_flight > 0 ? now.in_flight : 0;
   const double finished = Delta(prev.finished, now.finished);
   if (finished > 0) {
     s.mean_prompt_tokens = Delta(prev.prompt_tokens, now.prompt_tokens) / finished;

@@ -7,6 +7,8 @@
 //                         n > 1 the tokens of every choice count, so the means are per request)
 //   prefix_hit_rate       delta tandem_prefix_cache_hits_total / delta tandem_prefix_cache_queries_total
 //   queued_prefill_tokens tandem_prompt_tokens_before_first_token now (the prefill backlog)
+//   requests_in_flight    tandem_num_requests_running + tandem_num_requests_waiting now (0 when
+//                         the frontend has no engine gauges)
 // A counter that went down (the frontend restarted) counts from zero, as Prometheus' rate() does.
 // An interval in which no request finished keeps the previous sample's means and hit rate.
 #pragma once
@@ -27,6 +29,7 @@ struct FrontendReading {
   double generation_tokens = 0;  // tandem_generation_tokens_total
   double cache_queries = 0, cache_hits = 0;
   double backlog_tokens = 0;     // tandem_prompt_tokens_before_first_token
+  double in_flight = 0;          // tandem_num_requests_running + tandem_num_requests_waiting
 };
 
 // NotFound naming the metric when tandem_generation_requests_total or

@@ -138,6 +138,8 @@ void PlannerLoop::Export(const LoadSample& s, const RoleCounts& current, const R
       .Set(s.prefix_hit_rate);
   r.GetGauge("tandem_planner_queued_prefill_tokens", "Prompt tokens waiting for their first token.")
       .Set(s.queued_prefill_tokens);
+  r.GetGauge("tandem_planner_requests_in_flight", "Requests running or waiting when last read.")
+      .Set(s.requests_in_flight);
 }
 
 }  // namespace tandem::planner

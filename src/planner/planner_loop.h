@@ -12,7 +12,7 @@
 //   tandem_planner_current_replicas{role}       gauge: what the connector reported
 //   tandem_planner_request_rate                 gauge: the last interval's arrivals per second
 //   tandem_planner_mean_prompt_tokens, tandem_planner_mean_output_tokens, tandem_planner_prefix_hit_rate,
-//   tandem_planner_queued_prefill_tokens        gauges: its other inputs
+//   tandem_planner_queued_prefill_tokens, tandem_planner_requests_in_flight  gauges: its other inputs
 //   tandem_planner_decisions_total{outcome}     counter: "scaled", "unchanged", "held"
 //   tandem_planner_errors_total{source}         counter: "metrics" (a failed scrape), "connector"
 #pragma once

@@ -53,7 +53,8 @@ int ReplicaPlanner::PrefillReplicas(double rate, double uncached, double queued_
   return static_cast<int>(std::ceil(need - 1e-9));
 }
 
-int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, std::string* why) const {
+int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, std::string* why,
+                                   double in_flight) const {
   const double context = prompt + output / 2;
   const double per_worker = profile_.MaxBatch(context, config_.itl_ms);
   if (per_worker <= 0) {
@@ -62,10 +63,12 @@ int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, st
     return rate > 0 && output > 0 ? config_.max_decode : 0;
   }
   const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker)) / 1000.0;  // <= the target
-  const double in_decode = rate * output * itl;  // Little's law, at the ITL of a full worker
+  // Little's law at the ITL of a full worker, and at least what is in the system now.
+  const double in_decode = std::max(rate * output * itl, in_flight);
   const double need = in_decode / per_worker;
-  *why += fmt::format("; decode: {:.1f} requests at once, {:.1f} per worker at {:.1f} ms -> {:.2f} workers",
-                      in_decode, per_worker, itl * 1000, need);
+  *why += fmt::format("; decode: {:.1f} requests at once ({:.0f} in flight), {:.1f} per worker at {:.1f} ms -> "
+                      "{:.2f} workers",
+                      in_decode, in_flight, per_worker, itl * 1000, need);
   return static_cast<int>(std::ceil(need - 1e-9));
 }
 
@@ -106,7 +109,7 @@ ReplicaDecision ReplicaPlanner::Plan(const LoadSample& sample, double now_s, int
   std::string why = fmt::format("predicted ({}) {:.2f} req/s, prompt {:.0f}, output {:.0f}, prefix hit {:.0f}%;",
                                 PredictorName(config_.predictor), rate, prompt, output, 100 * hit);
   int p = PrefillReplicas(rate, prompt * (1 - hit), sample.queued_prefill_tokens, &why);
-  int dc = DecodeReplicas(rate, prompt, output, &why);
+  int dc = DecodeReplicas(rate, prompt, output, &why, sample.requests_in_flight);
   p = std::clamp(p, config_.min_prefill, config_.max_prefill);
   dc = std::clamp(dc, config_.min_decode, config_.max_decode);
   if (config_.budget > 0 && p + dc > config_.budget) {

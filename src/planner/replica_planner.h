@@ -14,7 +14,9 @@
 //   decode    a worker keeps its ITL within the target up to B = Profile::MaxBatch(ISL + OSL / 2,
 //             target) running requests, at ITL_B = Profile::ItlMs(that context, B); a request there
 //             decodes OSL tokens in OSL ITL_B, so Little's law puts r OSL ITL_B requests in decode
-//             at once. Replicas: ceil(r OSL ITL_B / B).
+//             at once, and never fewer than the requests in the system now (running and waiting,
+//             LoadSample::requests_in_flight: a backlog the arrival rate no longer shows, e.g. in a
+//             lull after a burst). Replicas: ceil(max(r OSL ITL_B, in flight) / B).
 // Then the bounds (min/max per role) and the budget (workers in all: both pools shrink in
 // proportion, each at least its minimum). Hysteresis: a larger count applies at once; a smaller one
 // only when every plan of the last scale_down_intervals intervals asked for less than the current
@@ -54,6 +56,7 @@ struct LoadSample {
   double mean_output_tokens = 0;
   double prefix_hit_rate = 0;    // cached prompt tokens / prompt tokens, [0, 1]
   double queued_prefill_tokens = 0;  // prompt tokens waiting for a prefill now
+  double requests_in_flight = 0;     // requests running or waiting now (the decode backlog)
 };
 
 struct ReplicaDecision {
@@ -78,7 +81,8 @@ class ReplicaPlanner {
   // The unconstrained counts of the formulas above for predicted values (for tests and logs).
   int PrefillReplicas(double rate, double uncached_prompt_tokens, double queued_prefill_tokens,
                       std::string* why) const;
-  int DecodeReplicas(double rate, double prompt_tokens, double output_tokens, std::string* why) const;
+  int DecodeReplicas(double rate, double prompt_tokens, double output_tokens, std::string* why,
+                     double requests_in_flight = 0) const;
 
  private:
   ReplicaPlanner(const PlannerConfig& config, Profile profile);

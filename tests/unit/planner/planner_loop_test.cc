@@ -49,6 +49,15 @@ TEST(LoadMeter, AnIntervalFromTwoReadings) {
   EXPECT_DOUBLE_EQ(s.mean_output_tokens, 12500.0 / 50);
   EXPECT_DOUBLE_EQ(s.prefix_hit_rate, 50000.0 / 100000);
   EXPECT_DOUBLE_EQ(s.queued_prefill_tokens, 4096);
+  EXPECT_DOUBLE_EQ(s.requests_in_flight, 0);  // no engine gauges in this text
+}
+
+TEST(LoadMeter, RequestsInFlightAreTheEngineGaugesNow) {
+  const std::string gauges = "tandem_num_requests_running 12\ntandem_num_requests_waiting 130\n";
+  const FrontendReading a = Reading(0, FrontendText(10, 8, 8000, 800, 8000, 0, 0));
+  const FrontendReading b = Reading(10, FrontendText(10, 8, 8000, 800, 8000, 0, 0) + gauges);
+  EXPECT_DOUBLE_EQ(MeterInterval(a, b, nullptr).requests_in_flight, 142);  // a lull: rate 0
+  EXPECT_DOUBLE_EQ(MeterInterval(a, b, nullptr).request_rate, 0);
 }
 
 TEST(LoadMeter, AResetCountsFromZeroAndAQuietIntervalKeepsTheMeans) {

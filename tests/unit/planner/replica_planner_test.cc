@@ -72,6 +72,10 @@ TEST(PlannerFormula, MatchesHandComputedCases) {
   EXPECT_EQ(planner->DecodeReplicas(4, 2048, 256, &why), 2);
   EXPECT_EQ(planner->DecodeReplicas(10, 2048, 256, &why), 3);
   EXPECT_EQ(planner->DecodeReplicas(0, 2048, 256, &why), 0);
+  // A lull after a burst: no arrivals, but 70 requests still in the system need 70 / 28 = 2.5 -> 3
+  // workers; with 4 req/s the larger of 30.72 and 20 in flight counts.
+  EXPECT_EQ(planner->DecodeReplicas(0, 2048, 256, &why, 70), 3);
+  EXPECT_EQ(planner->DecodeReplicas(4, 2048, 256, &why, 20), 2);
   // An ITL target above every profiled point: 64 per worker at their 60 ms: 10 x 256 x 0.06 / 64
   // = 2.4 -> 3 (at the target's 100 ms it would have been 4).
   PlannerConfig loose = Config();
