@@ -172,6 +172,12 @@ class EngineImpl final : public Engine {
   // The synchronous step: schedule -> run the model -> sample -> post-process.
   std::vector<RequestOutput> StepSync();
 
+  // Both loops' Step: publishes the KV events of the step whichever way it returns.
+  struct PublishKvEventsOnReturn {
+    EngineImpl* self;
+    ~PublishKvEventsOnReturn() { self->PublishKvEvents(); }
+  };
+
   // What a scheduling admitted besides the batch: remote prefills become tasks, requests the pool
   // cannot hold end with "length".
   void TakeAdmitted(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs);
@@ -297,11 +303,9 @@ class EngineImpl final : public Engine {
     return out;
   }
 
-  // The overlapped loop's pending token (kPendingToken) of a request that ends while the step
+  // The overlapped loop's pending token (kPendingTokenId) of a request that ends while the step
   // that samples it runs: not an output.
-  static void DropPendingToken(Request& r) {
-    if (!r.token_ids.empty() && r.token_ids.back() == kPendingTokenId) r.token_ids.pop_back();
-  }
+  static void DropPendingToken(Request& r) { r.token_ids.resize(r.known_token_ids().size()); }
 
   // Ends a request: frees its blocks, flushes its text, forgets it.
   RequestOutput Finish(const std::string& request_id, FinishReason reason) {
@@ -447,15 +451,11 @@ class EngineImpl final : public Engine {
   uint64_t next_serial_ = 0;                        // Entry::serial
 
   // ---- The overlapped loop (EngineConfig::async_scheduling; engine_overlap.cc) ----
-  // The token a request holds at the end of token_ids while the step that samples it runs (the
-  // predicted state the next step is scheduled from, request.h); Collect puts the sampled one in
-  // its place.
-  static constexpr int32_t kPendingToken = kPendingTokenId;
   struct InFlightRow {
     std::string request_id;
     uint64_t serial = 0;
     SequenceSlice::Logits kind = SequenceSlice::Logits::kNone;
-    int pending_index = -1;  // where its kPendingToken sits in token_ids, -1: none
+    int pending_index = -1;  // where its kPendingTokenId sits in token_ids, -1: none
   };
   struct InFlight {  // the step on the forward thread and everything its batch points into
     StepBatch sb;
@@ -467,6 +467,7 @@ class EngineImpl final : public Engine {
   bool OverlapPossible() const;
   Entry* FindEntry(const std::string& request_id, uint64_t serial);
   bool Collect(std::vector<RequestOutput>* outputs, std::vector<DeferredText>* deferred);
+  void FinishTexts(std::vector<DeferredText>* deferred, std::vector<RequestOutput>* outputs);
   void Launch(SchedulerOutput sched, std::vector<RequestOutput>* outputs);
   RequestOutput FinishText(Entry& e, DeferredText d);
   ForwardWorker worker_;

@@ -1,7 +1,7 @@
 // The overlapped engine loop (EngineConfig::async_scheduling; vLLM's async scheduling, SGLang's
 // overlap scheduler). One Step():
 //   1. schedule step N+1 from the predicted state: every request of step N that samples holds a
-//      kPendingToken at the end of its token ids, so the scheduler gives it its next decode row;
+//      kPendingTokenId at the end of its token ids, so the scheduler gives it its next decode row;
 //   2. collect step N from the forward thread: its sampled tokens replace the pending ones (host
 //      rows are sampled here), and EOS, stop ids, the grammar and the length end requests now;
 //   3. launch step N+1 on the forward thread without the rows of requests that ended in 2 (its
@@ -37,21 +37,17 @@ EngineImpl::Entry* EngineImpl::FindEntry(const std::string& request_id, uint64_t
 }
 
 std::vector<RequestOutput> EngineImpl::StepOverlapped() {
-  if (!OverlapPossible() && !inflight_) return StepSync();
-  struct PublishOnReturn {  // KV events of this step, whichever way it returns
-    EngineImpl* self;
-    ~PublishOnReturn() { self->PublishKvEvents(); }
-  } publish_kv_events{this};
+  const bool overlap = OverlapPossible();
+  if (!overlap && !inflight_) return StepSync();
+  PublishKvEventsOnReturn publish_kv_events{this};
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   if (!outputs.empty()) return outputs;  // as StepSync: aborts and remote first tokens at once
 
   std::vector<DeferredText> deferred;
-  if (!OverlapPossible()) {  // drain: the next Step runs synchronously
+  if (!overlap) {  // drain: the next Step runs synchronously
     Collect(&outputs, &deferred);
-    for (DeferredText& d : deferred) {
-      if (Entry* e = FindEntry(d.request_id, d.serial)) outputs.push_back(FinishText(*e, std::move(d)));
-    }
+    FinishTexts(&deferred, &outputs);
     return outputs;
   }
   // 1. The next step, from the predicted state.
@@ -80,10 +76,14 @@ std::vector<RequestOutput> EngineImpl::StepOverlapped() {
     Launch(std::move(sched), &outputs);
   }
   // 4. The collected step's text, while the next one runs.
-  for (DeferredText& d : deferred) {
-    if (Entry* e = FindEntry(d.request_id, d.serial)) outputs.push_back(FinishText(*e, std::move(d)));
-  }
+  FinishTexts(&deferred, &outputs);
   return outputs;
+}
+
+void EngineImpl::FinishTexts(std::vector<DeferredText>* deferred, std::vector<RequestOutput>* outputs) {
+  for (DeferredText& d : *deferred) {
+    if (Entry* e = FindEntry(d.request_id, d.serial)) outputs->push_back(FinishText(*e, std::move(d)));
+  }
 }
 
 void EngineImpl::Launch(SchedulerOutput sched, std::vector<RequestOutput>* outputs) {
@@ -93,7 +93,7 @@ void EngineImpl::Launch(SchedulerOutput sched, std::vector<RequestOutput>* outpu
   // Every token of the batch is known by now (Collect replaced the pending ones).
   for (size_t i = 0; i < n; ++i) {
     for (int32_t t : f->sb.tokens[i]) {
-      if (t != kPendingToken) continue;
+      if (t != kPendingTokenId) continue;
       const Status st = Err(StatusCode::kInternal, "request {}: a step would compute a token not yet sampled",
                             sched.scheduled[i].request->request_id);
       log::error("{}", st.ToString());
@@ -128,7 +128,7 @@ void EngineImpl::Launch(SchedulerOutput sched, std::vector<RequestOutput>* outpu
     if (!s.samples) continue;
     Request& r = *s.request;
     if (r.num_output_tokens() + 1 >= r.params.max_tokens || r.num_tokens() + 1 >= config_.max_model_len) continue;
-    r.token_ids.push_back(kPendingToken);
+    r.token_ids.push_back(kPendingTokenId);
     f->rows[i].pending_index = r.num_tokens() - 1;
   }
   InFlight* job = f.get();
@@ -180,7 +180,7 @@ bool EngineImpl::Collect(std::vector<RequestOutput>* outputs, std::vector<Deferr
     }
     std::vector<int32_t>& ids = e->request.token_ids;
     if (row.pending_index >= 0) {
-      if (static_cast<size_t>(row.pending_index) >= ids.size() || ids[row.pending_index] != kPendingToken) {
+      if (static_cast<size_t>(row.pending_index) >= ids.size() || ids[row.pending_index] != kPendingTokenId) {
         log::error("request {}: its pending token moved", row.request_id);  // a bug; never a wrong token
         RequestOutput err = Finish(row.request_id, FinishReason::kError);
         err.error = "internal error: the overlapped engine loop lost a pending token";

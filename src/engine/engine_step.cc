@@ -5,10 +5,7 @@
 namespace tandem::engine_detail {
 
 std::vector<RequestOutput> EngineImpl::StepSync() {
-  struct PublishOnReturn {  // KV events of this step, whichever way it returns
-    EngineImpl* self;
-    ~PublishOnReturn() { self->PublishKvEvents(); }
-  } publish_kv_events{this};
+  PublishKvEventsOnReturn publish_kv_events{this};
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
   // What arrived between steps (a remote prefill's first token, aborts) goes out now rather than

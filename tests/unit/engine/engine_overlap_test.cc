@@ -24,6 +24,7 @@
 #include "common/file_util.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "model/forwarding_model_runner.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -51,31 +52,19 @@ struct Gate {
 };
 
 // The real runner, with a flag that is set while Execute runs, and a gate in front of it.
-class WatchedRunner final : public ModelRunner {
+class WatchedRunner final : public ForwardingModelRunner {
  public:
   WatchedRunner(std::unique_ptr<ModelRunner> inner, std::atomic<bool>* executing, Gate* gate = nullptr)
-      : inner_(std::move(inner)), executing_(executing), gate_(gate) {}
-  const ModelConfig& config() const override { return inner_->config(); }
-  Status AllocateKVCache(int num_blocks, int block_size) override {
-    return inner_->AllocateKVCache(num_blocks, block_size);
-  }
-  size_t KVBlockBytes(int block_size) const override { return inner_->KVBlockBytes(block_size); }
-  KVCacheLayout kv_cache_layout() override { return inner_->kv_cache_layout(); }
-  std::string kv_cache_dtype() const override { return inner_->kv_cache_dtype(); }
-  Status Forward(const ForwardBatch& batch, std::vector<float>* logits) override {
-    return inner_->Forward(batch, logits);
-  }
+      : ForwardingModelRunner(std::move(inner)), executing_(executing), gate_(gate) {}
   Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
     executing_->store(true);
     if (gate_ != nullptr) gate_->Pass();
-    Status st = inner_->Execute(batch, out);
+    Status st = inner().Execute(batch, out);
     executing_->store(false);
     return st;
   }
-  bool SamplesOnDevice() const override { return inner_->SamplesOnDevice(); }
 
  private:
-  std::unique_ptr<ModelRunner> inner_;
   std::atomic<bool>* executing_;
   Gate* gate_;
 };
