@@ -75,6 +75,25 @@ std::string SvgWriter::Finish() const {
       width_, height_, body_);
 }
 
+YAxis MakeYAxis(bool log_y, double ymin, double ymax, double linear_top) {
+  YAxis a;
+  if (!log_y) {
+    a.ticks = NiceTicks(0, linear_top);
+    a.lo = a.ticks.front();
+    a.hi = a.ticks.back();
+    return a;
+  }
+  a.lo = std::floor(std::log10(ymin));
+  a.hi = std::ceil(std::log10(ymax));
+  if (a.hi <= a.lo) a.hi = a.lo + 1;
+  for (double e = a.lo; e <= a.hi; ++e) {
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (e + std::log10(m) <= a.hi + 1e-9 && (m == 1.0 || a.hi - a.lo <= 3)) a.ticks.push_back(m * std::pow(10, e));
+    }
+  }
+  return a;
+}
+
 std::vector<double> NiceTicks(double lo, double hi, int target) {
   if (!(hi > lo)) hi = lo + 1;
   const double raw = (hi - lo) / std::max(1, target);
@@ -138,20 +157,9 @@ std::string LineChart(const std::string& title, const std::string& x_label,
   }
   std::vector<double> xt = NiceTicks(std::min(0.0, xmin), xmax * 1.05);
   const double xlo = xt.front(), xhi = xt.back();
-  std::vector<double> yt;
-  double ylo, yhi;
-  if (log_y) {
-    ylo = std::floor(std::log10(ymin));
-    yhi = std::ceil(std::log10(ymax));
-    if (yhi <= ylo) yhi = ylo + 1;
-    for (double e = ylo; e <= yhi; ++e)
-      for (double m : {1.0, 2.0, 5.0})
-        if (e + std::log10(m) <= yhi + 1e-9 && (m == 1.0 || yhi - ylo <= 3)) yt.push_back(m * std::pow(10, e));
-  } else {
-    yt = NiceTicks(0, ymax * 1.08);
-    ylo = yt.front();
-    yhi = yt.back();
-  }
+  const YAxis axis = MakeYAxis(log_y, ymin, ymax, ymax * 1.08);
+  const std::vector<double>& yt = axis.ticks;
+  const double ylo = axis.lo, yhi = axis.hi;
   auto X = [&](double x) { return f.x0 + (x - xlo) / (xhi - xlo) * (f.x1 - f.x0); };
   auto Y = [&](double y) {
     const double v = log_y ? std::log10(y) : y;

@@ -38,6 +38,15 @@ std::vector<double> NiceTicks(double lo, double hi, int target = 6);
 // Short tick text: 0.5, 12, 1.5k, 2M.
 std::string TickLabel(double v);
 
+// A chart's y axis: its ticks and the range [lo, hi] they span. log_y: whole decades around
+// [ymin, ymax] (ymin > 0), lo and hi in log10 units, ticks 1, 2, 5 x 10^e within three decades and
+// 10^e beyond; else NiceTicks(0, linear_top), lo and hi its first and last tick.
+struct YAxis {
+  std::vector<double> ticks;
+  double lo = 0, hi = 1;
+};
+YAxis MakeYAxis(bool log_y, double ymin, double ymax, double linear_top);
+
 struct ChartSeries {
   std::string name;
   std::vector<std::pair<double, double>> points;  // (x, y)

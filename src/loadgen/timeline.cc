@@ -42,20 +42,9 @@ std::string TimelineChart(const std::string& title, const std::string& y_label,
   }
   const std::vector<double> xt = NiceTicks(0, xmax);
   const double xhi = std::max(xt.back(), xmax);
-  std::vector<double> yt;
-  double ylo, yhi;
-  if (log_y) {
-    ylo = std::floor(std::log10(ymin));
-    yhi = std::ceil(std::log10(ymax));
-    if (yhi <= ylo) yhi = ylo + 1;
-    for (double e = ylo; e <= yhi; ++e)
-      for (double m : {1.0, 2.0, 5.0})
-        if (e + std::log10(m) <= yhi + 1e-9 && (m == 1.0 || yhi - ylo <= 3)) yt.push_back(m * std::pow(10, e));
-  } else {
-    yt = NiceTicks(0, std::max(1.0, ymax * 1.1));
-    ylo = yt.front();
-    yhi = yt.back();
-  }
+  const YAxis axis = MakeYAxis(log_y, ymin, ymax, std::max(1.0, ymax * 1.1));
+  const std::vector<double>& yt = axis.ticks;
+  const double ylo = axis.lo, yhi = axis.hi;
   auto X = [&](double x) { return x0 + std::clamp(x / xhi, 0.0, 1.0) * (x1 - x0); };
   auto Y = [&](double y) {
     const double v = log_y ? std::log10(y) : y;
