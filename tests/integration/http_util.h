@@ -17,6 +17,14 @@ namespace tandem::testing {
 // The golden files' folder (tests/golden of the repository).
 inline std::string GoldenDir() { return TANDEM_GOLDEN_DIR; }
 
+// n space-separated words "w<k> " from a seed: a prompt that differs per seed and tokenizes the
+// same every time (the KV tier tests' workloads).
+inline std::string SeededWords(int seed, int n) {
+  std::string p;
+  for (int i = 0; i < n; ++i) p += "w" + std::to_string((seed * 7919 + i * 104729) % 997) + " ";
+  return p;
+}
+
 // The whole file ("" when it cannot be read).
 inline std::string ReadText(const std::filesystem::path& path) {
   std::ifstream in(path);

@@ -55,18 +55,13 @@ using testing::ChildProcess;
 using testing::Curl;
 using testing::Eventually;
 using testing::MetricValue;
+using testing::SeededWords;
 using testing::ShellQuote;
 
 constexpr int kSessions = 6;
 constexpr int kTurns = 4;
 constexpr size_t kPage = 4096;
 constexpr size_t kStride = 100 * 1024;  // a slab slot: a 4 KiB header and the tiny model's 96 KiB block
-
-std::string Words(int seed, int n) {
-  std::string p;
-  for (int i = 0; i < n; ++i) p += "w" + std::to_string((seed * 7919 + i * 104729) % 997) + " ";
-  return p;
-}
 
 // One answer: its text and its tokens (completions logprobs); empty after a failed request.
 struct Answer {
@@ -194,8 +189,8 @@ class KvDiskFaultsTest : public ::testing::Test {
     std::vector<Answer> out;
     for (int t = 0; t < kTurns; ++t) {
       for (int s = 0; s < kSessions; ++s) {
-        if (t == 0) history[s] = Words(1000 + s, 16);
-        history[s] += Words(2000 + s * 10 + t, 12);
+        if (t == 0) history[s] = SeededWords(1000 + s, 16);
+        history[s] += SeededWords(2000 + s * 10 + t, 12);
         out.push_back(Complete(history[s]));
         if (out.back().tokens.empty()) return out;  // failed (and reported)
         history[s] += out.back().text + " ";
@@ -363,7 +358,7 @@ TEST_F(KvDiskFaultsTest, WritesFailingWithENOSPCMidRunAreCountedLoggedOnceAndNev
   EXPECT_LE(lines, 1 + static_cast<size_t>(seconds / 10)) << log;
   EXPECT_EQ(CountLines(log, "writing a block failed"), lines) << log;
   // And the server still serves a fresh request.
-  EXPECT_FALSE(Complete(Words(9999, 20)).tokens.empty());
+  EXPECT_FALSE(Complete(SeededWords(9999, 20)).tokens.empty());
 }
 
 }  // namespace

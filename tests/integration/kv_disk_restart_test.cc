@@ -28,11 +28,7 @@ using testing::Eventually;
 using testing::MetricValue;
 using testing::ShellQuote;
 
-std::string Prompt(int seed) {
-  std::string p;
-  for (int i = 0; i < 70; ++i) p += "w" + std::to_string((seed * 7919 + i * 104729) % 997) + " ";
-  return p;
-}
+std::string Prompt(int seed) { return testing::SeededWords(seed, 70); }
 
 class KvDiskRestartTest : public ::testing::Test {
  protected:
