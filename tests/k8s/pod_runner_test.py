@@ -220,6 +220,13 @@ def run(cluster):
     MODEL = json.loads(body)["data"][0]["id"] if status == 200 else None
     check(MODEL is not None, f"GET /v1/models: {MODEL}")
 
+    # The decode worker prefills a long prompt remotely once its discovery watch has shown it a
+    # prefill worker (before that it prefills locally, as it should): both pods start together,
+    # and on a loaded machine the watch can come after the frontend is ready.
+    d0 = workers[1]
+    check(wait_for(lambda: re.search(r"\b[1-9][0-9]* prefill worker\(s\) available", d0.log()), min(30, left())),
+          f"{d0.name} log: a prefill worker available")
+
     # a short and a long chat completion, TTFT printed
     ttft, total, text, u = chat(port, "Hello! Say hi in five words.", 16)
     check(ttft is not None and text, f"short chat: {u.get('prompt_tokens')} prompt tokens, TTFT "
@@ -243,8 +250,8 @@ def run(cluster):
     for pod in workers:
         m = re.search(r"KV transfer backend: .*", pod.log())
         check(m is not None, f"{pod.name} log: {m.group(0) if m else 'no `KV transfer backend:` line'}")
-    d0 = workers[1]
-    check(transfer_line(d0), f"{d0.name} log: {last_transfer_line(d0)}")
+    if not check(transfer_line(d0), f"{d0.name} log: {last_transfer_line(d0)}"):
+        print("\n".join(line for line in d0.log().splitlines() if "prefill" in line)[-3000:])
 
     # scale the decode Deployment 1 -> 2: one more pod from the same rendered spec
     print(f"scaling {decode} from 1 to 2 replicas (kubectl scale deployment/{decode} --replicas=2):")
