@@ -117,6 +117,8 @@ Runner RegisterPlanner(CLI::App& app) {
       ->check(CLI::IsMember({"constant", "ewma", "linear-trend"}));
   app.add_option("--scale-down-intervals", c.scale_down_intervals)->check(CLI::Range(1, 1000));
   app.add_option("--cooldown-s", c.cooldown_s)->check(CLI::NonNegativeNumber);
+  app.add_flag("!--no-correction", c.correction.enabled,
+               "Use the profile as measured (default: refine it online from the observed TTFT and ITL)");
   app.add_option("--frontend-url", opt->frontend_url, "The frontend whose /metrics the planner reads");
   app.add_option("--host", opt->host, "Address of the planner's /metrics");
   app.add_option("--metrics-port", opt->metrics_port, "Port of the planner's /metrics and /health")

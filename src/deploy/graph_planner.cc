@@ -26,7 +26,7 @@ GraphPlanner ParsePlannerSection(const YamlFields& f, const YAML::Node& n, const
   for (const auto& [key, v] :
        f.Fields(n, "planner", {"profile", "ttft_ms", "itl_ms", "interval_s", "prefill", "decode", "budget",
                                "predictor", "scale_down_intervals", "cooldown_s", "drain_timeout_s",
-                               "metrics_port"})) {
+                               "metrics_port", "correction"})) {
     if (key == "profile") {
       fs::path path = f.String(v, key);
       if (path.empty()) f.Fail(v, "'profile' must not be empty");
@@ -50,6 +50,7 @@ GraphPlanner ParsePlannerSection(const YamlFields& f, const YAML::Node& n, const
     if (key == "cooldown_s") p.cooldown_s = f.Number(v, key, 0);
     if (key == "drain_timeout_s") p.drain_timeout_s = f.Number(v, key, 0);
     if (key == "metrics_port") p.metrics_port = f.Int(v, key, 0, 65535);
+    if (key == "correction") p.correction = f.Bool(v, key);
   }
   if (!has_profile) f.Fail(n, "planner: 'profile' is required (the JSON of `tandem profile`)");
   if (p.budget > 0 && p.budget < p.min_prefill + p.min_decode) {

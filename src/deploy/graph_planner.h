@@ -16,6 +16,8 @@
 //     drain_timeout_s: 30            # a worker taken out waits this long for its requests
 //                                    # (every worker gets --drain-timeout-s)
 //     metrics_port: 0                # N: serve the planner's /metrics there (0: not served)
+//     correction: true               # refine the profile online from the observed TTFT and ITL
+//                                    # (planner/correction.h); false: the profile as measured
 //
 // Rules (InvalidArgument): the graph has exactly one prefill and one decode group and no agg group;
 // each group's replicas within its bounds; a group with one device per replica cannot grow past
@@ -43,6 +45,7 @@ struct GraphPlanner {
   double cooldown_s = 60;
   double drain_timeout_s = 30;
   int metrics_port = 0;
+  bool correction = true;
   int line = 0;
 };
 

@@ -40,6 +40,7 @@ Result<std::unique_ptr<LocalPlanner>> LocalPlanner::Create(const Graph& graph, S
   TANDEM_ASSIGN_OR_RETURN(c.predictor, planner::ParsePredictorKind(gp.predictor));
   c.scale_down_intervals = gp.scale_down_intervals;
   c.cooldown_s = gp.cooldown_s;
+  c.correction.enabled = gp.correction;
   TANDEM_ASSIGN_OR_RETURN(planner::ReplicaPlanner rp, planner::ReplicaPlanner::Create(c, std::move(*profile)));
 
   std::unique_ptr<LocalPlanner> p(new LocalPlanner());

@@ -26,7 +26,12 @@ Result<FrontendReading> ReadFrontend(const std::vector<PromSample>& samples, dou
   r.cache_queries = SumSamples(samples, "tandem_prefix_cache_queries_total");
   r.cache_hits = SumSamples(samples, "tandem_prefix_cache_hits_total");
   r.backlog_tokens = SumSamples(samples, "tandem_prompt_tokens_before_first_token");
-  r.in_flight = SumSamples(samples, "tandem_num_requests_running") + SumSamples(samples, "tandem_num_requests_waiting");
+  r.running = SumSamples(samples, "tandem_num_requests_running");
+  r.in_flight = r.running + SumSamples(samples, "tandem_num_requests_waiting");
+  r.ttft_sum = SumSamples(samples, "tandem_time_to_first_token_seconds_sum");
+  r.ttft_count = SumSamples(samples, "tandem_time_to_first_token_seconds_count");
+  r.itl_sum = SumSamples(samples, "tandem_inter_token_latency_seconds_sum");
+  r.itl_count = SumSamples(samples, "tandem_inter_token_latency_seconds_count");
   return r;
 }
 
@@ -39,6 +44,11 @@ LoadSample MeterInterval(const FrontendReading& prev, const FrontendReading& now
   s.request_rate = Delta(prev.requests, now.requests) / dt;
   s.queued_prefill_tokens = now.backlog_tokens > 0 ? now.backlog_tokens : 0;
   s.requests_in_flight = now.in_flight > 0 ? now.in_flight : 0;
+  s.requests_running = now.running > 0 ? now.running : 0;
+  s.ttft_count = Delta(prev.ttft_count, now.ttft_count);
+  if (s.ttft_count > 0) s.observed_ttft_ms = 1000 * Delta(prev.ttft_sum, now.ttft_sum) / s.ttft_count;
+  s.itl_count = Delta(prev.itl_count, now.itl_count);
+  if (s.itl_count > 0) s.observed_itl_ms = 1000 * Delta(prev.itl_sum, now.itl_sum) / s.itl_count;
   const double finished = Delta(prev.finished, now.finished);
   if (finished > 0) {
     s.mean_prompt_tokens = Delta(prev.prompt_tokens, now.prompt_tokens) / finished;

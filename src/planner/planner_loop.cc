@@ -128,6 +128,10 @@ void PlannerLoop::Export(const LoadSample& s, const RoleCounts& current, const R
       .Set(current.prefill);
   r.GetGauge("tandem_planner_current_replicas", "Workers the connector reported.", {{"role", "decode"}})
       .Set(current.decode);
+  r.GetGauge("tandem_planner_profile_correction", "Factor on the profile's times, refined online.",
+             {{"role", "prefill"}}).Set(planner_.correction().prefill());
+  r.GetGauge("tandem_planner_profile_correction", "Factor on the profile's times, refined online.",
+             {{"role", "decode"}}).Set(planner_.correction().decode());
   if (!s.valid) return;
   r.GetGauge("tandem_planner_request_rate", "Arrivals per second over the last interval.").Set(s.request_rate);
   r.GetGauge("tandem_planner_mean_prompt_tokens", "Mean prompt length over the last interval.")

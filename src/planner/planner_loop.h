@@ -13,6 +13,8 @@
 //   tandem_planner_request_rate                 gauge: the last interval's arrivals per second
 //   tandem_planner_mean_prompt_tokens, tandem_planner_mean_output_tokens, tandem_planner_prefix_hit_rate,
 //   tandem_planner_queued_prefill_tokens, tandem_planner_requests_in_flight  gauges: its other inputs
+//   tandem_planner_profile_correction{role}     gauge: the factor on the profile's prefill time /
+//                                               ITL (planner/correction.h; 1 when turned off)
 //   tandem_planner_decisions_total{outcome}     counter: "scaled", "unchanged", "held"
 //   tandem_planner_errors_total{source}         counter: "metrics" (a failed scrape), "connector"
 #pragma once

@@ -27,6 +27,7 @@ Result<ReplicaPlanner> ReplicaPlanner::Create(const PlannerConfig& c, Profile pr
 ReplicaPlanner::ReplicaPlanner(const PlannerConfig& c, Profile profile)
     : config_(c),
       profile_(std::move(profile)),
+      correction_(c.correction),
       rate_(c.predictor),
       prompt_(c.predictor),
       output_(c.predictor),
@@ -35,7 +36,7 @@ ReplicaPlanner::ReplicaPlanner(const PlannerConfig& c, Profile profile)
 }
 
 int ReplicaPlanner::PrefillReplicas(double rate, double uncached, double queued_tokens, std::string* why) const {
-  const double s = profile_.PrefillMs(uncached) / 1000.0;  // seconds for one prefill
+  const double s = profile_.PrefillMs(uncached) * correction_.prefill() / 1000.0;  // seconds for one prefill
   const double target = config_.ttft_ms / 1000.0;
   double rho_max;
   if (s <= 0) {
@@ -56,13 +57,14 @@ int ReplicaPlanner::PrefillReplicas(double rate, double uncached, double queued_
 int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, std::string* why,
                                    double in_flight) const {
   const double context = prompt + output / 2;
-  const double per_worker = profile_.MaxBatch(context, config_.itl_ms);
+  const double f = correction_.decode();
+  const double per_worker = profile_.MaxBatch(context, config_.itl_ms / f);
   if (per_worker <= 0) {
     *why += fmt::format("; decode: ITL target {:.0f} ms below one request's at context {:.0f}",
                         config_.itl_ms, context);
     return rate > 0 && output > 0 ? config_.max_decode : 0;
   }
-  const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker)) / 1000.0;  // <= the target
+  const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker) * f) / 1000.0;  // <= the target
   // Little's law at the ITL of a full worker, and at least what is in the system now.
   const double in_decode = std::max(rate * output * itl, in_flight);
   const double need = in_decode / per_worker;
@@ -106,8 +108,21 @@ ReplicaDecision ReplicaPlanner::Plan(const LoadSample& sample, double now_s, int
   hit_.Observe(std::clamp(sample.prefix_hit_rate, 0.0, 1.0));
   const double rate = rate_.Predict(), prompt = prompt_.Predict(), output = output_.Predict();
   const double hit = std::clamp(hit_.Predict(), 0.0, 1.0);
-  std::string why = fmt::format("predicted ({}) {:.2f} req/s, prompt {:.0f}, output {:.0f}, prefix hit {:.0f}%;",
-                                PredictorName(config_.predictor), rate, prompt, output, 100 * hit);
+  std::string why;
+  ObservedLatency observed;
+  observed.request_rate = sample.request_rate;
+  observed.uncached_prompt_tokens = sample.mean_prompt_tokens * (1 - std::clamp(sample.prefix_hit_rate, 0.0, 1.0));
+  observed.context_tokens = sample.mean_prompt_tokens + sample.mean_output_tokens / 2;
+  observed.ttft_ms = sample.observed_ttft_ms;
+  observed.ttft_count = sample.ttft_count;
+  observed.itl_ms = sample.observed_itl_ms;
+  observed.itl_count = sample.itl_count;
+  observed.requests_running = sample.requests_running;
+  observed.prefill_workers = current_prefill;
+  observed.decode_workers = current_decode;
+  correction_.Observe(profile_, observed, &why);
+  why += fmt::format(" predicted ({}) {:.2f} req/s, prompt {:.0f}, output {:.0f}, prefix hit {:.0f}%;",
+                     PredictorName(config_.predictor), rate, prompt, output, 100 * hit);
   int p = PrefillReplicas(rate, prompt * (1 - hit), sample.queued_prefill_tokens, &why);
   int dc = DecodeReplicas(rate, prompt, output, &why, sample.requests_in_flight);
   p = std::clamp(p, config_.min_prefill, config_.max_prefill);
@@ -128,7 +143,8 @@ ReplicaDecision ReplicaPlanner::Plan(const LoadSample& sample, double now_s, int
     d.decode = dc;
     last_prefill_change_s_ = last_decode_change_s_ = now_s;
   }
-  d.reason = why;
+  const size_t start = why.find_first_not_of(' ');
+  d.reason = start == std::string::npos ? std::string() : why.substr(start);
   last_ = d;
   has_last_ = true;
   return d;

@@ -24,11 +24,15 @@
 // oscillation on a noisy rate). Stale or missing metrics (a sample older than stale_after_s, or not
 // valid): the planner holds its last decision and says so. Every decision carries its inputs in
 // `reason` (for the log and /metrics).
+// Online refinement: before the formulas, each valid interval's observed TTFT and ITL update two
+// factors (correction.h) that multiply the profile's prefill time s and ITL: s' = s f_prefill, and
+// decode uses B = MaxBatch(context, target / f_decode) at ITL_B = ItlMs(context, B) f_decode.
 #pragma once
 
 #include <deque>
 #include <string>
 
+#include "planner/correction.h"
 #include "planner/predictor.h"
 #include "planner/profile.h"
 
@@ -45,6 +49,7 @@ struct PlannerConfig {
   int scale_down_intervals = 2;
   double cooldown_s = 60;
   double stale_after_s = 0;  // 0: two intervals
+  CorrectionConfig correction;  // online refinement of the profile (correction.h)
 };
 
 // One interval's measurements (from the frontend's and workers' metrics).
@@ -57,6 +62,10 @@ struct LoadSample {
   double prefix_hit_rate = 0;    // cached prompt tokens / prompt tokens, [0, 1]
   double queued_prefill_tokens = 0;  // prompt tokens waiting for a prefill now
   double requests_in_flight = 0;     // requests running or waiting now (the decode backlog)
+  // What the frontend saw over the interval, for the profile's online refinement (correction.h):
+  double observed_ttft_ms = 0, ttft_count = 0;  // mean TTFT (ms) and first tokens counted
+  double observed_itl_ms = 0, itl_count = 0;    // mean inter-token gap (ms) and gaps counted
+  double requests_running = 0;                  // requests in the engines now (no waiting ones)
 };
 
 struct ReplicaDecision {
@@ -77,6 +86,7 @@ class ReplicaPlanner {
   // Create for min > max or min < 0; the budget must still fit both minima.
   Status SetBounds(bool prefill, int min_replicas, int max_replicas);
   const PlannerConfig& config() const { return config_; }
+  const ProfileCorrection& correction() const { return correction_; }
 
   // The unconstrained counts of the formulas above for predicted values (for tests and logs).
   int PrefillReplicas(double rate, double uncached_prompt_tokens, double queued_prefill_tokens,
@@ -91,6 +101,7 @@ class ReplicaPlanner {
 
   PlannerConfig config_;
   Profile profile_;
+  ProfileCorrection correction_;
   LoadPredictor rate_, prompt_, output_, hit_;
   std::deque<int> prefill_asks_, decode_asks_;  // the last scale_down_intervals desired counts
   double last_prefill_change_s_ = -1e30, last_decode_change_s_ = -1e30;

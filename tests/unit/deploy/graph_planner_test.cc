@@ -25,7 +25,8 @@ TEST(GraphPlannerTest, ParsesEveryKeyAndResolvesTheProfile) {
   auto g = Parse(kWorkers +
                  "planner:\n  profile: p/profile.json\n  ttft_ms: 800\n  itl_ms: 40\n  interval_s: 10\n"
                  "  prefill: {min: 1, max: 3}\n  decode: {min: 2, max: 4}\n  budget: 6\n  predictor: ewma\n"
-                 "  scale_down_intervals: 3\n  cooldown_s: 20\n  drain_timeout_s: 15\n  metrics_port: 9400\n");
+                 "  scale_down_intervals: 3\n  cooldown_s: 20\n  drain_timeout_s: 15\n  metrics_port: 9400\n"
+                 "  correction: false\n");
   ASSERT_TRUE(g.ok()) << g.status().ToString();
   const GraphPlanner& p = g->planner;
   EXPECT_TRUE(p.enabled);
@@ -43,6 +44,8 @@ TEST(GraphPlannerTest, ParsesEveryKeyAndResolvesTheProfile) {
   EXPECT_EQ(p.cooldown_s, 20);
   EXPECT_EQ(p.drain_timeout_s, 15);
   EXPECT_EQ(p.metrics_port, 9400);
+  EXPECT_FALSE(p.correction);
+  EXPECT_TRUE(Parse(kWorkers + "planner: {profile: x.json}\n")->planner.correction);  // on by default
   EXPECT_FALSE(Parse(kWorkers)->planner.enabled);
 }
 

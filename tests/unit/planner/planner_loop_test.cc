@@ -60,6 +60,34 @@ TEST(LoadMeter, RequestsInFlightAreTheEngineGaugesNow) {
   EXPECT_DOUBLE_EQ(MeterInterval(a, b, nullptr).request_rate, 0);
 }
 
+TEST(LoadMeter, ObservedTtftAndItlAreTheHistogramsMeansOverTheInterval) {
+  auto hist = [](double ttft_sum, double ttft_n, double itl_sum, double itl_n) {
+    return fmt::format(
+        "# TYPE tandem_time_to_first_token_seconds histogram\n"
+        "tandem_time_to_first_token_seconds_bucket{{le=\"+Inf\"}} {1}\n"
+        "tandem_time_to_first_token_seconds_sum {0}\ntandem_time_to_first_token_seconds_count {1}\n"
+        "# TYPE tandem_inter_token_latency_seconds histogram\n"
+        "tandem_inter_token_latency_seconds_bucket{{le=\"+Inf\"}} {3}\n"
+        "tandem_inter_token_latency_seconds_sum {2}\ntandem_inter_token_latency_seconds_count {3}\n"
+        "tandem_num_requests_running 7\ntandem_num_requests_waiting 3\n",
+        ttft_sum, ttft_n, itl_sum, itl_n);
+  };
+  const FrontendReading a = Reading(0, FrontendText(10, 8, 8000, 800, 8000, 0, 0) + hist(4, 10, 2, 100));
+  const FrontendReading b = Reading(10, FrontendText(30, 28, 28000, 2800, 28000, 0, 0) + hist(10, 30, 8, 400));
+  const LoadSample s = MeterInterval(a, b, nullptr);
+  EXPECT_DOUBLE_EQ(s.observed_ttft_ms, 1000 * 6.0 / 20);  // 20 first tokens, 6 s in all: 300 ms
+  EXPECT_DOUBLE_EQ(s.ttft_count, 20);
+  EXPECT_DOUBLE_EQ(s.observed_itl_ms, 1000 * 6.0 / 300);  // 20 ms
+  EXPECT_DOUBLE_EQ(s.itl_count, 300);
+  EXPECT_DOUBLE_EQ(s.requests_running, 7);
+  EXPECT_DOUBLE_EQ(s.requests_in_flight, 10);
+  const FrontendReading c = Reading(20, FrontendText(30, 28, 28000, 2800, 28000, 0, 0) + hist(10, 30, 8, 400));
+  const LoadSample quiet = MeterInterval(b, c, &s);
+  EXPECT_EQ(quiet.ttft_count, 0);  // no first token in the interval: nothing observed
+  EXPECT_EQ(quiet.observed_ttft_ms, 0);
+  EXPECT_EQ(quiet.observed_itl_ms, 0);
+}
+
 TEST(LoadMeter, AResetCountsFromZeroAndAQuietIntervalKeepsTheMeans) {
   const FrontendReading a = Reading(0, FrontendText(500, 500, 1e6, 1e5, 1e6, 0, 0));
   const FrontendReading b = Reading(10, FrontendText(20, 10, 5000, 700, 5000, 1000, 0));  // restarted
