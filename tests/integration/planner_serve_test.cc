@@ -4,6 +4,9 @@
 // 0.3/s one. Under 3 requests/s the planner starts a second prefill worker; under 0.3/s it drains
 // it (out of discovery, its requests finished, then stopped, not restarted) while requests keep
 // coming; every request of both phases answers 200; the planner's /metrics shows its decisions.
+// That profile is false on purpose (a prefill here takes ~15 ms), so these runs turn the planner's
+// online correction off; a second run keeps it on and sees the planner learn the real prefill
+// time from the observed TTFT (its correction gauge well below 1).
 #include <signal.h>
 #include <unistd.h>
 
@@ -88,13 +91,8 @@ class Load {
   std::vector<std::string> failures_;
 };
 
-TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFailedRequest) {
-  const fs::path dir = fs::temp_directory_path() / ("tandem-planner-it-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "discovery");
-  const int port = testing::FreePort(), metrics_port = testing::FreePort();
-  ASSERT_GT(port, 0);
-  ASSERT_GT(metrics_port, 0);
+// Writes the profile and the graph into `dir`.
+void WriteGraph(const fs::path& dir, int metrics_port, bool correction) {
   std::ofstream(dir / "profile.json") << R"({"model":"tiny","device":"test",
     "prefill":[{"prompt_tokens":16,"ttft_ms":400},{"prompt_tokens":4096,"ttft_ms":2000}],
     "decode":[{"context":4096,"batch":1,"itl_ms":20},{"context":4096,"batch":64,"itl_ms":40}]})";
@@ -104,8 +102,18 @@ TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFail
       << "  - {mode: decode, replicas: 1, device: cpu, max_local_prefill_tokens: 0}\n"
       << "planner: {profile: profile.json, ttft_ms: 500, itl_ms: 100, interval_s: 2, prefill: {min: 1, max: 2},"
       << " decode: {min: 1, max: 2}, scale_down_intervals: 2, cooldown_s: 2, drain_timeout_s: 20,"
-      << " metrics_port: " << metrics_port << "}\n"
+      << " metrics_port: " << metrics_port << ", correction: " << (correction ? "true" : "false") << "}\n"
       << "restart: {max_restarts: 3, backoff_ms: 100}\nstartup_timeout_s: 120\nshutdown_grace_s: 5\n";
+}
+
+TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFailedRequest) {
+  const fs::path dir = fs::temp_directory_path() / ("tandem-planner-it-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "discovery");
+  const int port = testing::FreePort(), metrics_port = testing::FreePort();
+  ASSERT_GT(port, 0);
+  ASSERT_GT(metrics_port, 0);
+  WriteGraph(dir, metrics_port, /*correction=*/false);
   const std::string base = "http://127.0.0.1:" + std::to_string(port);
   auto serve = ChildProcess::Start({TANDEM_BINARY, "serve", (dir / "graph.yaml").string(), "--port",
                                     std::to_string(port)},
@@ -142,6 +150,47 @@ TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFail
   EXPECT_NE(text.find("prefill-1: drained and stopped"), std::string::npos) << text;
   EXPECT_EQ(text.find("prefill-1: restarting"), std::string::npos);
   EXPECT_EQ(Count(ChildrenOf(serve->pid()), "prefill"), 1);
+  serve->Signal(SIGTERM);
+  EXPECT_TRUE(serve->WaitExit(20s));
+  if (HasFailure()) std::cerr << "---- serve.log\n" << log();
+  fs::remove_all(dir);
+}
+
+TEST(PlannerServeTest, TheOnlineCorrectionLearnsThePrefillTimeFromTheObservedTtft) {
+  const fs::path dir = fs::temp_directory_path() / ("tandem-planner-cf-" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir / "discovery");
+  const int port = testing::FreePort(), metrics_port = testing::FreePort();
+  ASSERT_GT(port, 0);
+  ASSERT_GT(metrics_port, 0);
+  WriteGraph(dir, metrics_port, /*correction=*/true);
+  const std::string base = "http://127.0.0.1:" + std::to_string(port);
+  auto serve = ChildProcess::Start({TANDEM_BINARY, "serve", (dir / "graph.yaml").string(), "--port",
+                                    std::to_string(port)},
+                                   {{"TANDEM_DISCOVERY_DIR", (dir / "discovery").string()}},
+                                   (dir / "serve.log").string());
+  ASSERT_TRUE(serve);
+  auto log = [&] { return ReadText(dir / "serve.log"); };
+  ASSERT_TRUE(Eventually([&] { return !serve->Running() || Curl(ShellQuote(base + "/health"), 5).status == 200; },
+                         150s) && serve->Running()) << log();
+  const std::string metrics_url = ShellQuote("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics");
+  // The gauge's value, or -1 while the planner has not exported it.
+  auto correction = [&](const std::string& role) {
+    const std::string body = Curl(metrics_url, 5).body;
+    const std::string key = "tandem_planner_profile_correction{role=\"" + role + "\"} ";
+    const size_t at = body.find(key);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+  };
+  {
+    Load load(base, 3);
+    // A TTFT of a few tens of ms against the profile's 400 ms: the factor falls to its floor,
+    // 0.25, within an interval or two; any observed TTFT below ~250 ms leaves it under 0.75.
+    EXPECT_TRUE(Eventually([&] { const double f = correction("prefill"); return f > 0 && f < 0.75; }, 30s))
+        << log();
+    load.Stop();
+    EXPECT_TRUE(load.failures().empty()) << load.failures().front();
+  }
+  EXPECT_NE(log().find("correction: prefill"), std::string::npos) << log();
   serve->Signal(SIGTERM);
   EXPECT_TRUE(serve->WaitExit(20s));
   if (HasFailure()) std::cerr << "---- serve.log\n" << log();
