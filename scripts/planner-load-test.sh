@@ -31,7 +31,11 @@ SLO_TTFT_MS=${SLO_TTFT_MS:-500}
 SLO_ITL_MS=${SLO_ITL_MS:-80}
 INTERVAL=${INTERVAL:-10}
 KV_DTYPE=${KV_DTYPE:-fp8}
-PHASES=${PHASES:-"long-prompts:input=1024,output=4,rate=6,duration=60;long-outputs:input=32,output=128,rate=4.5,duration=80;lull:input=64,output=16,rate=0.2,duration=50"}
+# The default rates suit a 2-core x86 machine (AVX2) where `tandem profile --threads 1` prefills 1024
+# tokens in ~310 ms and one decode worker serves ~4 requests/s of 128 tokens within the ITL target:
+# long prompts at ~0.7 / (one prefill's time) overload one prefill worker but not two; long outputs
+# above one decode worker's capacity but within two's. Elsewhere set PHASES to match.
+PHASES=${PHASES:-"long-prompts:input=1024,output=4,rate=2.2,duration=60;long-outputs:input=32,output=128,rate=5,duration=80;lull:input=64,output=16,rate=0.2,duration=50"}
 SEED=${SEED:-27}
 mkdir -p "$OUT"
 OUT=$(realpath "$OUT")
