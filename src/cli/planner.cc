@@ -117,6 +117,9 @@ Runner RegisterPlanner(CLI::App& app) {
       ->check(CLI::IsMember({"constant", "ewma", "linear-trend"}));
   app.add_option("--scale-down-intervals", c.scale_down_intervals)->check(CLI::Range(1, 1000));
   app.add_option("--cooldown-s", c.cooldown_s)->check(CLI::NonNegativeNumber);
+  app.add_option("--local-prefill-tokens", c.correction.local_prefill_tokens,
+                 "The decode workers' --max-local-prefill-tokens (their own prefills do not refine the prefill "
+                 "profile)")->check(CLI::NonNegativeNumber);
   app.add_flag("!--no-correction", c.correction.enabled,
                "Use the profile as measured (default: refine it online from the observed TTFT and ITL)");
   app.add_option("--frontend-url", opt->frontend_url, "The frontend whose /metrics the planner reads");

@@ -25,6 +25,7 @@
 #include "cli/engine_options.h"
 #include "cli/model_bundle.h"
 #include "cli/serve_options.h"
+#include "deploy/graph.h"
 #include "common/logging.h"
 #include "common/metrics.h"
 #include "discovery/etcd_discovery.h"
@@ -60,7 +61,7 @@ struct WorkerOptions {
   std::string event_plane;  // --event-plane: "" = embedded, nats://host:port
   std::string instance_id;
   int metrics_port = -1;
-  int max_local_prefill_tokens = 1000;
+  int max_local_prefill_tokens = runtime::kDefaultMaxLocalPrefillTokens;
   double remote_prefill_timeout_s = 120;
   std::string kv_transfer_host = "127.0.0.1";
   std::string kv_transfer_backend;  // "" = the agent's choice

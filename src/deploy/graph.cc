@@ -415,4 +415,11 @@ std::vector<ComponentSpec> ExpandGraph(const Graph& g) {
   return out;
 }
 
+int DecodeLocalPrefillTokens(const Graph& graph) {
+  for (const GraphWorkerGroup& w : graph.workers) {
+    if (w.mode == "decode") return w.max_local_prefill_tokens >= 0 ? w.max_local_prefill_tokens : kDefaultMaxLocalPrefillTokens;
+  }
+  return 0;
+}
+
 }  // namespace tandem::runtime

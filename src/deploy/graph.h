@@ -87,7 +87,7 @@ struct GraphWorkerGroup {
   std::string host = "127.0.0.1";
   int port = 0;                          // 0: any; else replica i listens on port + i
   int metrics_port = 0;                  // 0: not passed; else replica i gets metrics_port + i
-  int max_local_prefill_tokens = -1;     // -1: not passed (the worker's default)
+  int max_local_prefill_tokens = -1;     // -1: not passed (kDefaultMaxLocalPrefillTokens)
   std::vector<std::pair<std::string, std::string>> engine;  // flag name (no --) -> value
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
@@ -147,6 +147,11 @@ struct ComponentSpec {
 // Workers first (in file order, replica order), the frontend last. The frontend's port must be
 // set (non-zero) by then.
 std::vector<ComponentSpec> ExpandGraph(const Graph& graph);
+// `tandem worker --max-local-prefill-tokens`' default: a decode worker prefills prompts with at
+// most this many uncached tokens itself.
+inline constexpr int kDefaultMaxLocalPrefillTokens = 1000;
+// The decode group's max_local_prefill_tokens (the default when not set; 0 without a decode group).
+int DecodeLocalPrefillTokens(const Graph& graph);
 // Replica `replica` (0-based) of group `group` as ExpandGraph makes it, for groups that grow while
 // the graph runs (the planner): its name is "<mode>-<index>" with index = the replica's index among
 // every group of that mode before it plus `replica`.

@@ -41,6 +41,7 @@ Result<std::unique_ptr<LocalPlanner>> LocalPlanner::Create(const Graph& graph, S
   c.scale_down_intervals = gp.scale_down_intervals;
   c.cooldown_s = gp.cooldown_s;
   c.correction.enabled = gp.correction;
+  c.correction.local_prefill_tokens = DecodeLocalPrefillTokens(graph);
   TANDEM_ASSIGN_OR_RETURN(planner::ReplicaPlanner rp, planner::ReplicaPlanner::Create(c, std::move(*profile)));
 
   std::unique_ptr<LocalPlanner> p(new LocalPlanner());

@@ -31,7 +31,12 @@ double ProfileCorrection::Update(double f, double observed) const {
 void ProfileCorrection::Observe(const Profile& profile, const ObservedLatency& o, std::string* why) {
   if (!config_.enabled) return;
   const double s_profile = profile.PrefillMs(o.uncached_prompt_tokens);
-  if (o.ttft_count >= config_.min_samples && o.ttft_ms > 0 && s_profile > 0 && o.prefill_workers > 0) {
+  if (o.uncached_prompt_tokens <= config_.local_prefill_tokens) {
+    if (o.ttft_count >= config_.min_samples) {
+      *why += fmt::format(" correction: prefill kept at x{:.2f} (prompts of {:.0f} tokens are prefilled on the decode "
+                          "workers);", prefill_, o.uncached_prompt_tokens);
+    }
+  } else if (o.ttft_count >= config_.min_samples && o.ttft_ms > 0 && s_profile > 0 && o.prefill_workers > 0) {
     const double s = 1000 * ServiceTimeForTtft(o.ttft_ms / 1000, o.request_rate, o.prefill_workers);
     if (s > 0) {
       prefill_ = Update(prefill_, s / s_profile);

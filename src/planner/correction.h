@@ -32,6 +32,10 @@ struct CorrectionConfig {
   double min_factor = 0.25;  // bounds of both factors
   double max_factor = 4;
   int min_samples = 5;       // first tokens / inter-token gaps an interval needs to count
+  // The decode workers prefill prompts with at most this many uncached tokens themselves
+  // (--max-local-prefill-tokens): in an interval whose mean uncached prompt is that short, TTFT is
+  // the decode workers' and leaves the prefill factor as it was.
+  int local_prefill_tokens = 0;
 };
 
 // What one interval observed (LoadSample's fields, replica_planner.h).

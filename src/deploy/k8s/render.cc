@@ -432,6 +432,7 @@ Result<std::vector<json>> Planner(const Ctx& c, const std::string& prefill_pool,
       "--frontend-url", fmt::format("http://{}-frontend:{}", c.name, kFrontendServicePort),
       "--metrics-port", std::to_string(port), "--prefill-deployment", prefill_pool,
       "--decode-deployment", decode_pool, "--k8s-namespace", c.ns};
+  args.insert(args.end(), {"--local-prefill-tokens", std::to_string(runtime::DecodeLocalPrefillTokens(c.graph))});
   if (!p.correction) args.push_back("--no-correction");
   json container{{"name", "planner"}, {"image", c.image}, {"imagePullPolicy", c.s.image_pull_policy},
                  {"command", json::array({"tandem"})}, {"args", args},

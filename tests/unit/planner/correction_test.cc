@@ -87,6 +87,21 @@ TEST(ProfileCorrection, SmoothingBoundsMinimumSamplesAndOff) {
   EXPECT_EQ(off.decode(), 1);
 }
 
+TEST(ProfileCorrection, PromptsTheDecodeWorkersPrefillThemselvesLeaveThePrefillFactor) {
+  const Profile p = TestProfile();
+  CorrectionConfig cfg{true, 1.0, 0.25, 4, 5};
+  cfg.local_prefill_tokens = 64;
+  ProfileCorrection c(cfg);
+  std::string why;
+  // 32-token prompts (prefilled on the decode workers) with a TTFT 3x the profile's 50 ms: kept.
+  c.Observe(p, Observed(2, 150, 0, 0, 1, 1, /*prompt=*/32), &why);
+  EXPECT_EQ(c.prefill(), 1);
+  EXPECT_NE(why.find("prefilled on the decode workers"), std::string::npos) << why;
+  // 512-token prompts go to the prefill pool: 112.5 ms at 2 req/s is a 100 ms service, x2.
+  c.Observe(p, Observed(2, 112.5, 0, 0, 1, 1, /*prompt=*/512), &why);
+  EXPECT_NEAR(c.prefill(), 2, 1e-6);
+}
+
 TEST(ProfileCorrection, TheFactorsChangeTheReplicaCounts) {
   PlannerConfig cfg = Config();  // TTFT 1000 ms, ITL 30 ms
   cfg.correction = CorrectionConfig{true, 1.0, 0.25, 4, 5};
