@@ -106,23 +106,43 @@ void WriteGraph(const fs::path& dir, int metrics_port, bool correction) {
       << "restart: {max_restarts: 3, backoff_ms: 100}\nstartup_timeout_s: 120\nshutdown_grace_s: 5\n";
 }
 
-TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFailedRequest) {
-  const fs::path dir = fs::temp_directory_path() / ("tandem-planner-it-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "discovery");
-  const int port = testing::FreePort(), metrics_port = testing::FreePort();
+// `tandem serve` of WriteGraph's graph in a fresh folder named `name`, its frontend healthy.
+struct ServedGraph {
+  fs::path dir;
+  int metrics_port = 0;
+  std::string base;  // the frontend's URL
+  std::unique_ptr<ChildProcess> serve;
+  std::string Log() const { return ReadText(dir / "serve.log"); }
+};
+
+void StartGraph(const std::string& name, bool correction, ServedGraph* g) {
+  g->dir = fs::temp_directory_path() / (name + "-" + std::to_string(getpid()));
+  fs::remove_all(g->dir);
+  fs::create_directories(g->dir / "discovery");
+  const int port = testing::FreePort();
+  g->metrics_port = testing::FreePort();
   ASSERT_GT(port, 0);
-  ASSERT_GT(metrics_port, 0);
-  WriteGraph(dir, metrics_port, /*correction=*/false);
-  const std::string base = "http://127.0.0.1:" + std::to_string(port);
-  auto serve = ChildProcess::Start({TANDEM_BINARY, "serve", (dir / "graph.yaml").string(), "--port",
-                                    std::to_string(port)},
-                                   {{"TANDEM_DISCOVERY_DIR", (dir / "discovery").string()}},
-                                   (dir / "serve.log").string());
-  ASSERT_TRUE(serve);
-  auto log = [&] { return ReadText(dir / "serve.log"); };
-  ASSERT_TRUE(Eventually([&] { return !serve->Running() || Curl(ShellQuote(base + "/health"), 5).status == 200; },
-                         150s) && serve->Running()) << log();
+  ASSERT_GT(g->metrics_port, 0);
+  WriteGraph(g->dir, g->metrics_port, correction);
+  g->base = "http://127.0.0.1:" + std::to_string(port);
+  g->serve = ChildProcess::Start({TANDEM_BINARY, "serve", (g->dir / "graph.yaml").string(), "--port",
+                                  std::to_string(port)},
+                                 {{"TANDEM_DISCOVERY_DIR", (g->dir / "discovery").string()}},
+                                 (g->dir / "serve.log").string());
+  ASSERT_TRUE(g->serve);
+  ChildProcess* serve = g->serve.get();
+  ASSERT_TRUE(Eventually([&] { return !serve->Running() || Curl(ShellQuote(g->base + "/health"), 5).status == 200; },
+                         150s) && serve->Running()) << g->Log();
+}
+
+TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFailedRequest) {
+  ServedGraph g;
+  ASSERT_NO_FATAL_FAILURE(StartGraph("tandem-planner-it", /*correction=*/false, &g));
+  const fs::path& dir = g.dir;
+  const int metrics_port = g.metrics_port;
+  const std::string& base = g.base;
+  ChildProcess* serve = g.serve.get();
+  auto log = [&] { return g.Log(); };
   EXPECT_EQ(Count(ChildrenOf(serve->pid()), "prefill"), 1);
 
   {  // 3 requests/s: a second prefill worker within a few intervals
@@ -157,22 +177,13 @@ TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFail
 }
 
 TEST(PlannerServeTest, TheOnlineCorrectionLearnsThePrefillTimeFromTheObservedTtft) {
-  const fs::path dir = fs::temp_directory_path() / ("tandem-planner-cf-" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir / "discovery");
-  const int port = testing::FreePort(), metrics_port = testing::FreePort();
-  ASSERT_GT(port, 0);
-  ASSERT_GT(metrics_port, 0);
-  WriteGraph(dir, metrics_port, /*correction=*/true);
-  const std::string base = "http://127.0.0.1:" + std::to_string(port);
-  auto serve = ChildProcess::Start({TANDEM_BINARY, "serve", (dir / "graph.yaml").string(), "--port",
-                                    std::to_string(port)},
-                                   {{"TANDEM_DISCOVERY_DIR", (dir / "discovery").string()}},
-                                   (dir / "serve.log").string());
-  ASSERT_TRUE(serve);
-  auto log = [&] { return ReadText(dir / "serve.log"); };
-  ASSERT_TRUE(Eventually([&] { return !serve->Running() || Curl(ShellQuote(base + "/health"), 5).status == 200; },
-                         150s) && serve->Running()) << log();
+  ServedGraph g;
+  ASSERT_NO_FATAL_FAILURE(StartGraph("tandem-planner-cf", /*correction=*/true, &g));
+  const fs::path& dir = g.dir;
+  const int metrics_port = g.metrics_port;
+  const std::string& base = g.base;
+  ChildProcess* serve = g.serve.get();
+  auto log = [&] { return g.Log(); };
   const std::string metrics_url = ShellQuote("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics");
   // The gauge's value, or -1 while the planner has not exported it.
   auto correction = [&](const std::string& role) {
