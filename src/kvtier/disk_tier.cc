@@ -436,7 +436,9 @@ bool DiskKvTier::DoWrite(const Op& op, uint64_t* evicted) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (err != 0) {
-    free_.push_back(slot);
+    // Last in line: on a sparse slab that the disk can no longer back, the same slot would fail
+    // again, while slots whose blocks the disk already holds take writes.
+    free_.push_front(slot);
     ++stats_.write_errors;
     uint64_t quiet = 0;
     if (WriteErrors().ShouldLog(&quiet)) {

@@ -153,7 +153,7 @@ class DiskKvTier {
   std::deque<Op> ops_;
   std::vector<Completion> done_;
   std::vector<Slot> slots_;
-  std::vector<int> free_;
+  std::deque<int> free_;  // taken from the back; a slot whose write failed goes to the front
   std::list<int> lru_;  // used slots, front = least recently used
   std::unordered_map<uint64_t, int> index_;
   std::unordered_map<uint64_t, int> queued_writes_;  // hash -> count (dedupe)

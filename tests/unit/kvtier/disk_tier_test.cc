@@ -247,6 +247,35 @@ TEST_F(DiskKvTierTest, AWriteThatFailsLeavesTheBlockOffTheDisk) {
   EXPECT_EQ(t->stats().blocks, 0);
 }
 
+TEST_F(DiskKvTierTest, ASlotWhoseWriteFailedIsTriedLastSoOtherSlotsTakeTheNextWrites) {
+  // A sparse slab on a full disk: slot 0's data (at 4096 + 4096) has no blocks behind it; the
+  // other slots were written before the disk filled. The first write takes slot 0 and fails.
+  DiskIo io;
+  io.pwrite = [](int fd, const void* b, size_t n, off_t off) -> ssize_t {
+    if (off == 4096 + 4096) {
+      errno = ENOSPC;
+      return -1;
+    }
+    return ::pwrite(fd, b, n, off);
+  };
+  std::string why;
+  auto t = DiskKvTier::Open(Config(4), &why, io);
+  ASSERT_TRUE(t) << why;
+  const auto a = Block(1), b = Block(2), c = Block(3);
+  ASSERT_TRUE(t->QueueWrite(1, 0, a.data(), 1));
+  ASSERT_EQ(Await(*t, 1).size(), 1u);
+  ASSERT_TRUE(t->QueueWrite(2, 1, b.data(), 2));
+  ASSERT_TRUE(t->QueueWrite(3, 2, c.data(), 3));
+  const auto done = Await(*t, 2);
+  ASSERT_EQ(done.size(), 2u);
+  EXPECT_TRUE(done[0].ok && done[1].ok);
+  EXPECT_FALSE(t->Contains(1));
+  EXPECT_TRUE(t->Contains(2));
+  EXPECT_TRUE(t->Contains(3));
+  EXPECT_EQ(t->stats().write_errors, 1u);
+  EXPECT_EQ(t->stats().blocks, 2);
+}
+
 TEST_F(DiskKvTierTest, ATornWriteIsNotRecoveredAfterACrash) {
   // The block's bytes land but its header does not (the process died between the two).
   int calls = 0;
