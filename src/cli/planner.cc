@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "common/logging.h"
 #include "common/metrics.h"
+#include "deploy/graph.h"
 #include "deploy/k8s/k8s_connector.h"
 #include "frontend/http_server.h"
 #include "planner/http_get.h"
@@ -117,6 +118,7 @@ Runner RegisterPlanner(CLI::App& app) {
       ->check(CLI::IsMember({"constant", "ewma", "linear-trend"}));
   app.add_option("--scale-down-intervals", c.scale_down_intervals)->check(CLI::Range(1, 1000));
   app.add_option("--cooldown-s", c.cooldown_s)->check(CLI::NonNegativeNumber);
+  c.correction.local_prefill_tokens = runtime::kDefaultMaxLocalPrefillTokens;
   app.add_option("--local-prefill-tokens", c.correction.local_prefill_tokens,
                  "The decode workers' --max-local-prefill-tokens (their own prefills do not refine the prefill "
                  "profile)")->check(CLI::NonNegativeNumber);

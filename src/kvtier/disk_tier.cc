@@ -366,6 +366,11 @@ int DiskKvTier::TakeSlot(uint64_t* evicted) {
     free_.pop_back();
     return s;
   }
+  if (lru_.empty() && !failed_.empty()) {
+    const int s = failed_.back();
+    failed_.pop_back();
+    return s;
+  }
   const int s = lru_.front();
   *evicted = slots_[s].hash;
   Forget(s);
@@ -436,9 +441,9 @@ bool DiskKvTier::DoWrite(const Op& op, uint64_t* evicted) {
   }
   std::lock_guard<std::mutex> lock(mu_);
   if (err != 0) {
-    // Last in line: on a sparse slab that the disk can no longer back, the same slot would fail
-    // again, while slots whose blocks the disk already holds take writes.
-    free_.push_front(slot);
+    // Last in line (TakeSlot): on a sparse slab that the disk can no longer back, the same slot
+    // would fail again, while slots whose blocks the disk already holds take writes.
+    failed_.push_back(slot);
     ++stats_.write_errors;
     uint64_t quiet = 0;
     if (WriteErrors().ShouldLog(&quiet)) {

@@ -153,7 +153,10 @@ class DiskKvTier {
   std::deque<Op> ops_;
   std::vector<Completion> done_;
   std::vector<Slot> slots_;
-  std::deque<int> free_;  // taken from the back; a slot whose write failed goes to the front
+  std::vector<int> free_;
+  // Slots whose last write failed: taken only when no free slot is left and no written block to
+  // evict (on a sparse slab the disk can no longer back, the same slot fails again).
+  std::vector<int> failed_;
   std::list<int> lru_;  // used slots, front = least recently used
   std::unordered_map<uint64_t, int> index_;
   std::unordered_map<uint64_t, int> queued_writes_;  // hash -> count (dedupe)

@@ -31,21 +31,29 @@ double ProfileCorrection::Update(double f, double observed) const {
 void ProfileCorrection::Observe(const Profile& profile, const ObservedLatency& o, std::string* why) {
   if (!config_.enabled) return;
   const double s_profile = profile.PrefillMs(o.uncached_prompt_tokens);
-  if (o.uncached_prompt_tokens <= config_.local_prefill_tokens) {
-    if (o.ttft_count >= config_.min_samples) {
-      *why += fmt::format(" correction: prefill kept at x{:.2f} (prompts of {:.0f} tokens are prefilled on the decode "
-                          "workers);", prefill_, o.uncached_prompt_tokens);
-    }
-  } else if (o.ttft_count >= config_.min_samples && o.ttft_ms > 0 && s_profile > 0 && o.prefill_workers > 0) {
-    const double s = 1000 * ServiceTimeForTtft(o.ttft_ms / 1000, o.request_rate, o.prefill_workers);
+  // The first interval has nothing to compare its counts with: taken as steady.
+  const bool prefill_steady = last_prefill_workers_ < 0 || o.prefill_workers == last_prefill_workers_;
+  const bool decode_steady = last_decode_workers_ < 0 || o.decode_workers == last_decode_workers_;
+  last_prefill_workers_ = o.prefill_workers;
+  last_decode_workers_ = o.decode_workers;
+  if (!prefill_steady || !decode_steady) {
+    *why += fmt::format(" correction: {} count changed, its factor kept;",
+                        !prefill_steady && !decode_steady ? "each pool's" : !prefill_steady ? "the prefill" : "the decode");
+  }
+  const bool prefill_counts = prefill_steady && o.ttft_count >= config_.min_samples;
+  if (prefill_counts && o.uncached_prompt_tokens <= config_.local_prefill_tokens) {
+    *why += fmt::format(" correction: prefill kept at x{:.2f} (prompts of {:.0f} tokens are prefilled on the decode "
+                        "workers);", prefill_, o.uncached_prompt_tokens);
+  } else if (prefill_counts && o.ttft_ms > 0 && s_profile > 0 && o.prefill_workers > 0) {
+    const double s = 1000 * ServiceTimeForTtft(o.ttft_ms / 1000, o.first_token_rate, o.prefill_workers);
     if (s > 0) {
       prefill_ = Update(prefill_, s / s_profile);
       *why += fmt::format(" correction: prefill {:.0f} ms observed TTFT -> {:.0f} ms service vs profile {:.0f} "
                           "-> x{:.2f};", o.ttft_ms, s, s_profile, prefill_);
     }
   }
-  if (o.itl_count >= config_.min_samples && o.itl_ms > 0 && o.decode_workers > 0) {
-    const double batch = std::max(1.0, o.requests_running / o.decode_workers);
+  if (decode_steady && o.itl_count >= config_.min_samples && o.itl_ms > 0 && o.decode_workers > 0) {
+    const double batch = std::max(1.0, o.mean_decoding / o.decode_workers);
     const double predicted = profile.ItlMs(o.context_tokens, batch);
     if (predicted > 0) {
       decode_ = Update(decode_, o.itl_ms / predicted);

@@ -5,10 +5,13 @@
 // step time, and a shared host gives the worker less (or more) of its cores. Each interval the
 // planner compares the TTFT and ITL the frontend observed with what the profile predicts for that
 // interval's load, and scales the profile's prefill and decode times by the ratio:
-//   decode   predicted ITL = Profile::ItlMs(ISL + OSL / 2, b), b = requests running / decode
-//            workers (at least 1); observed = the interval's mean of tandem_inter_token_latency_
-//            seconds; factor = observed / predicted.
-//   prefill  with the interval's mean TTFT T, arrival rate r and n prefill workers: the service
+//   decode   predicted ITL = Profile::ItlMs(ISL + OSL / 2, b), b = the interval's mean number of
+//            requests decoding / decode workers (at least 1; the sum of the interval's inter-token
+//            gaps / its length is that mean, Little's law); observed = the interval's mean of
+//            tandem_inter_token_latency_seconds; factor = observed / predicted.
+//   prefill  with the interval's mean TTFT T, first tokens per second r (the pool's completion
+//            rate: the arrival rate misleads while a backlog drains or builds) and n prefill
+//            workers: the service
 //            time s' for which ReplicaPlanner's M/D/1 queue gives T (T = s' + rho s' / (2 (1 -
 //            rho)), rho = r s' / n; T grows with s' on (0, n / r), solved by bisection; r = 0:
 //            s' = T); factor = s' / Profile::PrefillMs(uncached prompt). A backlog that the
@@ -17,7 +20,9 @@
 // Each interval's factor f_obs moves the running factor f <- f^(1 - alpha) * f_obs^alpha (an EWMA
 // of the logarithm, so halving and doubling weigh the same), clamped to [min_factor, max_factor];
 // an interval with fewer than min_samples first tokens (prefill) or inter-token gaps (decode), or
-// with nothing to compare (no profile time, no workers), leaves that factor as it was.
+// with nothing to compare (no profile time, no workers), or right after that role's worker count
+// changed (a starting worker does not serve yet, a draining one still does), leaves that factor as
+// it was.
 #pragma once
 
 #include <string>
@@ -40,12 +45,12 @@ struct CorrectionConfig {
 
 // What one interval observed (LoadSample's fields, replica_planner.h).
 struct ObservedLatency {
-  double request_rate = 0;        // arrivals per second
+  double first_token_rate = 0;    // first tokens per second over the interval
   double uncached_prompt_tokens = 0;
   double context_tokens = 0;      // ISL + OSL / 2
   double ttft_ms = 0, ttft_count = 0;  // mean TTFT over the interval and how many first tokens
   double itl_ms = 0, itl_count = 0;    // mean inter-token gap and how many gaps
-  double requests_running = 0;    // in the decode workers' engines now
+  double mean_decoding = 0;       // requests decoding, the interval's time average
   int prefill_workers = 0, decode_workers = 0;
 };
 
@@ -69,6 +74,7 @@ class ProfileCorrection {
 
   CorrectionConfig config_;
   double prefill_ = 1, decode_ = 1;
+  int last_prefill_workers_ = -1, last_decode_workers_ = -1;  // at the previous interval
 };
 
 }  // namespace tandem::planner

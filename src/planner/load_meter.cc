@@ -1,10 +1,19 @@
 #include "planner/load_meter.h"
 
+#include <utility>
+
 namespace tandem::planner {
 namespace {
 
 // A counter's increase; a reset (the value went down) counts from zero.
 double Delta(double prev, double now) { return now >= prev ? now - prev : now; }
+
+// A histogram's (sum, count) increase: both from zero when either went down (a restart; the two
+// deltas must describe the same observations).
+std::pair<double, double> HistogramDelta(double prev_sum, double prev_count, double sum, double count) {
+  if (sum < prev_sum || count < prev_count) return {sum, count};
+  return {sum - prev_sum, count - prev_count};
+}
 
 }  // namespace
 
@@ -26,8 +35,7 @@ Result<FrontendReading> ReadFrontend(const std::vector<PromSample>& samples, dou
   r.cache_queries = SumSamples(samples, "tandem_prefix_cache_queries_total");
   r.cache_hits = SumSamples(samples, "tandem_prefix_cache_hits_total");
   r.backlog_tokens = SumSamples(samples, "tandem_prompt_tokens_before_first_token");
-  r.running = SumSamples(samples, "tandem_num_requests_running");
-  r.in_flight = r.running + SumSamples(samples, "tandem_num_requests_waiting");
+  r.in_flight = SumSamples(samples, "tandem_num_requests_running") + SumSamples(samples, "tandem_num_requests_waiting");
   r.ttft_sum = SumSamples(samples, "tandem_time_to_first_token_seconds_sum");
   r.ttft_count = SumSamples(samples, "tandem_time_to_first_token_seconds_count");
   r.itl_sum = SumSamples(samples, "tandem_inter_token_latency_seconds_sum");
@@ -44,11 +52,14 @@ LoadSample MeterInterval(const FrontendReading& prev, const FrontendReading& now
   s.request_rate = Delta(prev.requests, now.requests) / dt;
   s.queued_prefill_tokens = now.backlog_tokens > 0 ? now.backlog_tokens : 0;
   s.requests_in_flight = now.in_flight > 0 ? now.in_flight : 0;
-  s.requests_running = now.running > 0 ? now.running : 0;
-  s.ttft_count = Delta(prev.ttft_count, now.ttft_count);
-  if (s.ttft_count > 0) s.observed_ttft_ms = 1000 * Delta(prev.ttft_sum, now.ttft_sum) / s.ttft_count;
-  s.itl_count = Delta(prev.itl_count, now.itl_count);
-  if (s.itl_count > 0) s.observed_itl_ms = 1000 * Delta(prev.itl_sum, now.itl_sum) / s.itl_count;
+  const auto [ttft_sum, ttft_count] = HistogramDelta(prev.ttft_sum, prev.ttft_count, now.ttft_sum, now.ttft_count);
+  s.ttft_count = ttft_count;
+  s.first_token_rate = ttft_count / dt;
+  if (ttft_count > 0) s.observed_ttft_ms = 1000 * ttft_sum / ttft_count;
+  const auto [itl_sum, itl_count] = HistogramDelta(prev.itl_sum, prev.itl_count, now.itl_sum, now.itl_count);
+  s.itl_count = itl_count;
+  s.mean_decoding = itl_sum / dt;
+  if (itl_count > 0) s.observed_itl_ms = 1000 * itl_sum / itl_count;
   const double finished = Delta(prev.finished, now.finished);
   if (finished > 0) {
     s.mean_prompt_tokens = Delta(prev.prompt_tokens, now.prompt_tokens) / finished;

@@ -10,9 +10,12 @@
 //   requests_in_flight    tandem_num_requests_running + tandem_num_requests_waiting now (0 when
 //                         the frontend has no engine gauges)
 //   observed_ttft_ms      delta tandem_time_to_first_token_seconds_sum / delta its _count (ms), and
-//   ttft_count            that count delta (0 and 0 when no first token came in the interval)
-//   observed_itl_ms       the same of tandem_inter_token_latency_seconds, itl_count its count delta
-//   requests_running      tandem_num_requests_running now
+//   ttft_count            that count delta (0 and 0 when no first token came in the interval);
+//   first_token_rate      that count delta / delta t
+//   observed_itl_ms       the same of tandem_inter_token_latency_seconds, itl_count its count delta;
+//   mean_decoding         its sum's delta / delta t (every decoding request adds its gaps: the time
+//                         average of the requests decoding)
+// A histogram whose sum or count went down (the frontend restarted) counts both from zero.
 // A counter that went down (the frontend restarted) counts from zero, as Prometheus' rate() does.
 // An interval in which no request finished keeps the previous sample's means and hit rate.
 #pragma once
@@ -34,7 +37,6 @@ struct FrontendReading {
   double cache_queries = 0, cache_hits = 0;
   double backlog_tokens = 0;     // tandem_prompt_tokens_before_first_token
   double in_flight = 0;          // tandem_num_requests_running + tandem_num_requests_waiting
-  double running = 0;            // tandem_num_requests_running
   double ttft_sum = 0, ttft_count = 0;  // tandem_time_to_first_token_seconds_{sum,count}
   double itl_sum = 0, itl_count = 0;    // tandem_inter_token_latency_seconds_{sum,count}
 };

@@ -60,8 +60,8 @@ int ReplicaPlanner::DecodeReplicas(double rate, double prompt, double output, st
   const double f = correction_.decode();
   const double per_worker = profile_.MaxBatch(context, config_.itl_ms / f);
   if (per_worker <= 0) {
-    *why += fmt::format("; decode: ITL target {:.0f} ms below one request's at context {:.0f}",
-                        config_.itl_ms, context);
+    *why += fmt::format("; decode: ITL target {:.0f} ms (the profile's {:.0f} after the correction) below one "
+                        "request's at context {:.0f}", config_.itl_ms, config_.itl_ms / f, context);
     return rate > 0 && output > 0 ? config_.max_decode : 0;
   }
   const double itl = std::max(1e-6, profile_.ItlMs(context, per_worker) * f) / 1000.0;  // <= the target
@@ -110,14 +110,14 @@ ReplicaDecision ReplicaPlanner::Plan(const LoadSample& sample, double now_s, int
   const double hit = std::clamp(hit_.Predict(), 0.0, 1.0);
   std::string why;
   ObservedLatency observed;
-  observed.request_rate = sample.request_rate;
+  observed.first_token_rate = sample.first_token_rate;
   observed.uncached_prompt_tokens = sample.mean_prompt_tokens * (1 - std::clamp(sample.prefix_hit_rate, 0.0, 1.0));
   observed.context_tokens = sample.mean_prompt_tokens + sample.mean_output_tokens / 2;
   observed.ttft_ms = sample.observed_ttft_ms;
   observed.ttft_count = sample.ttft_count;
   observed.itl_ms = sample.observed_itl_ms;
   observed.itl_count = sample.itl_count;
-  observed.requests_running = sample.requests_running;
+  observed.mean_decoding = sample.mean_decoding;
   observed.prefill_workers = current_prefill;
   observed.decode_workers = current_decode;
   correction_.Observe(profile_, observed, &why);

@@ -65,7 +65,8 @@ struct LoadSample {
   // What the frontend saw over the interval, for the profile's online refinement (correction.h):
   double observed_ttft_ms = 0, ttft_count = 0;  // mean TTFT (ms) and first tokens counted
   double observed_itl_ms = 0, itl_count = 0;    // mean inter-token gap (ms) and gaps counted
-  double requests_running = 0;                  // requests in the engines now (no waiting ones)
+  double first_token_rate = 0;                  // first tokens per second over the interval
+  double mean_decoding = 0;                     // requests decoding, time-averaged over it
 };
 
 struct ReplicaDecision {

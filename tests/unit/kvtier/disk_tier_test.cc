@@ -274,6 +274,19 @@ TEST_F(DiskKvTierTest, ASlotWhoseWriteFailedIsTriedLastSoOtherSlotsTakeTheNextWr
   EXPECT_TRUE(t->Contains(3));
   EXPECT_EQ(t->stats().write_errors, 1u);
   EXPECT_EQ(t->stats().blocks, 2);
+  // Slot 3 takes block 4; then no slot is free and block 5 evicts the least recently used block
+  // (2) instead of trying slot 0 again.
+  const auto d = Block(4), e = Block(5);
+  ASSERT_TRUE(t->QueueWrite(4, 3, d.data(), 4));
+  ASSERT_EQ(Await(*t, 1).size(), 1u);
+  ASSERT_TRUE(t->QueueWrite(5, 4, e.data(), 5));
+  const auto last = Await(*t, 1);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_TRUE(last[0].ok);
+  EXPECT_TRUE(t->Contains(5));
+  EXPECT_FALSE(t->Contains(2));
+  EXPECT_EQ(t->stats().write_errors, 1u);
+  EXPECT_EQ(t->stats().blocks, 3);
 }
 
 TEST_F(DiskKvTierTest, ATornWriteIsNotRecoveredAfterACrash) {

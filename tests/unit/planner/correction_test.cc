@@ -13,19 +13,19 @@
 namespace tandem::planner {
 namespace {
 
-// One interval's observations: `rate` req/s, TTFT and ITL means (0: none that interval), requests
-// running, the workers of each role; prompts of `prompt` uncached tokens, context 2048.
-ObservedLatency Observed(double rate, double ttft_ms, double itl_ms, double running, int prefill, int decode,
+// One interval's observations: `rate` first tokens/s, TTFT and ITL means (0: none that interval),
+// requests decoding (time average), the workers of each role; prompts of `prompt` uncached tokens, context 2048.
+ObservedLatency Observed(double rate, double ttft_ms, double itl_ms, double decoding, int prefill, int decode,
                          double prompt = 512) {
   ObservedLatency o;
-  o.request_rate = rate;
+  o.first_token_rate = rate;
   o.uncached_prompt_tokens = prompt;
   o.context_tokens = 2048;
   o.ttft_ms = ttft_ms;
   o.ttft_count = ttft_ms > 0 ? 50 : 0;
   o.itl_ms = itl_ms;
   o.itl_count = itl_ms > 0 ? 5000 : 0;
-  o.requests_running = running;
+  o.mean_decoding = decoding;
   o.prefill_workers = prefill;
   o.decode_workers = decode;
   return o;
@@ -50,14 +50,14 @@ TEST(ProfileCorrection, FactorsFromHandComputedIntervals) {
   std::string why;
   // Prefill: 512 tokens take 50 ms in the profile. Observed at 2 req/s on one worker, TTFT
   // 112.5 ms = s + rho s / (2 (1 - rho)) for s = 100 ms (rho = 0.2): the factor is 2.
-  // Decode: 32 running on 2 workers = batch 16, 20 ms in the profile; observed 30 ms: 1.5.
+  // Decode: 32 decoding on 2 workers = batch 16, 20 ms in the profile; observed 30 ms: 1.5.
   c.Observe(p, Observed(2, 112.5, 30, 32, 1, 2), &why);
   EXPECT_NEAR(c.prefill(), 2, 1e-6);
   EXPECT_NEAR(c.decode(), 1.5, 1e-9);
   EXPECT_NE(why.find("x2.00"), std::string::npos) << why;
   EXPECT_NE(why.find("x1.50"), std::string::npos) << why;
-  // Faster than the profile: batch 1 (3 running on 4 workers counts as 1) at 5 ms against 10: 0.5.
-  c.Observe(p, Observed(0, 0, 5, 3, 1, 4), &why);
+  // Faster than the profile: batch 1 (1 decoding on 2 workers counts as 1) at 5 ms against 10: 0.5.
+  c.Observe(p, Observed(0, 0, 5, 1, 1, 2), &why);
   EXPECT_NEAR(c.decode(), 0.5, 1e-9);
   EXPECT_NEAR(c.prefill(), 2, 1e-6);  // no first token in that interval: unchanged
 }
@@ -102,6 +102,23 @@ TEST(ProfileCorrection, PromptsTheDecodeWorkersPrefillThemselvesLeaveThePrefillF
   EXPECT_NEAR(c.prefill(), 2, 1e-6);
 }
 
+TEST(ProfileCorrection, AnIntervalInWhichARolesCountChangedLeavesItsFactor) {
+  const Profile p = TestProfile();
+  ProfileCorrection c(CorrectionConfig{true, 1.0, 0.25, 4, 5});
+  std::string why;
+  c.Observe(p, Observed(2, 112.5, 30, 32, 1, 2), &why);  // x2 and x1.5 as above
+  // A second prefill worker started and a third decode one: neither factor moves this interval.
+  c.Observe(p, Observed(2, 300, 80, 32, 2, 3), &why);
+  EXPECT_NEAR(c.prefill(), 2, 1e-6);
+  EXPECT_NEAR(c.decode(), 1.5, 1e-9);
+  EXPECT_NE(why.find("each pool's count changed"), std::string::npos) << why;
+  // The next interval at those counts moves them again: 2 workers at 4 first tokens/s with TTFT
+  // 112.5 ms is the same 100 ms service (x2); 48 decoding on 3 = batch 16 at 40 ms (x2).
+  c.Observe(p, Observed(4, 112.5, 40, 48, 2, 3), &why);
+  EXPECT_NEAR(c.prefill(), 2, 1e-6);
+  EXPECT_NEAR(c.decode(), 2, 1e-9);
+}
+
 TEST(ProfileCorrection, TheFactorsChangeTheReplicaCounts) {
   PlannerConfig cfg = Config();  // TTFT 1000 ms, ITL 30 ms
   cfg.correction = CorrectionConfig{true, 1.0, 0.25, 4, 5};
@@ -117,9 +134,10 @@ TEST(ProfileCorrection, TheFactorsChangeTheReplicaCounts) {
   LoadSample s{true, 30, 2, 512, 256, 0, 0};
   s.observed_ttft_ms = 112.5;
   s.ttft_count = 60;
+  s.first_token_rate = 2;
   s.observed_itl_ms = 40;
   s.itl_count = 15000;
-  s.requests_running = 16;
+  s.mean_decoding = 16;
   planner->Plan(s, 30, 1, 1);
   ASSERT_NEAR(planner->correction().prefill(), 2, 1e-6);
   ASSERT_NEAR(planner->correction().decode(), 2, 1e-9);

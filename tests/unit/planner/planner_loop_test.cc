@@ -79,13 +79,21 @@ TEST(LoadMeter, ObservedTtftAndItlAreTheHistogramsMeansOverTheInterval) {
   EXPECT_DOUBLE_EQ(s.ttft_count, 20);
   EXPECT_DOUBLE_EQ(s.observed_itl_ms, 1000 * 6.0 / 300);  // 20 ms
   EXPECT_DOUBLE_EQ(s.itl_count, 300);
-  EXPECT_DOUBLE_EQ(s.requests_running, 7);
+  EXPECT_DOUBLE_EQ(s.first_token_rate, 20.0 / 10);
+  EXPECT_DOUBLE_EQ(s.mean_decoding, 6.0 / 10);  // 6 s of gaps in 10 s: 0.6 requests decoding on average
   EXPECT_DOUBLE_EQ(s.requests_in_flight, 10);
   const FrontendReading c = Reading(20, FrontendText(30, 28, 28000, 2800, 28000, 0, 0) + hist(10, 30, 8, 400));
   const LoadSample quiet = MeterInterval(b, c, &s);
   EXPECT_EQ(quiet.ttft_count, 0);  // no first token in the interval: nothing observed
   EXPECT_EQ(quiet.observed_ttft_ms, 0);
   EXPECT_EQ(quiet.observed_itl_ms, 0);
+  // A restarted frontend: its ITL count is above the old one but its sum below; both count from 0.
+  const FrontendReading r = Reading(30, FrontendText(5, 5, 500, 50, 500, 0, 0) + hist(1, 5, 0.5, 500));
+  const LoadSample after = MeterInterval(c, r, &quiet);
+  EXPECT_DOUBLE_EQ(after.itl_count, 500);
+  EXPECT_DOUBLE_EQ(after.observed_itl_ms, 1000 * 0.5 / 500);  // 1 ms, not a mix of before and after
+  EXPECT_DOUBLE_EQ(after.ttft_count, 5);
+  EXPECT_DOUBLE_EQ(after.observed_ttft_ms, 1000 * 1.0 / 5);
 }
 
 TEST(LoadMeter, AResetCountsFromZeroAndAQuietIntervalKeepsTheMeans) {
