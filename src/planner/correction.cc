@@ -37,8 +37,8 @@ void ProfileCorrection::Observe(const Profile& profile, const ObservedLatency& o
   last_prefill_workers_ = o.prefill_workers;
   last_decode_workers_ = o.decode_workers;
   if (!prefill_steady || !decode_steady) {
-    *why += fmt::format(" correction: {} count changed, its factor kept;",
-                        !prefill_steady && !decode_steady ? "each pool's" : !prefill_steady ? "the prefill" : "the decode");
+    const char* which = !prefill_steady && !decode_steady ? "each pool's" : !prefill_steady ? "the prefill" : "the decode";
+    *why += fmt::format(" correction: {} count changed, its factor kept;", which);
   }
   const bool prefill_counts = prefill_steady && o.ttft_count >= config_.min_samples;
   if (prefill_counts && o.uncached_prompt_tokens <= config_.local_prefill_tokens) {

@@ -11,12 +11,11 @@
 //            tandem_inter_token_latency_seconds; factor = observed / predicted.
 //   prefill  with the interval's mean TTFT T, first tokens per second r (the pool's completion
 //            rate: the arrival rate misleads while a backlog drains or builds) and n prefill
-//            workers: the service
-//            time s' for which ReplicaPlanner's M/D/1 queue gives T (T = s' + rho s' / (2 (1 -
-//            rho)), rho = r s' / n; T grows with s' on (0, n / r), solved by bisection; r = 0:
-//            s' = T); factor = s' / Profile::PrefillMs(uncached prompt). A backlog that the
-//            steady-state queue does not explain cannot push s' past n / r, the time at which
-//            the pool would be saturated.
+//            workers: the service time s' for which ReplicaPlanner's M/D/1 queue gives T (T = s'
+//            + rho s' / (2 (1 - rho)), rho = r s' / n; T grows with s' on (0, n / r), solved by
+//            bisection; r = 0: s' = T); factor = s' / Profile::PrefillMs(uncached prompt). A
+//            backlog that the steady-state queue does not explain cannot push s' past n / r, the
+//            time at which the pool would be saturated.
 // Each interval's factor f_obs moves the running factor f <- f^(1 - alpha) * f_obs^alpha (an EWMA
 // of the logarithm, so halving and doubling weigh the same), clamped to [min_factor, max_factor];
 // an interval with fewer than min_samples first tokens (prefill) or inter-token gaps (decode), or
@@ -61,8 +60,9 @@ class ProfileCorrection {
   // Updates the factors from one interval; appends what it did to *why.
   void Observe(const Profile& profile, const ObservedLatency& o, std::string* why);
 
-  double prefill() const { return config_.enabled ? prefill_ : 1.0; }  // multiplies PrefillMs
-  double decode() const { return config_.enabled ? decode_ : 1.0; }    // multiplies ItlMs
+  // Multiply PrefillMs and ItlMs; 1 until an interval moves them (never while disabled).
+  double prefill() const { return prefill_; }
+  double decode() const { return decode_; }
   const CorrectionConfig& config() const { return config_; }
 
   // The M/D/1 service time (s) with mean sojourn ttft_s at `rate` arrivals/s on `workers` servers

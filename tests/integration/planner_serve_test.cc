@@ -113,6 +113,17 @@ struct ServedGraph {
   std::string base;  // the frontend's URL
   std::unique_ptr<ChildProcess> serve;
   std::string Log() const { return ReadText(dir / "serve.log"); }
+  // The planner's /metrics body.
+  std::string PlannerMetrics() const {
+    return Curl(ShellQuote("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics"), 5).body;
+  }
+  // SIGTERM, the exit within 20 s, serve's log on a failure, the folder removed.
+  void Stop() {
+    serve->Signal(SIGTERM);
+    EXPECT_TRUE(serve->WaitExit(20s));
+    if (::testing::Test::HasFailure()) std::cerr << "---- serve.log\n" << Log();
+    fs::remove_all(dir);
+  }
 };
 
 void StartGraph(const std::string& name, bool correction, ServedGraph* g) {
@@ -138,8 +149,6 @@ void StartGraph(const std::string& name, bool correction, ServedGraph* g) {
 TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFailedRequest) {
   ServedGraph g;
   ASSERT_NO_FATAL_FAILURE(StartGraph("tandem-planner-it", /*correction=*/false, &g));
-  const fs::path& dir = g.dir;
-  const int metrics_port = g.metrics_port;
   const std::string& base = g.base;
   ChildProcess* serve = g.serve.get();
   auto log = [&] { return g.Log(); };
@@ -154,7 +163,7 @@ TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFail
     EXPECT_GT(heavy.sent(), 10);
     EXPECT_TRUE(heavy.failures().empty()) << heavy.failures().front();
   }
-  const std::string metrics = Curl(ShellQuote("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics"), 5).body;
+  const std::string metrics = g.PlannerMetrics();
   EXPECT_NE(metrics.find("tandem_planner_desired_replicas{role=\"prefill\"} 2"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("tandem_planner_decisions_total{outcome=\"scaled\"}"), std::string::npos) << metrics;
 
@@ -170,30 +179,19 @@ TEST(PlannerServeTest, ScalesPrefillUpUnderLoadAndDrainsItAfterwardsWithoutAFail
   EXPECT_NE(text.find("prefill-1: drained and stopped"), std::string::npos) << text;
   EXPECT_EQ(text.find("prefill-1: restarting"), std::string::npos);
   EXPECT_EQ(Count(ChildrenOf(serve->pid()), "prefill"), 1);
-  serve->Signal(SIGTERM);
-  EXPECT_TRUE(serve->WaitExit(20s));
-  if (HasFailure()) std::cerr << "---- serve.log\n" << log();
-  fs::remove_all(dir);
+  g.Stop();
 }
 
 TEST(PlannerServeTest, TheOnlineCorrectionLearnsThePrefillTimeFromTheObservedTtft) {
   ServedGraph g;
   ASSERT_NO_FATAL_FAILURE(StartGraph("tandem-planner-cf", /*correction=*/true, &g));
-  const fs::path& dir = g.dir;
-  const int metrics_port = g.metrics_port;
-  const std::string& base = g.base;
-  ChildProcess* serve = g.serve.get();
   auto log = [&] { return g.Log(); };
-  const std::string metrics_url = ShellQuote("http://127.0.0.1:" + std::to_string(metrics_port) + "/metrics");
   // The gauge's value, or -1 while the planner has not exported it.
   auto correction = [&](const std::string& role) {
-    const std::string body = Curl(metrics_url, 5).body;
-    const std::string key = "tandem_planner_profile_correction{role=\"" + role + "\"} ";
-    const size_t at = body.find(key);
-    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + key.size()));
+    return testing::MetricValue(g.PlannerMetrics(), "tandem_planner_profile_correction{role=\"" + role + "\"}");
   };
   {
-    Load load(base, 3);
+    Load load(g.base, 3);
     // A TTFT of a few tens of ms against the profile's 400 ms: the factor falls to its floor,
     // 0.25, within an interval or two; any observed TTFT below ~250 ms leaves it under 0.75.
     EXPECT_TRUE(Eventually([&] { const double f = correction("prefill"); return f > 0 && f < 0.75; }, 30s))
@@ -202,10 +200,7 @@ TEST(PlannerServeTest, TheOnlineCorrectionLearnsThePrefillTimeFromTheObservedTtf
     EXPECT_TRUE(load.failures().empty()) << load.failures().front();
   }
   EXPECT_NE(log().find("correction: prefill"), std::string::npos) << log();
-  serve->Signal(SIGTERM);
-  EXPECT_TRUE(serve->WaitExit(20s));
-  if (HasFailure()) std::cerr << "---- serve.log\n" << log();
-  fs::remove_all(dir);
+  g.Stop();
 }
 
 }  // namespace
