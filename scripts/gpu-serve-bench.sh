@@ -16,11 +16,16 @@
 # this one's, same checkpoint, same engine column; its tarball may hold the tandem binary alone, which
 # then runs with this pack's libraries, to stay within the carry limit); a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
 # SERVE_DEVICE=cpu SERVE_SKIP_ENGINE=1 (SERVE_TANDEM: the binary, default build/tandem). Requests per level: 2 x concurrency, at least 8, and
-# a warm-up of min(concurrency, 16). Never touches clocks, power or modes.
+# a warm-up of min(concurrency, 16). SERVE_RUN_ARGS: more `tandem run` arguments for every server.
+# SERVE_ALT_ARGS (e.g. --async-scheduling): this build swept again with these `tandem run`
+# arguments added (tag alt), beside the engine benchmark run again with SERVE_ENGINE_ALT_ARGS
+# (default: SERVE_ALT_ARGS) so the alt rows' ratios compare like with like. Never touches clocks,
+# power or modes.
 #
 # The table (last): per concurrency the HTTP output tok/s, TTFT and ITL p50/p99, the engine's tok/s
 # at that batch and the ratio, and the CPU seconds of the server's threads during the level by
-# name (tandem-engine: the engine loop; tandem-http: the frontend; other). Files in $OUT:
+# name (tandem-engine: the engine loop; tandem-forward: the model's thread under --async-scheduling;
+# tandem-http: the frontend; other). Files in $OUT:
 # serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, bench-TAG-cN.json,
 # cpu-TAG.txt), server-TAG.log.
 set -uo pipefail
@@ -38,7 +43,8 @@ if [ "${1:-}" = pack ]; then
   exit 0
 fi
 
-# CPU seconds of each thread group of process $1: "engine http other" (clock ticks / CLK_TCK).
+# CPU seconds of each thread group of process $1: "engine forward http other" (clock ticks /
+# CLK_TCK; forward: --async-scheduling's thread that runs the model).
 cpu_by_name() {
   local pid=$1 tck
   tck=$(getconf CLK_TCK)
@@ -47,16 +53,19 @@ cpu_by_name() {
     sed -e 's/^.*(\(.*\)) \(.*\)$/\1|\2/' "$t/stat" 2>/dev/null
   done | awk -F'|' -v tck="$tck" '{
       split($2, f, " "); ticks = f[12] + f[13];
-      if ($1 == "tandem-engine") e += ticks; else if ($1 == "tandem-http") h += ticks; else o += ticks
-    } END { printf "%.2f %.2f %.2f\n", e / tck, h / tck, o / tck }'
+      if ($1 == "tandem-engine") e += ticks; else if ($1 == "tandem-forward") w += ticks;
+      else if ($1 == "tandem-http") h += ticks; else o += ticks
+    } END { printf "%.2f %.2f %.2f %.2f\n", e / tck, w / tck, h / tck, o / tck }'
 }
 
 # One server (binary $2, tagged $1) swept over the levels; reports into $res.
 sweep() {
-  local tag=$1 bin=$2 port=18000 rc=0
-  echo "== $tag: tandem run --mode agg --device ${SERVE_DEVICE:-cuda:0} ($CKPT)"
+  local tag=$1 bin=$2 port=18000 rc=0 extra=${SERVE_RUN_ARGS:-}
+  [ "$tag" = alt ] && extra="$extra ${SERVE_ALT_ARGS:-}"
+  echo "== $tag: tandem run --mode agg --device ${SERVE_DEVICE:-cuda:0} $extra ($CKPT)"
+  # shellcheck disable=SC2086
   TANDEM_DISCOVERY_DIR="$work/discovery-$tag" "$bin" run --mode agg --device "${SERVE_DEVICE:-cuda:0}" \
-    --model "$CKPT" --port $port --max-num-seqs 256 > "$out/server-$tag.log" 2>&1 &
+    --model "$CKPT" --port $port --max-num-seqs 256 $extra > "$out/server-$tag.log" 2>&1 &
   local pid=$!
   if ! wait_health $port 240; then tail -20 "$out/server-$tag.log"; kill -KILL $pid; return 1; fi
   : > "$res/cpu-$tag.txt"
@@ -107,6 +116,13 @@ main() {
       LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
         "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
         --json "$out/engine-bench.json" || rc=1
+      if [ -n "${SERVE_ALT_ARGS:-}" ]; then
+        echo "== cuda_engine_bench ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS} (decode, context $ctx)"
+        # shellcheck disable=SC2086
+        LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
+          "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
+          --json "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS} || rc=1
+      fi
     else
       echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
     fi
@@ -123,38 +139,46 @@ main() {
       echo "no $SERVE_BASE/tandem-e2e.tar.xz: no base run"; rc=1
     fi
   fi
+  [ -n "${SERVE_ALT_ARGS:-}" ] && tags="$tags alt"
   local res=$work/results tag
   rm -rf "$res" && mkdir -p "$res"
-  [ -e "$out/engine-bench.json" ] && mv "$out/engine-bench.json" "$res/"
+  local f
+  for f in engine-bench.json engine-bench-alt.json; do [ -e "$out/$f" ] && mv "$out/$f" "$res/"; done
   for tag in $tags; do
     local bin=$work/tandem
     [ "$tag" = base ] && bin=$work/base/tandem
     sweep "$tag" "$bin" || rc=1
   done
+  [ -n "${SERVE_ALT_ARGS:-}" ] && echo "alt: SERVE_ALT_ARGS=$SERVE_ALT_ARGS (engine: ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS})"
 
   echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); input $in_len, output $out_len; engine decode at context $ctx)"
   python3 - "$res" $tags <<'PY' || rc=1
 import json, os, sys
 res, tags = sys.argv[1], sys.argv[2:]
-engine, prefill_s = {}, None
-try:
-    for r in json.load(open(os.path.join(res, "engine-bench.json")))["results"]:
-        if r["kind"] == "decode":
-            engine[r["batch"]] = (r["tok_s"], 1000 * r["median_step_s"])
-        elif r["kind"] == "prefill":
-            prefill_s = r["median_s"]  # one prompt of the input length, alone
-except (OSError, ValueError, KeyError):
-    pass
+def load_engine(name):
+    engine, prefill_s = {}, None
+    try:
+        for r in json.load(open(os.path.join(res, name)))["results"]:
+            if r["kind"] == "decode":
+                engine[r["batch"]] = (r["tok_s"], 1000 * r["median_step_s"])
+            elif r["kind"] == "prefill":
+                prefill_s = r["median_s"]  # one prompt of the input length, alone
+    except (OSError, ValueError, KeyError):
+        pass
+    return engine, prefill_s
+# The alt sweep beside the engine benchmark run with the same flags, when there is one.
+engines = {"": load_engine("engine-bench.json"), "alt": load_engine("engine-bench-alt.json")}
 # bound: the engine's own time for the HTTP run's work done back to back, prefills (one at a time,
 # at the engine benchmark's time for one prompt) then decode at the level's batch:
 # n * out / (n * prefill_s + n * out / engine tok/s).
-print("| build | conc | HTTP tok/s | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / http / other |")
+print("| build | conc | HTTP tok/s | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / forward / http / other |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for tag in tags:
+    engine, prefill_s = engines["alt" if tag == "alt" and engines["alt"][0] else ""]
     cpu = {}
     for line in open(os.path.join(res, f"cpu-{tag}.txt")):
         f = line.split()
-        c = int(f[0]); b = list(map(float, f[1:4])); a = list(map(float, f[4:7]))
+        c = int(f[0]); b = list(map(float, f[1:5])); a = list(map(float, f[5:9]))
         cpu[c] = [y - x for x, y in zip(b, a)]
     for c in sorted(cpu):
         try:
@@ -172,7 +196,7 @@ for tag in tags:
         t, i = run["ttft_ms"], run["itl_ms"]
         print(f"| {tag} | {c} | {tok:.0f} | {es} | {ratio} | {bs} | {br} | {t['p50']:.1f} / {t['p99']:.1f} | "
               f"{i['p50']:.2f} / {i['p99']:.2f} | {ss} | {run['num_ok']} / {run['num_errors']} | "
-              f"{cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} |")
+              f"{cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} / {cpu[c][3]:.1f} |")
 PY
   tar -C "$res" -czf "$out/serve-results.tar.gz" .
   return $rc
