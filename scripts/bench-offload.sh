@@ -14,7 +14,8 @@
 # (started empty), compared with the host tier alone; give OFFLOAD_GIB a host tier smaller than the
 # workload's history so that blocks must come back from the disk.
 # Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
-# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS)
+# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS). Last: how many greedy replies of each run equal the
+# off run's.
 set -euo pipefail
 BUILD=${1:-build}
 T=$(realpath "$BUILD/tandem")
@@ -76,3 +77,22 @@ if [ -n "${DISK_GIB:-}" ]; then
   echo "== compare: B (host + disk tier) over A (host tier alone)"
   "$T" bench compare "$OUT/bench-on.json" "$OUT/bench-disk.json"
 fi
+# Greedy replies of each run against the off run's, by (conversation, turn): a returning turn whose
+# history came back from a tier must say what it says when the history was prefilled again (equal
+# but near-ties: a recomputed history's K/V round differently from the K/V its turn first wrote).
+echo "== replies against the off run's (greedy, same seed)"
+python3 - "$OUT" $MODES <<'PY'
+import json, os, sys
+out, modes = sys.argv[1], sys.argv[2:]
+def texts(mode):
+    run = json.load(open(os.path.join(out, f"bench-{mode}.json")))["runs"][0]
+    return {(r["item_id"], r["turn"]): r["output_text"] for r in run["requests"] if r["error"] is None}
+base = texts(modes[0])
+for mode in modes[1:]:
+    t = texts(mode)
+    both = sorted(set(base) & set(t))
+    diff = [k for k in both if base[k] != t[k]]
+    first = min(diff, key=lambda k: (k[1], k[0])) if diff else None
+    print(f"{mode}: {len(both) - len(diff)} of {len(both)} replies equal the {modes[0]} run's"
+          + (f" (earliest differing turn {first[1]} of conversation {first[0]})" if first else ""))
+PY

@@ -100,8 +100,7 @@ struct Phase {
     for (int t = 0; t < static_cast<int>(item.turns.size()); ++t) {
       if (!MayStart()) break;
       RequestRecord r = co_await SendTurn(conn, client, item, t, replies, start);
-      replies.push_back(std::move(r.output_text));
-      r.output_text.clear();
+      replies.push_back(r.output_text);  // the next turn's history; the record keeps its own copy
       ++finished;
       const bool ok = r.ok();
       if (!ok) ++errors;
