@@ -58,6 +58,9 @@ class EngineImpl final : public Engine {
     }
     grammar_ = std::make_unique<GrammarRuntime>(tokenizer_, eos_ids_);
     SetUpOffload();
+    // A device runner (it samples on its device): the overlapped loop's hand-offs poll for up to
+    // 20 ms, longer than a decode step, instead of sleeping (forward_worker.h).
+    if (config_.async_scheduling && runner_->SamplesOnDevice()) worker_.set_spin(std::chrono::milliseconds(20));
   }
 
   // Finishes every request the step scheduled with `st` as its error.

@@ -63,8 +63,10 @@ EngineConfig Config() {
 using Requests = std::vector<std::pair<std::string, SamplingParams>>;
 
 std::map<std::string, Collected> RunRequests(std::unique_ptr<ModelRunner> runner,
-                                             const Requests& reqs) {
-  auto e = Engine::Create(std::move(runner), nullptr, Config());
+                                             const Requests& reqs, bool async_scheduling = false) {
+  EngineConfig config = Config();
+  config.async_scheduling = async_scheduling;
+  auto e = Engine::Create(std::move(runner), nullptr, config);
   EXPECT_TRUE(e.ok()) << e.status().ToString();
   for (size_t i = 0; i < reqs.size(); ++i) {
     std::vector<int32_t> prompt(5 + 3 * i);
@@ -119,6 +121,19 @@ TEST(EngineDevicePick, SeededOutputsEqualTheHostSamplingRoute) {
   EXPECT_EQ(counts.num_picks, 5 * 12);
   EXPECT_EQ(counts.num_specs, 4 * 12);       // all but the plain greedy row
   EXPECT_EQ(counts.num_penalized, 2 * 12);   // minp and greedy_pen
+
+  // The overlapped loop over a device runner, whose hand-offs poll instead of sleeping
+  // (forward_worker.h): the same tokens and log-probabilities.
+  PickCounts overlap_counts;
+  auto overlapped = RunRequests(std::make_unique<DevicePickRunner>(&overlap_counts), reqs,
+                                /*async_scheduling=*/true);
+  for (const auto& [id, p] : reqs) {
+    EXPECT_EQ(overlapped[id].token_ids, host[id].token_ids) << id;
+    ASSERT_EQ(overlapped[id].logprobs.size(), host[id].logprobs.size()) << id;
+    for (size_t i = 0; i < host[id].logprobs.size(); ++i) {
+      EXPECT_EQ(overlapped[id].logprobs[i].logprob, host[id].logprobs[i].logprob) << id << i;
+    }
+  }
 }
 
 }  // namespace
