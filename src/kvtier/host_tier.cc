@@ -1,7 +1,5 @@
 #include "kvtier/host_tier.h"
 
-#include <xxhash.h>
-
 #include <cassert>
 #include <new>
 #include <utility>
@@ -78,12 +76,10 @@ std::optional<int> HostKvTier::Reserve(uint64_t block_hash, uint64_t parent_hash
   return slot;
 }
 
-void HostKvTier::Commit(int slot, bool sealed) {
+void HostKvTier::Commit(int slot) {
   Slot& s = slots_[slot];
   assert(s.state == Slot::State::kReserved);
   reserved_.erase(s.hash);
-  s.sealed = false;
-  if (sealed) Seal(slot);
   s.state = Slot::State::kReady;
   s.lru_pos = lru_.insert(lru_.end(), slot);
   index_.emplace(s.hash, slot);
@@ -104,18 +100,6 @@ std::optional<int> HostKvTier::Find(uint64_t block_hash) {
   Slot& s = slots_[it->second];
   lru_.splice(lru_.end(), lru_, s.lru_pos);
   return it->second;
-}
-
-void HostKvTier::Seal(int slot) {
-  Slot& s = slots_[slot];
-  s.checksum = XXH3_64bits(SlotData(slot), slot_bytes_);
-  s.sealed = true;
-}
-
-bool HostKvTier::Verify(int slot) const {
-  const Slot& s = slots_[slot];
-  return s.state == Slot::State::kReady && s.sealed &&
-         XXH3_64bits(SlotData(slot), slot_bytes_) == s.checksum;
 }
 
 void HostKvTier::Drop(uint64_t block_hash) {

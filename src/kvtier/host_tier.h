@@ -5,10 +5,10 @@
 // A slot holds one block of every layer: `slot_bytes` = num_layers x the pool's per-layer block
 // bytes, laid out layer after layer. Slots are LRU: Reserve takes the least recently used unpinned
 // slot when the tier is full. A slot being copied into the pool is pinned (Pin / Unpin) and never
-// evicted meanwhile. Each slot keeps its hash, its chain parent and an xxHash3 of its bytes
-// (Commit computes it, or Seal later for a slot committed before its bytes landed: an
-// asynchronous device copy; Verify checks it): what leaves the tier for a slower one, or comes
-// back from one, is checked.
+// evicted meanwhile. Each slot keeps its hash and its chain parent. No checksum here: the bytes
+// leave this process's memory only through the disk tier, whose writer hashes them on its own
+// thread (disk_tier.h); hashing on the engine thread cost ~0.2 ms per 2.36 MB block (Qwen3-8B,
+// bench/kvtier_bench), a decode step for every ~30 blocks evicted.
 //
 // Not thread-safe: owned by one engine thread (KvOffloader).
 #pragma once
@@ -95,10 +95,8 @@ class HostKvTier : public KvTierIndex {
   // used unpinned slot when full. nullopt when the hash is stored already or every slot is pinned.
   // Until Commit the slot is not Contained.
   std::optional<int> Reserve(uint64_t block_hash, uint64_t parent_hash);
-  // Makes a reserved slot findable; computes its checksum (sealed = false: later, by Seal, once
-  // the slot's bytes are there).
-  void Commit(int slot, bool sealed = true);
-  void Seal(int slot);
+  // Makes a reserved slot findable (its bytes may still be landing: the caller Holds it until then).
+  void Commit(int slot);
   // Gives a reserved slot back unfilled.
   void Abandon(int slot);
 
@@ -114,8 +112,6 @@ class HostKvTier : public KvTierIndex {
   void Unhold(int slot) { DropPin(slot); }
   // Slots that Reserve cannot take now: pinned or held, or reserved and not yet committed.
   int num_unavailable() const { return pinned_slots_ + static_cast<int>(reserved_.size()); }
-  // The slot's bytes against the checksum Commit / Seal computed (false before it is sealed).
-  bool Verify(int slot) const;
   // Drops a committed block (a failed check).
   void Drop(uint64_t block_hash);
 
@@ -132,9 +128,7 @@ class HostKvTier : public KvTierIndex {
   struct Slot {
     uint64_t hash = 0;
     uint64_t parent = 0;
-    uint64_t checksum = 0;
     int pins = 0;
-    bool sealed = false;
     enum class State { kFree, kReserved, kReady } state = State::kFree;
     std::list<int>::iterator lru_pos;  // valid when kReady
   };

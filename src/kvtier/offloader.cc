@@ -137,7 +137,7 @@ void KvOffloader::Poll() {
     fetching_.erase(c.hash);
     if (c.dropped) Record(false, TierKind::kDisk, c.hash);
     if (c.ok) {
-      host_.Commit(slot, /*sealed=*/true);
+      host_.Commit(slot);
       HostStored(slot);
       ++counters_.fetched_blocks;
     } else {
@@ -152,15 +152,14 @@ void KvOffloader::WaitForFetch(int timeout_ms) {
 }
 
 Status KvOffloader::FinishPrevious() {
-  if (unsealed_.empty() && pinned_.empty()) return Status::Ok();
+  if (landing_.empty() && pinned_.empty()) return Status::Ok();
   if (copier_.sync) TANDEM_RETURN_IF_ERROR(copier_.sync());
-  for (int slot : unsealed_) {  // held since their copy was enqueued: nothing reused them
-    host_.Seal(slot);
+  for (int slot : landing_) {  // held since their copy was enqueued: nothing reused them
     host_.Unhold(slot);
     WriteThrough(slot);
   }
   for (uint64_t h : pinned_) host_.Unpin(h);
-  unsealed_.clear();
+  landing_.clear();
   pinned_.clear();
   return Status::Ok();
 }
@@ -188,12 +187,12 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
         host_.Abandon(slot);
         continue;
       }
-      host_.Commit(slot, /*sealed=*/!copier_.async);
+      host_.Commit(slot);
       HostStored(slot);
       if (copier_.async) {
         // Its bytes land with the step's copies: no fetch may take the slot before FinishPrevious.
         host_.Hold(slot);
-        unsealed_.push_back(slot);
+        landing_.push_back(slot);
       } else {
         WriteThrough(slot);
       }

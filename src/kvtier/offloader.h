@@ -11,10 +11,10 @@
 // The copies go through a PoolCopier: the model runner's CopyKvBlocks (model/model_runner.h),
 // memcpy for a host pool, and for a device pool asynchronous copies on the runner's stream,
 // ordered before the step's kernels. With an asynchronous copier, what this step copied into the
-// tier is sealed (checksummed) and the onboarded slots unpinned at the next BeforeForward, after
-// the copier's Sync.
+// tier is released (written through to disk, evictable) and the onboarded slots unpinned at the
+// next BeforeForward, after the copier's Sync.
 //
-// With a disk tier: every block sealed into the host tier is also written to disk in the
+// With a disk tier: every block whose bytes landed in the host tier is also written to disk in the
 // background (write-through: the host slot is held until its write finished, so that evicting it
 // from the host later costs nothing). A prefix lookup that reaches blocks only the disk holds asks
 // FetchFromLowerTier to read them (in the background, into host slots reserved for them, each
@@ -128,7 +128,7 @@ class KvOffloader : public KvTierIndex {
   std::vector<TierEvent> tier_events_;
   std::unordered_map<uint64_t, uint64_t> disk_view_;  // the disk's blocks as polled: hash -> parent
   OffloadStats counters_;
-  std::vector<int> unsealed_;           // slots filled by the last step's asynchronous copies
+  std::vector<int> landing_;            // slots filled by the last step's asynchronous copies
   std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin
   std::vector<KvBlockCopy> copies_;     // scratch
 };
