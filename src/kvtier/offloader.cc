@@ -203,6 +203,10 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     if (!st.ok()) log::warn("kv offload: copying {} evicted blocks out failed: {}", slots.size(), st.ToString());
   }
   if (onboard.empty()) return Status::Ok();
+  const bool timed = copier_.async && copier_.time_onboard && copier_.sync;
+  // Timed: the evicted blocks' copies (enqueued just above, on the same stream) land first, so
+  // that onboard_seconds is the onboard copies' own transfer time.
+  if (timed) TANDEM_RETURN_IF_ERROR(copier_.sync());
   const auto t0 = std::chrono::steady_clock::now();
   copies_.clear();
   Status missing = Status::Ok();
@@ -216,7 +220,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     copies_.push_back({o.block_id, host_.SlotData(*slot), false});
   }
   Status st = copier_.copy(copies_);
-  if (st.ok() && copier_.async && copier_.time_onboard && copier_.sync) st = copier_.sync();
+  if (st.ok() && timed) st = copier_.sync();
   for (const OnboardBlock& o : onboard) {
     if (copier_.async) pinned_.push_back(o.hash);
     else host_.Unpin(o.hash);

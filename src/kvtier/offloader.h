@@ -55,8 +55,9 @@ struct PoolCopier {
   std::function<Status(std::span<const KvBlockCopy>)> copy;  // in order, before the next forward
   std::function<Status()> sync;                            // the copies have landed
   bool async = false;  // copy returns before the bytes moved (a device pool)
-  // With async: wait for the onboard copies in BeforeForward, so that onboard_seconds is their
-  // transfer time (for measuring; the step then waits for them before its kernels are enqueued).
+  // With async: wait for the step's evicted blocks' copies, then time the onboard copies to their
+  // end in BeforeForward, so that onboard_seconds is their transfer time alone (for measuring; the
+  // step then waits for both before its kernels are enqueued).
   bool time_onboard = false;
   std::function<void*(size_t)> alloc;  // the tier's memory (pinned for a device pool)
   std::function<void(void*)> free;
