@@ -14,8 +14,8 @@
 # (started empty), compared with the host tier alone; give OFFLOAD_GIB a host tier smaller than the
 # workload's history so that blocks must come back from the disk.
 # Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
-# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS). Last: how many greedy replies of each run equal the
-# off run's.
+# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS, CONTROL). Last: how many greedy replies of each run
+# equal the off run's.
 set -euo pipefail
 BUILD=${1:-build}
 T=$(realpath "$BUILD/tandem")
@@ -39,9 +39,12 @@ trap cleanup EXIT
 
 MODES="off on"
 [ -n "${DISK_GIB:-}" ] && MODES="off on disk"
+# CONTROL=1: the off run twice (off, off-again): how many replies two runs without the tier share
+# is the baseline for the on run's count (batched GPU steps need not repeat their roundings).
+[ "${CONTROL:-0}" = 1 ] && MODES="off off-again ${MODES#off }"
 for mode in $MODES; do
   gib=0
-  [ "$mode" != off ] && gib=$OFFLOAD_GIB
+  [ "${mode%-again}" != off ] && gib=$OFFLOAD_GIB
   extra=()
   if [ "$mode" = disk ]; then
     rm -rf "$OUT/kv-disk"
@@ -67,7 +70,7 @@ for mode in $MODES; do
 done
 
 for mode in $MODES; do
-  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ $mode != off ] && echo "$OFFLOAD_GIB" || echo 0)$([ $mode = disk ] && echo ", --kv-offload-disk-gib $DISK_GIB"))"
+  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ "${mode%-again}" != off ] && echo "$OFFLOAD_GIB" || echo 0)$([ $mode = disk ] && echo ", --kv-offload-disk-gib $DISK_GIB"))"
   grep -E "^\||TTFT first" "$OUT/bench-$mode.txt"
   cat "$OUT/metrics-$mode.txt"
 done
