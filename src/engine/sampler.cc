@@ -1,5 +1,7 @@
 #include "engine/sampler.h"
 
+#include "kernels/cpu/argmax.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -37,11 +39,10 @@ void ApplyPenalties(std::span<float> logits, std::span<const int32_t> prompt_ids
 }
 
 int32_t ArgMax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  // The first of equal maxima, as the scalar loop `if (l[i] > l[best]) best = i` (std::max_element):
+  // that loop's load of l[best] chained every step to the last (4 ns a logit, 0.6 ms a Qwen3 row).
+  if (logits.empty()) return 0;
+  return static_cast<int32_t>(cpu::ArgMax(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 cpu::SampleSpec ToSampleSpec(const SamplingParams& params) {

@@ -1,5 +1,7 @@
 #include "kernels/cpu/sample.h"
 
+#include "kernels/cpu/argmax.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -39,12 +41,10 @@ void ApplyPenaltyEntries(std::span<float> logits, std::span<const PenaltyEntry> 
 
 namespace {
 
+// The first of equal maxima (std::max_element's pick), vectorized (argmax.h).
 int32_t ArgMax(std::span<const float> logits) {
-  int32_t best = 0;
-  for (size_t i = 1; i < logits.size(); ++i) {
-    if (logits[i] > logits[best]) best = static_cast<int32_t>(i);
-  }
-  return best;
+  if (logits.empty()) return 0;
+  return static_cast<int32_t>(::tandem::cpu::ArgMax(logits.data(), static_cast<int64_t>(logits.size())));
 }
 
 // Sorts ids by probability, descending (ties: lower id first).
@@ -77,12 +77,14 @@ int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec,
   for (int i = 0; i < vocab; ++i) {
     if (p[i] > 0.0) cand.push_back(i);
   }
-  bool sorted = false;
+  bool sorted = false;  // by (p desc, id asc)
+  bool id_order = true;  // cand is in id order (as built above) until top-k reorders it
   if (spec.top_k > 0 && spec.top_k < static_cast<int>(cand.size())) {
     auto by_prob = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
     std::nth_element(cand.begin(), cand.begin() + spec.top_k, cand.end(), by_prob);
     for (size_t i = spec.top_k; i < cand.size(); ++i) p[cand[i]] = 0.0;
     cand.resize(spec.top_k);
+    id_order = false;
   }
   if (spec.top_p < 1.0f) {
     double total = 0.0;
@@ -111,7 +113,7 @@ int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec,
     order.resize(keep);
     if (&order != &cand) cand = std::move(order);
   }
-  if (!sorted) std::sort(cand.begin(), cand.end());
+  if (!sorted && !id_order) std::sort(cand.begin(), cand.end());
   // Draw: walk the survivors (in a fixed order) until the cumulative mass passes u * total.
   double total = 0.0;
   for (int32_t id : cand) total += p[id];
