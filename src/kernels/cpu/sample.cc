@@ -80,10 +80,21 @@ int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec,
   bool sorted = false;  // by (p desc, id asc)
   bool id_order = true;  // cand is in id order (as built above) until top-k reorders it
   if (spec.top_k > 0 && spec.top_k < static_cast<int>(cand.size())) {
-    auto by_prob = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
-    std::nth_element(cand.begin(), cand.begin() + spec.top_k, cand.end(), by_prob);
-    for (size_t i = spec.top_k; i < cand.size(); ++i) p[cand[i]] = 0.0;
-    cand.resize(spec.top_k);
+    // The k best by (p desc, id asc), a total order, so one set: a heap of the k best so far
+    // whose front is the worst of them, in one pass (nth_element over the vocabulary took ~2 ms
+    // of a Qwen3 row). Then in (p desc, id asc) order, so that top-p sums them in a fixed order.
+    auto better = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
+    const size_t k = static_cast<size_t>(spec.top_k);
+    std::vector<int32_t> best(cand.begin(), cand.begin() + k);
+    std::make_heap(best.begin(), best.end(), better);
+    for (size_t i = k; i < cand.size(); ++i) {
+      if (!better(cand[i], best.front())) continue;
+      std::pop_heap(best.begin(), best.end(), better);
+      best.back() = cand[i];
+      std::push_heap(best.begin(), best.end(), better);
+    }
+    cand = std::move(best);
+    SortByProb(&cand, p);
     id_order = false;
   }
   if (spec.top_p < 1.0f) {
