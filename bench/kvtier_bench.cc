@@ -3,7 +3,7 @@
 // K and V x bf16 = 2.36 MB a block) into a device worker's host tier. The copier is asynchronous
 // and moves nothing (a GPU runner enqueues the copies and returns), so what is timed is what the
 // engine thread itself does per evicted block: reserving a slot, committing it, and at the next
-// step's BeforeForward sealing it. Reported as blocks/s and as bytes of KV offloaded per second
+// step's BeforeForward releasing it (until 2026-12-07 also hashing its bytes). Reported as blocks/s and as bytes of KV offloaded per second
 // of engine-thread time (the GPU's D2H copy runs at ~50 GB/s beside it).
 #include <benchmark/benchmark.h>
 

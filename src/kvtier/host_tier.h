@@ -112,7 +112,7 @@ class HostKvTier : public KvTierIndex {
   void Unhold(int slot) { DropPin(slot); }
   // Slots that Reserve cannot take now: pinned or held, or reserved and not yet committed.
   int num_unavailable() const { return pinned_slots_ + static_cast<int>(reserved_.size()); }
-  // Drops a committed block (a failed check).
+  // Drops a committed block (its bytes are not to be trusted: a device copy into it failed).
   void Drop(uint64_t block_hash);
 
   HostTierStats stats() const;

@@ -153,20 +153,30 @@ void KvOffloader::WaitForFetch(int timeout_ms) {
 
 Status KvOffloader::FinishPrevious() {
   if (landing_.empty() && pinned_.empty()) return Status::Ok();
-  if (copier_.sync) TANDEM_RETURN_IF_ERROR(copier_.sync());
+  const Status st = copier_.sync ? copier_.sync() : Status::Ok();
   for (int slot : landing_) {  // held since their copy was enqueued: nothing reused them
+    const uint64_t hash = host_.hash(slot);
     host_.Unhold(slot);
+    if (!st.ok()) {
+      host_.Drop(hash);  // its bytes may not have landed: never served, never written through
+      Record(false, TierKind::kHost, hash);
+      continue;
+    }
     WriteThrough(slot);
   }
+  // Unpinned either way: a failed sync must not keep the tier's slots from ever being reused.
   for (uint64_t h : pinned_) host_.Unpin(h);
   landing_.clear();
   pinned_.clear();
-  return Status::Ok();
+  return st;
 }
 
 Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
                                   std::span<const OnboardBlock> onboard) {
-  TANDEM_RETURN_IF_ERROR(FinishPrevious());
+  if (Status prev = FinishPrevious(); !prev.ok()) {
+    for (const OnboardBlock& o : onboard) host_.Unpin(o.hash);  // the manager pinned them for us
+    return prev;
+  }
   Poll();
   if (!evicted.empty()) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -206,7 +216,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
   const bool timed = copier_.async && copier_.time_onboard && copier_.sync;
   // Timed: the evicted blocks' copies (enqueued just above, on the same stream) land first, so
   // that onboard_seconds is the onboard copies' own transfer time.
-  if (timed) TANDEM_RETURN_IF_ERROR(copier_.sync());
+  Status landed = timed ? copier_.sync() : Status::Ok();
   const auto t0 = std::chrono::steady_clock::now();
   copies_.clear();
   Status missing = Status::Ok();
@@ -219,7 +229,7 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     }
     copies_.push_back({o.block_id, host_.SlotData(*slot), false});
   }
-  Status st = copier_.copy(copies_);
+  Status st = landed.ok() ? copier_.copy(copies_) : landed;
   if (st.ok() && timed) st = copier_.sync();
   for (const OnboardBlock& o : onboard) {
     if (copier_.async) pinned_.push_back(o.hash);

@@ -1,4 +1,4 @@
-// HostKvTier (kvtier/host_tier.h): slots, LRU eviction, pins, checksums.
+// HostKvTier (kvtier/host_tier.h): slots, LRU eviction, pins, drops.
 #include "kvtier/host_tier.h"
 
 #include <cstring>

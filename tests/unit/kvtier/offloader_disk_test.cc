@@ -34,6 +34,10 @@ struct FakePool {
       return Status::Ok();
     };
     c.sync = [this] {
+      if (fail_sync) {
+        pending.clear();
+        return Status(StatusCode::kInternal, "the device copy failed");
+      }
       for (const KvBlockCopy& k : pending) {
         if (k.to_host) std::memcpy(k.host, blocks[k.block_id].data(), kSlot);
         else std::memcpy(blocks[k.block_id].data(), k.host, kSlot);
@@ -45,6 +49,7 @@ struct FakePool {
   }
   std::vector<std::vector<std::byte>> blocks;
   std::vector<KvBlockCopy> pending;
+  bool fail_sync = false;
 };
 
 class OffloaderDiskTest : public ::testing::Test {
@@ -92,7 +97,7 @@ TEST_F(OffloaderDiskTest, ASlotStillFillingFromThePoolIsNotTakenByADiskFetch) {
   const std::vector<uint64_t> chain = {kB};
   EXPECT_EQ(o.FetchFromLowerTier(chain, 0), 0);
   EXPECT_TRUE(o.Contains(kA));
-  // The step's sync lands A; it is sealed and written through with pool block 1's bytes.
+  // The step's sync lands A; it is released and written through with pool block 1's bytes.
   ASSERT_TRUE(o.BeforeForward({}, {}).ok());
   ASSERT_TRUE(AwaitOnDisk(o, kA));
   // Now B can come back, into the slot A leaves, and it holds pool block 0's bytes.
@@ -117,6 +122,33 @@ TEST_F(OffloaderDiskTest, ASlotStillFillingFromThePoolIsNotTakenByADiskFetch) {
   }
   ASSERT_TRUE(read_ok);
   EXPECT_EQ(got, pool.blocks[1]);
+}
+
+// A sync that fails (a device error): the blocks whose copies it should have landed are dropped,
+// never served or written through, and no slot stays pinned: the tier takes new blocks again.
+TEST(OffloaderFailedSync, DropsWhatDidNotLandAndLeavesNoSlotPinned) {
+  FakePool pool(4);
+  KvOffloader o(pool.Copier(), kSlot, 2 * kSlot);  // two host slots, no disk
+  const uint64_t kA = 0xa, kB = 0xb, kC = 0xc, kD = 0xd;
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{0, kA, 0}}, {}).ok());
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());  // A landed
+  ASSERT_TRUE(o.Contains(kA));
+  // B's copy out and A's copy back (A pinned by the manager first) are in flight when sync fails.
+  ASSERT_TRUE(o.Pin(kA));
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{1, kB, 0}}, std::vector<OnboardBlock>{{2, kA}}).ok());
+  pool.fail_sync = true;
+  ASSERT_TRUE(o.Pin(kA));  // the next step onboards A again: BeforeForward must unpin it on failure
+  EXPECT_FALSE(o.BeforeForward({}, std::vector<OnboardBlock>{{3, kA}}).ok());
+  EXPECT_FALSE(o.Contains(kB)) << "B's bytes never landed";
+  EXPECT_TRUE(o.Contains(kA)) << "A's bytes were whole before the failed step";
+  pool.fail_sync = false;
+  // Nothing is pinned or held: two new blocks take both slots (evicting A).
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{0, kC, 0}, {1, kD, 0}}, {}).ok());
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());
+  EXPECT_TRUE(o.Contains(kC));
+  EXPECT_TRUE(o.Contains(kD));
+  EXPECT_FALSE(o.Contains(kA));
+  EXPECT_EQ(o.host().num_unavailable(), 0);
 }
 
 }  // namespace
