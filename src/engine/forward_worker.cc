@@ -12,7 +12,7 @@ ForwardWorker::~ForwardWorker() {
   Wait();
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
+    stop_.store(true, std::memory_order_release);
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -55,12 +55,16 @@ bool ForwardWorker::pending() const { return has_job_.load(std::memory_order_acq
 void ForwardWorker::Run() {
   SetCurrentThreadName("tandem-forward");
   for (;;) {
-    Spin([this] { return job_ready_.load(std::memory_order_acquire); });
+    Spin([this] {
+      return job_ready_.load(std::memory_order_acquire) || stop_.load(std::memory_order_acquire);
+    });
     std::function<void()> job;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [this] { return stop_ || job_ready_.load(std::memory_order_relaxed); });
-      if (stop_ && !job_ready_.load(std::memory_order_relaxed)) return;
+      cv_.wait(lock, [this] {
+        return stop_.load(std::memory_order_relaxed) || job_ready_.load(std::memory_order_relaxed);
+      });
+      if (stop_.load(std::memory_order_relaxed) && !job_ready_.load(std::memory_order_relaxed)) return;
       job = std::move(job_);
       job_ = nullptr;
       job_ready_.store(false, std::memory_order_relaxed);

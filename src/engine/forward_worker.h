@@ -47,7 +47,7 @@ class ForwardWorker {
   std::function<void()> job_;
   std::atomic<bool> has_job_{false};   // submitted, not yet finished
   std::atomic<bool> job_ready_{false}; // submitted, not yet taken by the worker
-  bool stop_ = false;
+  std::atomic<bool> stop_{false};  // set under mu_; read by the worker's spin too
   std::chrono::microseconds spin_{0};
   std::thread thread_;
 };

@@ -127,6 +127,8 @@ TEST(EngineDevicePick, SeededOutputsEqualTheHostSamplingRoute) {
   PickCounts overlap_counts;
   auto overlapped = RunRequests(std::make_unique<DevicePickRunner>(&overlap_counts), reqs,
                                 /*async_scheduling=*/true);
+  EXPECT_EQ(overlap_counts.num_picks, counts.num_picks);  // the device route, as above
+  EXPECT_EQ(overlap_counts.num_specs, counts.num_specs);
   for (const auto& [id, p] : reqs) {
     EXPECT_EQ(overlapped[id].token_ids, host[id].token_ids) << id;
     ASSERT_EQ(overlapped[id].logprobs.size(), host[id].logprobs.size()) << id;

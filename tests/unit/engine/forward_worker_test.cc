@@ -15,14 +15,19 @@ class ForwardWorkerSpin : public ::testing::TestWithParam<int> {};  // spin, mic
 
 TEST_P(ForwardWorkerSpin, EveryJobRunsOnceOnTheWorkerBeforeWaitReturns) {
   ForwardWorker w;
-  w.set_spin(std::chrono::microseconds(GetParam()));
+  const auto spin = std::chrono::microseconds(GetParam());
+  w.set_spin(spin);
+  // Past the spin: every 500th job outlasts it (Wait sleeps on the condition variable), and every
+  // 500th Submit comes after it (the worker sleeps first).
+  const auto past_spin = spin + std::chrono::milliseconds(3);
   w.Wait();  // nothing submitted: returns at once
   EXPECT_FALSE(w.pending());
   int value = 0;  // written by the worker only, read here after Wait: no atomics needed
   std::thread::id worker_id;
   for (int i = 0; i < 2000; ++i) {
-    w.Submit([&value, &worker_id, i] {
-      if (i % 500 == 0) std::this_thread::sleep_for(std::chrono::milliseconds(3));  // past the spin
+    if (i % 500 == 250) std::this_thread::sleep_for(past_spin);
+    w.Submit([&value, &worker_id, i, past_spin] {
+      if (i % 500 == 0) std::this_thread::sleep_for(past_spin);
       ++value;
       worker_id = std::this_thread::get_id();
     });
