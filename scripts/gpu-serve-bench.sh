@@ -19,14 +19,15 @@
 # a warm-up of min(concurrency, 16). SERVE_RUN_ARGS: more `tandem run` arguments for every server.
 # SERVE_ALT_ARGS (e.g. --async-scheduling): this build swept again with these `tandem run`
 # arguments added (tag alt), beside the engine benchmark run again with SERVE_ENGINE_ALT_ARGS
-# (default: SERVE_ALT_ARGS) so the alt rows' ratios compare like with like. Never touches clocks,
+# (default: SERVE_ALT_ARGS; set it empty for a flag only tandem run knows) so the alt rows' ratios
+# compare like with like (none without that run). Never touches clocks,
 # power or modes.
 #
 # The table (last): per concurrency the HTTP output tok/s, TTFT and ITL p50/p99, the engine's tok/s
 # at that batch and the ratio, and the CPU seconds of the server's threads during the level by
 # name (tandem-engine: the engine loop; tandem-forward: the model's thread under --async-scheduling;
 # tandem-http: the frontend; other). Files in $OUT:
-# serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, bench-TAG-cN.json,
+# serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, engine-bench-alt.json, bench-TAG-cN.json,
 # cpu-TAG.txt), server-TAG.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -113,15 +114,15 @@ main() {
     if xz -dc "$ROOT/.device-carry/cuda_engine_bench.xz" > "$bin/cuda_engine_bench" 2>/dev/null; then
       chmod +x "$bin/cuda_engine_bench"
       echo "== cuda_engine_bench (decode, context $ctx)"
-      LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
+      LD_LIBRARY_PATH="$ROOT/.device-carry/lib:${LD_LIBRARY_PATH:-}" timeout 240 "$bin/cuda_engine_bench" \
         "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
         --json "$out/engine-bench.json" || rc=1
       if [ -n "${SERVE_ALT_ARGS:-}" ]; then
-        echo "== cuda_engine_bench ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS} (decode, context $ctx)"
+        echo "== cuda_engine_bench ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} (decode, context $ctx)"
         # shellcheck disable=SC2086
-        LD_LIBRARY_PATH="$ROOT/.device-carry/lib:$LD_LIBRARY_PATH" timeout 240 "$bin/cuda_engine_bench" \
+        LD_LIBRARY_PATH="$ROOT/.device-carry/lib:${LD_LIBRARY_PATH:-}" timeout 240 "$bin/cuda_engine_bench" \
           "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
-          --json "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS} || rc=1
+          --json "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1
       fi
     else
       echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
@@ -149,7 +150,7 @@ main() {
     [ "$tag" = base ] && bin=$work/base/tandem
     sweep "$tag" "$bin" || rc=1
   done
-  [ -n "${SERVE_ALT_ARGS:-}" ] && echo "alt: SERVE_ALT_ARGS=$SERVE_ALT_ARGS (engine: ${SERVE_ENGINE_ALT_ARGS:-$SERVE_ALT_ARGS})"
+  [ -n "${SERVE_ALT_ARGS:-}" ] && echo "alt: SERVE_ALT_ARGS=$SERVE_ALT_ARGS (engine: ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS})"
 
   echo "== summary ($(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1); input $in_len, output $out_len; engine decode at context $ctx)"
   python3 - "$res" $tags <<'PY' || rc=1
@@ -174,7 +175,8 @@ engines = {"": load_engine("engine-bench.json"), "alt": load_engine("engine-benc
 print("| build | conc | HTTP tok/s | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / forward / http / other |")
 print("|---|---|---|---|---|---|---|---|---|---|---|---|")
 for tag in tags:
-    engine, prefill_s = engines["alt" if tag == "alt" and engines["alt"][0] else ""]
+    # alt rows only against the engine run with the alt flags: none, no ratios ("-").
+    engine, prefill_s = engines["alt" if tag == "alt" else ""]
     cpu = {}
     for line in open(os.path.join(res, f"cpu-{tag}.txt")):
         f = line.split()
