@@ -12,6 +12,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -170,6 +171,46 @@ TEST(BenchSmoke, ClosedLoopAgainstTandemRun) {
   EXPECT_TRUE(std::filesystem::exists(dir + "/svg/latency_vs_throughput.svg"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/svg/ttft_hist_c4.svg"));
   EXPECT_TRUE(std::filesystem::exists(dir + "/svg/itl_hist_c4.svg"));
+}
+
+// Multi-turn: each turn resends the conversation so far with the server's replies, and every
+// record keeps its own reply (bench-offload.sh compares them between runs).
+TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
+  const std::string dir = ::testing::TempDir() + "/bench_smoke_turns";
+  std::filesystem::create_directories(dir);
+  Server server(dir + "/server.log");
+  const int port = server.WaitReady(std::chrono::seconds(120));
+  ASSERT_GT(port, 0) << Slurp(dir + "/server.log");
+  const std::string json_path = dir + "/report.json";
+  std::filesystem::remove(json_path);
+  const std::string cmd = std::string(TANDEM_BINARY) + " bench --url http://127.0.0.1:" +
+                          std::to_string(port) +
+                          " --dataset synthetic --num-turns 3 --concurrency 2 --num-requests 6"
+                          " --warmup 0 --input-len 24 --output-len 8 --seed 5 --output-json " +
+                          ShellQuote(json_path) + " --no-progress";
+  CommandResult r = RunCommand(cmd, 300);
+  server.Stop();
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  nlohmann::json report = nlohmann::json::parse(Slurp(json_path));
+  const auto& requests = report["runs"][0]["requests"];
+  ASSERT_EQ(requests.size(), 6u);
+  std::map<std::pair<int, int>, nlohmann::json> by_turn;  // (item, turn) -> record
+  for (const auto& req : requests) {
+    EXPECT_TRUE(req["error"].is_null()) << req.dump();
+    EXPECT_FALSE(req["output_text"].get<std::string>().empty()) << req.dump();
+    by_turn[{req["item_id"].get<int>(), req["turn"].get<int>()}] = req;
+  }
+  int followed = 0;
+  for (const auto& [key, req] : by_turn) {
+    auto next = by_turn.find({key.first, key.second + 1});
+    if (next == by_turn.end()) continue;
+    // The next turn's prompt holds this one's prompt, its reply and a new user message.
+    EXPECT_GT(next->second["prompt_tokens"].get<int>(),
+              req["prompt_tokens"].get<int>() + req["completion_tokens"].get<int>())
+        << req.dump() << next->second.dump();
+    ++followed;
+  }
+  EXPECT_EQ(followed, 4);  // 2 conversations x 3 turns
 }
 
 }  // namespace
