@@ -109,6 +109,11 @@ int RunFrontend(const FrontendOptions& opt) {
   const std::string model_dir = names.ModelDir();
   const std::string served_name = names.ServedModelName();
   const std::string api_key = opt.http.ApiKey();
+  OpenAIServiceOptions service_options;
+  if (Status st = opt.http.SetSamplingDefaults(model_dir, &service_options); !st.ok()) {
+    std::fprintf(stderr, "tandem frontend: %s\n", st.ToString().c_str());
+    return 1;
+  }
   ShutdownSignals signals;  // before any thread starts
 
   auto text = LoadTextBundle(model_dir, ChatTemplateUse::kIfPresent);
@@ -199,7 +204,6 @@ int RunFrontend(const FrontendOptions& opt) {
     std::fprintf(stderr, "tandem frontend: %s\n", prefill_routed.status().ToString().c_str());
     return 1;
   }
-  OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
   opt.http.SetParsers(&service_options);

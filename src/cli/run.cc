@@ -33,6 +33,7 @@
 #include "frontend/errors.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
+#include "model/generation_config.h"
 
 namespace tandem::cli {
 namespace {
@@ -97,6 +98,14 @@ std::vector<std::pair<std::string, std::string>> GivenEngineFlags(const CLI::App
 
 // --mode disagg: the built-in graph, 1 prefill + 1 decode (by default) behind a frontend.
 int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
+  // The frontend process reads them again; a malformed file is refused here, before any process
+  // starts (the frontend would otherwise fail and be restarted until the graph gives up).
+  if (const std::string& g = opt.http.generation_config; g != "vllm") {
+    if (auto d = LoadSamplingDefaults(g == "auto" ? opt.engine.ModelDir() : g); !d.ok()) {
+      std::fprintf(stderr, "tandem run: %s\n", d.status().ToString().c_str());
+      return 1;
+    }
+  }
   runtime::Graph graph;
   graph.name = "run";
   graph.source = "tandem run";
@@ -146,6 +155,11 @@ int RunAggregated(const RunOptions& opt) {
   const std::string model_dir = opt.engine.ModelDir();
   const std::string api_key = opt.http.ApiKey();
   const std::string served_name = opt.engine.ServedModelName();
+  OpenAIServiceOptions service_options;
+  if (Status st = opt.http.SetSamplingDefaults(model_dir, &service_options); !st.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", st.ToString().c_str());
+    return 1;
+  }
 
   ShutdownSignals signals;  // before any thread starts
   http::HttpServer server(opt.http.ToServerOptions());
@@ -176,7 +190,6 @@ int RunAggregated(const RunOptions& opt) {
   engine_options.served_model_name = served_name;
   engine_options.max_waiting_requests = opt.engine.max_waiting_requests;
   auto engine = std::make_shared<AsyncEngine>(std::move(bundle->engine), engine_options);
-  OpenAIServiceOptions service_options;
   service_options.served_model_name = served_name;
   service_options.api_key = api_key;
   opt.http.SetParsers(&service_options);

@@ -8,6 +8,9 @@
 
 #include <pthread.h>
 
+#include "common/logging.h"
+#include "model/generation_config.h"
+
 namespace tandem::cli {
 
 http::HttpServer::Options HttpOptions::ToServerOptions() const {
@@ -33,12 +36,24 @@ std::vector<std::string> HttpOptions::FrontendArgs() const {
           "--max-connections",      std::to_string(max_connections)};
   if (!reasoning_parser.empty()) args.insert(args.end(), {"--reasoning-parser", reasoning_parser});
   if (!tool_call_parser.empty()) args.insert(args.end(), {"--tool-call-parser", tool_call_parser});
+  args.insert(args.end(), {"--generation-config", generation_config});
   return args;
 }
 
 void HttpOptions::SetParsers(OpenAIServiceOptions* options) const {
   if (!reasoning_parser.empty()) options->reasoning_parser = chat_parse::ParseReasoningFormat(reasoning_parser);
   if (!tool_call_parser.empty()) options->tool_call_parser = chat_parse::ParseToolCallFormat(tool_call_parser);
+}
+
+Status HttpOptions::SetSamplingDefaults(const std::string& model_dir, OpenAIServiceOptions* options) const {
+  if (generation_config == "vllm") return Status::Ok();
+  const std::string dir = generation_config == "auto" ? model_dir : generation_config;
+  TANDEM_ASSIGN_OR_RETURN(options->sampling_defaults, LoadSamplingDefaults(dir));
+  if (!options->sampling_defaults.empty()) {
+    log::info("sampling defaults from {}/generation_config.json for requests that leave them out: {} "
+              "(--generation-config vllm: none)", dir, options->sampling_defaults.ToString());
+  }
+  return Status::Ok();
 }
 
 std::string HttpOptions::ApiKey() const {
@@ -82,6 +97,11 @@ void AddHttpOptions(CLI::App& app, HttpOptions* options) {
                  "Read tool calls out of chat output: hermes, qwen3_coder, llama3_json, mistral, "
                  "pythonic or none (default: from the chat template; Qwen3: hermes)")
       ->check(CLI::IsMember({"hermes", "qwen3_coder", "llama3_json", "mistral", "pythonic", "none"}));
+  app.add_option("--generation-config", options->generation_config,
+                 "Sampling defaults (temperature, top_p, top_k, min_p, repetition_penalty) for requests "
+                 "that leave them out: auto (the model's generation_config.json; Qwen3: temperature "
+                 "0.6, top_k 20, top_p 0.95), vllm (none: OpenAI's, temperature 1) or a directory "
+                 "holding a generation_config.json (vLLM's flag)");
 }
 
 ShutdownSignals::ShutdownSignals() {

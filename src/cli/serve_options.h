@@ -29,10 +29,16 @@ struct HttpOptions {
   // chat_parse/reasoning.h / tool_calls.h, or empty: the one the model's chat template calls for.
   std::string reasoning_parser;
   std::string tool_call_parser;
+  // --generation-config: "auto" (the model directory's generation_config.json), "vllm" (none:
+  // OpenAI's defaults) or a directory holding a generation_config.json.
+  std::string generation_config = "auto";
 
   http::HttpServer::Options ToServerOptions() const;
   // The parsers into the OpenAI service's options (names already checked by the flags).
   void SetParsers(OpenAIServiceOptions* options) const;
+  // The sampling defaults --generation-config names into the service's options, logged. Errors:
+  // LoadSamplingDefaults' (a malformed generation_config.json).
+  Status SetSamplingDefaults(const std::string& model_dir, OpenAIServiceOptions* options) const;
   // These options as `tandem frontend` flags (for `tandem run`'s frontend process).
   std::vector<std::string> FrontendArgs() const;
   std::string ApiKey() const;  // --api-key, else TANDEM_API_KEY, else empty (no auth)
@@ -40,7 +46,7 @@ struct HttpOptions {
 
 // --host, --port, --api-key, --http-threads, --max-body-bytes, --http-header-timeout-s,
 // --http-body-timeout-s, --http-keep-alive-timeout-s, --max-connections, --reasoning-parser,
-// --tool-call-parser.
+// --tool-call-parser, --generation-config.
 void AddHttpOptions(CLI::App& app, HttpOptions* options);
 
 // SIGINT and SIGTERM end a serving process. The constructor blocks them in the calling thread:

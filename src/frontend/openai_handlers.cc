@@ -408,7 +408,8 @@ asio::awaitable<void> HandleGenerate(std::shared_ptr<OpenAIService::State> s, En
   ParseOptions parse_options{s->options.served_model_name, s->options.max_n,
                              s->options.tool_call_parser.value_or(chat_parse::ToolCallFormat::kNone),
                              s->options.reasoning_parser.value_or(chat_parse::ReasoningFormat::kNone) !=
-                                 chat_parse::ReasoningFormat::kNone};
+                                 chat_parse::ReasoningFormat::kNone,
+                             s->options.sampling_defaults};
   if (auto e = ParseRequest(endpoint, request.body, parse_options, &req))
     co_return co_await reject(*e);
   std::vector<int32_t> prompt_ids;

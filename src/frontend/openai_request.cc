@@ -200,6 +200,13 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
   }
 
   SamplingParams& p = out->params;
+  // The model's defaults first (generation_config.json); what the request sets wins.
+  const SamplingDefaults& d = options.sampling_defaults;
+  if (d.temperature) p.temperature = *d.temperature;
+  if (d.top_p) p.top_p = *d.top_p;
+  if (d.top_k) p.top_k = *d.top_k;
+  if (d.min_p) p.min_p = *d.min_p;
+  if (d.repetition_penalty) p.repetition_penalty = *d.repetition_penalty;
   TANDEM_TRY(ReadRange(body, "temperature", 0.0, false, 2.0, false, &p.temperature));
   TANDEM_TRY(ReadRange(body, "top_p", 0.0, true, 1.0, false, &p.top_p));
   TANDEM_TRY(ReadRange(body, "min_p", 0.0, false, 1.0, false, &p.min_p));

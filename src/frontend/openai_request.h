@@ -41,6 +41,7 @@
 #include "chat_parse/reasoning.h"
 #include "chat_parse/tool_calls.h"
 #include "engine/sampling_params.h"
+#include "model/generation_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem::openai {
@@ -66,6 +67,9 @@ struct ParseOptions {
   // The server's reasoning parser takes think blocks out of the output (false: --reasoning-parser
   // none, so an enforced tool call may not start with one: it would stay in front of the call).
   bool reasoning_parser = true;
+  // What a request that leaves temperature, top_p, top_k, min_p or repetition_penalty out gets
+  // (the model's generation_config.json, vLLM's --generation-config auto); unset: OpenAI's defaults.
+  SamplingDefaults sampling_defaults;
 };
 
 // What a chat request asks of tool calls (frontend/tool_params.h).

@@ -48,6 +48,7 @@
 #include "common/metrics.h"
 #include "engine/engine_client.h"
 #include "frontend/http.h"
+#include "model/generation_config.h"
 #include "tokenizer/tokenizer.h"
 
 namespace tandem {
@@ -68,6 +69,8 @@ struct OpenAIServiceOptions {
   // nullopt: the one the chat template calls for (chat_parse/*ForTemplate; Qwen3: qwen3, hermes).
   std::optional<chat_parse::ReasoningFormat> reasoning_parser;
   std::optional<chat_parse::ToolCallFormat> tool_call_parser;
+  // Sampling defaults for requests that leave them out (--generation-config; openai_request.h).
+  SamplingDefaults sampling_defaults;
 };
 
 // Registers a handler for an exact (method, path), e.g. HttpServer::Route.

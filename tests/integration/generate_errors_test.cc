@@ -113,5 +113,16 @@ TEST_F(GenerateErrors, KvPoolTooSmallForOneRequest) {
   EXPECT_CLEAN_ERROR(r, "InvalidArgument");
 }
 
+// tandem run reads the model's sampling defaults (generation_config.json) before it serves: a
+// malformed one is refused at start, naming the file and the key; --generation-config vllm skips it.
+TEST_F(GenerateErrors, RunRefusesAMalformedGenerationConfigAtStart) {
+  LinkWeights();
+  WriteConfig(Config());
+  fs::remove(dir_ / "generation_config.json");
+  std::ofstream(dir_ / "generation_config.json") << R"({"temperature": 0.6, "top_p": 1.5})";
+  auto r = RunCommand(std::string(TANDEM_BINARY) + " run --port 0 --model " + ShellQuote(dir_.string()), 120);
+  EXPECT_CLEAN_ERROR(r, "generation_config.json: top_p 1.5");
+}
+
 }  // namespace
 }  // namespace tandem
