@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -109,6 +110,38 @@ TEST(SamplerUniform, SampleTokenEqualsTheFrozenSamplerForManySeedsAndParams) {
     }
   }
   EXPECT_EQ(checked, 6 * 4 * 4 * 3 * 2 * 4);
+}
+
+// Top-k rows as chat traffic sends them (Qwen3's defaults and neighbours) on a large vocabulary:
+// the sampler's top-k from the k best logits (no exp over the whole row) against the frozen
+// whole-row sampler, on plain, tied and clamped logits; rows whose k-th best equals the max, or
+// that hold -inf, take the whole-row path and must agree too.
+TEST(SamplerUniform, TopKRowsEqualTheFrozenSampler) {
+  std::mt19937_64 rng(20261207);
+  int checked = 0;
+  for (int row = 0; row < 24; ++row) {
+    auto logits = RandomLogits(20000, rng, row % 3 == 1);
+    if (row % 6 == 2) {  // many at the max: the k-th best is the max
+      for (int i = 0; i < 60; ++i) logits[(i * 331) % 20000] = 30.0f;
+    }
+    if (row % 6 == 5) {  // masked ids
+      for (int i = 0; i < 20000; i += 3) logits[i] = -std::numeric_limits<float>::infinity();
+    }
+    for (float t : {0.6f, 1.0f}) for (int k : {20, 40}) for (float tp : {0.95f, 1.0f}) for (float mp : {0.0f, 0.05f}) {
+      SamplingParams p;
+      p.temperature = t;
+      p.top_k = k;
+      p.top_p = tp;
+      p.min_p = mp;
+      std::mt19937_64 a(row * 7919 + k), b(row * 7919 + k);
+      for (int draw = 0; draw < 6; ++draw) {
+        ASSERT_EQ(SampleToken(logits, p, a), FrozenSampleToken(logits, p, b))
+            << "row " << row << " T " << t << " k " << k << " top_p " << tp << " min_p " << mp;
+        ++checked;
+      }
+    }
+  }
+  EXPECT_EQ(checked, 24 * 16 * 6);
 }
 
 TEST(SamplerUniform, WithUniformIsTheDrawnPick) {
