@@ -115,23 +115,41 @@ class Server {
   pid_t pid_ = -1;
 };
 
+// `tandem bench ARGS --output-json DIR/report.json --no-progress` against a fresh `tandem run`
+// (stopped after); DIR = the test temp dir's `name`. exit_code -1 when the server did not start.
+struct BenchRun {
+  std::string dir, json_path;
+  CommandResult result;
+};
+BenchRun RunBenchAgainstTandemRun(const std::string& name, const std::string& args) {
+  BenchRun run;
+  run.dir = ::testing::TempDir() + "/" + name;
+  std::filesystem::create_directories(run.dir);
+  Server server(run.dir + "/server.log");
+  const int port = server.WaitReady(std::chrono::seconds(120));
+  if (port <= 0) {
+    run.result.exit_code = -1;
+    run.result.err = Slurp(run.dir + "/server.log");
+    return run;
+  }
+  run.json_path = run.dir + "/report.json";
+  std::filesystem::remove(run.json_path);
+  run.result = RunCommand(std::string(TANDEM_BINARY) + " bench --url http://127.0.0.1:" +
+                              std::to_string(port) + " " + args + " --output-json " +
+                              ShellQuote(run.json_path) + " --no-progress",
+                          300);
+  server.Stop();
+  return run;
+}
+
 TEST(BenchSmoke, ClosedLoopAgainstTandemRun) {
   const std::string dir = ::testing::TempDir() + "/bench_smoke";
-  std::filesystem::create_directories(dir);
-  Server server(dir + "/server.log");
-  const int port = server.WaitReady(std::chrono::seconds(120));
-  ASSERT_GT(port, 0) << Slurp(dir + "/server.log");
-
-  const std::string json_path = dir + "/report.json";
-  std::filesystem::remove(json_path);
-  const std::string cmd = std::string(TANDEM_BINARY) + " bench --url http://127.0.0.1:" +
-                          std::to_string(port) +
-                          " --concurrency 4 --num-requests 12 --warmup 2 --input-len 32"
-                          " --output-len 16 --slo ttft=60s --output-json " + ShellQuote(json_path) +
-                          " --output-csv " + ShellQuote(dir + "/report.csv") +
-                          " --output-svg " + ShellQuote(dir + "/svg") + " --no-progress";
-  CommandResult r = RunCommand(cmd, 300);
-  server.Stop();
+  BenchRun bench = RunBenchAgainstTandemRun(
+      "bench_smoke", "--concurrency 4 --num-requests 12 --warmup 2 --input-len 32 --output-len 16"
+                     " --slo ttft=60s --output-csv " + ShellQuote(dir + "/report.csv") +
+                     " --output-svg " + ShellQuote(dir + "/svg"));
+  const CommandResult& r = bench.result;
+  const std::string& json_path = bench.json_path;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_NE(r.out.find("| c=4"), std::string::npos) << r.out;
 
@@ -176,22 +194,11 @@ TEST(BenchSmoke, ClosedLoopAgainstTandemRun) {
 // Multi-turn: each turn resends the conversation so far with the server's replies, and every
 // record keeps its own reply (bench-offload.sh compares them between runs).
 TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
-  const std::string dir = ::testing::TempDir() + "/bench_smoke_turns";
-  std::filesystem::create_directories(dir);
-  Server server(dir + "/server.log");
-  const int port = server.WaitReady(std::chrono::seconds(120));
-  ASSERT_GT(port, 0) << Slurp(dir + "/server.log");
-  const std::string json_path = dir + "/report.json";
-  std::filesystem::remove(json_path);
-  const std::string cmd = std::string(TANDEM_BINARY) + " bench --url http://127.0.0.1:" +
-                          std::to_string(port) +
-                          " --dataset synthetic --num-turns 3 --concurrency 2 --num-requests 6"
-                          " --warmup 0 --input-len 24 --output-len 8 --seed 5 --output-json " +
-                          ShellQuote(json_path) + " --no-progress";
-  CommandResult r = RunCommand(cmd, 300);
-  server.Stop();
-  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  nlohmann::json report = nlohmann::json::parse(Slurp(json_path));
+  BenchRun run = RunBenchAgainstTandemRun(
+      "bench_smoke_turns", "--dataset synthetic --num-turns 3 --concurrency 2 --num-requests 6"
+                           " --warmup 0 --input-len 24 --output-len 8 --seed 5");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
+  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
   const auto& requests = report["runs"][0]["requests"];
   ASSERT_EQ(requests.size(), 6u);
   std::map<std::pair<int, int>, nlohmann::json> by_turn;  // (item, turn) -> record

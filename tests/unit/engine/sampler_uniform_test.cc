@@ -85,6 +85,27 @@ std::vector<float> RandomLogits(int vocab, std::mt19937_64& rng, bool ties) {
   return l;
 }
 
+// `draws` tokens from SampleToken and from the frozen sampler, each with a generator seeded
+// `seed`: success when every pair is equal and both used the same number of draws.
+::testing::AssertionResult SameDraws(const std::vector<float>& logits, float t, int k, float tp, float mp,
+                                     uint64_t seed, int draws) {
+  SamplingParams p;
+  p.temperature = t;
+  p.top_k = k;
+  p.top_p = tp;
+  p.min_p = mp;
+  std::mt19937_64 a(seed), b(seed);
+  for (int draw = 0; draw < draws; ++draw) {
+    const int32_t got = SampleToken(logits, p, a), want = FrozenSampleToken(logits, p, b);
+    if (got != want) {
+      return ::testing::AssertionFailure() << "draw " << draw << ": " << got << " != " << want << " (T " << t
+                                           << " k " << k << " top_p " << tp << " min_p " << mp << ")";
+    }
+  }
+  if (a() != b()) return ::testing::AssertionFailure() << "a different number of draws";
+  return ::testing::AssertionSuccess();
+}
+
 TEST(SamplerUniform, SampleTokenEqualsTheFrozenSamplerForManySeedsAndParams) {
   const float temps[] = {0.0f, 0.5f, 1.0f, 1.5f};
   const int top_ks[] = {0, 1, 50, 3000};
@@ -95,18 +116,8 @@ TEST(SamplerUniform, SampleTokenEqualsTheFrozenSamplerForManySeedsAndParams) {
   for (uint64_t seed = 0; seed < 6; ++seed) {
     const auto logits = RandomLogits(3000, rng, seed % 2 == 1);
     for (float t : temps) for (int k : top_ks) for (float tp : top_ps) for (float mp : min_ps) {
-      SamplingParams p;
-      p.temperature = t;
-      p.top_k = k;
-      p.top_p = tp;
-      p.min_p = mp;
-      std::mt19937_64 a(seed * 1000 + k), b(seed * 1000 + k);
-      for (int draw = 0; draw < 4; ++draw) {
-        ASSERT_EQ(SampleToken(logits, p, a), FrozenSampleToken(logits, p, b))
-            << "seed " << seed << " T " << t << " k " << k << " top_p " << tp << " min_p " << mp;
-        ++checked;
-      }
-      ASSERT_EQ(a(), b());  // the same number of draws
+      ASSERT_TRUE(SameDraws(logits, t, k, tp, mp, seed * 1000 + k, 4)) << "seed " << seed;
+      checked += 4;
     }
   }
   EXPECT_EQ(checked, 6 * 4 * 4 * 3 * 2 * 4);
@@ -128,17 +139,8 @@ TEST(SamplerUniform, TopKRowsEqualTheFrozenSampler) {
       for (int i = 0; i < 20000; i += 3) logits[i] = -std::numeric_limits<float>::infinity();
     }
     for (float t : {0.6f, 1.0f}) for (int k : {20, 40}) for (float tp : {0.95f, 1.0f}) for (float mp : {0.0f, 0.05f}) {
-      SamplingParams p;
-      p.temperature = t;
-      p.top_k = k;
-      p.top_p = tp;
-      p.min_p = mp;
-      std::mt19937_64 a(row * 7919 + k), b(row * 7919 + k);
-      for (int draw = 0; draw < 6; ++draw) {
-        ASSERT_EQ(SampleToken(logits, p, a), FrozenSampleToken(logits, p, b))
-            << "row " << row << " T " << t << " k " << k << " top_p " << tp << " min_p " << mp;
-        ++checked;
-      }
+      ASSERT_TRUE(SameDraws(logits, t, k, tp, mp, row * 7919 + k, 6)) << "row " << row;
+      checked += 6;
     }
   }
   EXPECT_EQ(checked, 24 * 16 * 6);
