@@ -33,7 +33,6 @@
 #include "frontend/errors.h"
 #include "frontend/http_server.h"
 #include "frontend/openai_server.h"
-#include "model/generation_config.h"
 
 namespace tandem::cli {
 namespace {
@@ -100,11 +99,9 @@ std::vector<std::pair<std::string, std::string>> GivenEngineFlags(const CLI::App
 int RunDisaggregated(const RunOptions& opt, const CLI::App& app) {
   // The frontend process reads them again; a malformed file is refused here, before any process
   // starts (the frontend would otherwise fail and be restarted until the graph gives up).
-  if (const std::string& g = opt.http.generation_config; g != "vllm") {
-    if (auto d = LoadSamplingDefaults(g == "auto" ? opt.engine.ModelDir() : g); !d.ok()) {
-      std::fprintf(stderr, "tandem run: %s\n", d.status().ToString().c_str());
-      return 1;
-    }
+  if (auto d = opt.http.SamplingDefaultsFor(opt.engine.ModelDir()); !d.ok()) {
+    std::fprintf(stderr, "tandem run: %s\n", d.status().ToString().c_str());
+    return 1;
   }
   runtime::Graph graph;
   graph.name = "run";

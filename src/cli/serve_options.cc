@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 
 #include <fmt/format.h>
 
@@ -45,11 +46,22 @@ void HttpOptions::SetParsers(OpenAIServiceOptions* options) const {
   if (!tool_call_parser.empty()) options->tool_call_parser = chat_parse::ParseToolCallFormat(tool_call_parser);
 }
 
+Result<SamplingDefaults> HttpOptions::SamplingDefaultsFor(const std::string& model_dir) const {
+  if (generation_config == "vllm") return SamplingDefaults{};
+  if (generation_config == "auto") return LoadSamplingDefaults(model_dir);
+  const std::string file = (std::filesystem::path(generation_config) / "generation_config.json").string();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(file, ec)) {
+    return Err(StatusCode::kNotFound, "--generation-config {}: no {} (auto, vllm, or a directory holding one)",
+               generation_config, file);
+  }
+  return LoadSamplingDefaults(generation_config);
+}
+
 Status HttpOptions::SetSamplingDefaults(const std::string& model_dir, OpenAIServiceOptions* options) const {
-  if (generation_config == "vllm") return Status::Ok();
-  const std::string dir = generation_config == "auto" ? model_dir : generation_config;
-  TANDEM_ASSIGN_OR_RETURN(options->sampling_defaults, LoadSamplingDefaults(dir));
+  TANDEM_ASSIGN_OR_RETURN(options->sampling_defaults, SamplingDefaultsFor(model_dir));
   if (!options->sampling_defaults.empty()) {
+    const std::string dir = generation_config == "auto" ? model_dir : generation_config;
     log::info("sampling defaults from {}/generation_config.json for requests that leave them out: {} "
               "(--generation-config vllm: none)", dir, options->sampling_defaults.ToString());
   }

@@ -36,8 +36,11 @@ struct HttpOptions {
   http::HttpServer::Options ToServerOptions() const;
   // The parsers into the OpenAI service's options (names already checked by the flags).
   void SetParsers(OpenAIServiceOptions* options) const;
-  // The sampling defaults --generation-config names into the service's options, logged. Errors:
-  // LoadSamplingDefaults' (a malformed generation_config.json).
+  // The sampling defaults --generation-config names: none for vllm, the model directory's file for
+  // auto (none without one), DIR's file otherwise. Errors: LoadSamplingDefaults' (a malformed
+  // file), NotFound for a DIR without generation_config.json (a typo such as AUTO lands here).
+  Result<SamplingDefaults> SamplingDefaultsFor(const std::string& model_dir) const;
+  // The same into the service's options, logged.
   Status SetSamplingDefaults(const std::string& model_dir, OpenAIServiceOptions* options) const;
   // These options as `tandem frontend` flags (for `tandem run`'s frontend process).
   std::vector<std::string> FrontendArgs() const;

@@ -24,7 +24,8 @@ Result<nlohmann::json> ReadJsonFile(const std::string& path) {
   TANDEM_ASSIGN_OR_RETURN(std::string text, ReadFile(path));
   try {
     return nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (1e400), which escaped before.
     return Err(StatusCode::kInvalidArgument, "{} is not valid JSON: {}", path, e.what());
   }
 }

@@ -38,11 +38,13 @@ Result<SamplingDefaults> LoadSamplingDefaults(const std::string& dir) {
     if (it == j.end() || it->is_null()) return Status::Ok();
     if (!it->is_number()) return Err(StatusCode::kInvalidArgument, "{}: {} is not a number", file, key);
     const double v = it->get<double>();
-    if (v < lo || (lo_open && v == lo) || v > hi) {
+    // As a float, as the sampler holds it: 1e-50 would pass as a double and become 0.
+    const float f = static_cast<float>(v);
+    if (v < lo || (lo_open && v == lo) || v > hi || (lo_open && f <= static_cast<float>(lo))) {
       return Err(StatusCode::kInvalidArgument, "{}: {} {} is outside {}{}, {}]", file, key, v,
                  lo_open ? "(" : "[", lo, hi);
     }
-    *out = static_cast<float>(v);
+    *out = f;
     return Status::Ok();
   };
   TANDEM_RETURN_IF_ERROR(number("temperature", 0.0, false, 1e6, &d.temperature));
@@ -50,8 +52,10 @@ Result<SamplingDefaults> LoadSamplingDefaults(const std::string& dir) {
   TANDEM_RETURN_IF_ERROR(number("min_p", 0.0, false, 1.0, &d.min_p));
   TANDEM_RETURN_IF_ERROR(number("repetition_penalty", 0.0, true, 1e6, &d.repetition_penalty));
   if (auto it = j.find("top_k"); it != j.end() && !it->is_null()) {
-    if (!it->is_number_integer() || it->get<int64_t>() < -1 || it->get<int64_t>() > (1 << 30)) {
-      return Err(StatusCode::kInvalidArgument, "{}: top_k {} is not -1, 0 or a positive integer", file,
+    const bool fits = it->is_number_integer() && !(it->is_number_unsigned() && it->get<uint64_t>() > (1u << 30)) &&
+                      it->get<int64_t>() >= -1 && it->get<int64_t>() <= (1 << 30);
+    if (!fits) {
+      return Err(StatusCode::kInvalidArgument, "{}: top_k {} is not -1, 0 or an integer from 1 to 2^30", file,
                  it->dump());
     }
     d.top_k = static_cast<int>(it->get<int64_t>());

@@ -122,6 +122,11 @@ TEST_F(GenerateErrors, RunRefusesAMalformedGenerationConfigAtStart) {
   std::ofstream(dir_ / "generation_config.json") << R"({"temperature": 0.6, "top_p": 1.5})";
   auto r = RunCommand(std::string(TANDEM_BINARY) + " run --port 0 --model " + ShellQuote(dir_.string()), 120);
   EXPECT_CLEAN_ERROR(r, "generation_config.json: top_p 1.5");
+  // A directory that holds no generation_config.json (a typo of auto, say) is refused too.
+  auto typo = RunCommand(std::string(TANDEM_BINARY) + " run --port 0 --generation-config AUTO --model " +
+                             ShellQuote(dir_.string()),
+                         120);
+  EXPECT_CLEAN_ERROR(typo, "--generation-config AUTO: no AUTO/generation_config.json");
 }
 
 }  // namespace

@@ -52,7 +52,12 @@ TEST(SamplingDefaults, BadValuesNameTheFileAndKey) {
   TempDir dir;
   for (const char* body : {R"({"top_p": 1.5})", R"({"top_p": 0})", R"({"temperature": -1})",
                            R"({"top_k": 2.5})", R"({"top_k": -2})", R"({"min_p": "0.1"})",
-                           R"({"repetition_penalty": 0})", R"([1, 2])", "{not json"}) {
+                           R"({"repetition_penalty": 0})", R"([1, 2])", "{not json",
+                           R"({"top_p": 1e-50})",                    // 0 as a float
+                           R"({"repetition_penalty": 1e-50})",
+                           R"({"top_k": 18446744073709551615})",     // not -1 as int64
+                           R"({"top_k": 1073741825})",
+                           R"({"temperature": 0.6, "unrelated": 1e400})"}) {  // no double holds it
     WriteText(dir.file("generation_config.json"), body);
     auto d = LoadSamplingDefaults(dir.path());
     ASSERT_FALSE(d.ok()) << body;
