@@ -202,6 +202,7 @@ std::optional<ApiError> ParseCommon(const ojson& body, const ParseOptions& optio
   SamplingParams& p = out->params;
   // The model's defaults first (generation_config.json); what the request sets wins.
   const SamplingDefaults& d = options.sampling_defaults;
+  out->max_tokens_cap = d.max_tokens;
   if (d.temperature) p.temperature = *d.temperature;
   if (d.top_p) p.top_p = *d.top_p;
   if (d.top_k) p.top_k = *d.top_k;
@@ -533,6 +534,7 @@ std::optional<ApiError> TokenizePrompt(ParsedRequest* request, const Tokenizer& 
     // OpenAI's and vLLM's default for completions (chat: up to the context).
     request->params.max_tokens = std::min(kDefaultCompletionMaxTokens, max_model_len - prompt_len);
   }
+  if (request->max_tokens_cap) request->params.max_tokens = std::min(request->params.max_tokens, *request->max_tokens_cap);
   return std::nullopt;
 }
 

@@ -92,6 +92,8 @@ struct ParsedRequest {
   // kDefaultCompletionMaxTokens (16, as OpenAI and vLLM), or less when the context ends sooner.
   std::optional<int> max_tokens;
   std::string max_tokens_param = "max_tokens";  // the field it came from (for errors)
+  // The model's max_new_tokens (generation_config.json): Tokenize caps params.max_tokens at it.
+  std::optional<int> max_tokens_cap;
   SamplingParams params;          // max_tokens set by Tokenize(); logprobs -1 when not asked
   // Chat only.
   nlohmann::ordered_json messages;

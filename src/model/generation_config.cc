@@ -20,6 +20,7 @@ std::string SamplingDefaults::ToString() const {
   if (top_p) add("top_p", fmt::format("{}", *top_p));
   if (min_p) add("min_p", fmt::format("{}", *min_p));
   if (repetition_penalty) add("repetition_penalty", fmt::format("{}", *repetition_penalty));
+  if (max_tokens) add("max_new_tokens", std::to_string(*max_tokens));
   return s.empty() ? "none" : s;
 }
 
@@ -59,6 +60,15 @@ Result<SamplingDefaults> LoadSamplingDefaults(const std::string& dir) {
                  it->dump());
     }
     d.top_k = static_cast<int>(it->get<int64_t>());
+  }
+  if (auto it = j.find("max_new_tokens"); it != j.end() && !it->is_null()) {
+    const bool fits = it->is_number_integer() && !(it->is_number_unsigned() && it->get<uint64_t>() > (1u << 30)) &&
+                      it->get<int64_t>() >= 1 && it->get<int64_t>() <= (1 << 30);
+    if (!fits) {
+      return Err(StatusCode::kInvalidArgument, "{}: max_new_tokens {} is not an integer from 1 to 2^30", file,
+                 it->dump());
+    }
+    d.max_tokens = static_cast<int>(it->get<int64_t>());
   }
   return d;
 }

@@ -21,6 +21,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/file_util.h"
 #include "subprocess.h"
 
 extern char** environ;
@@ -59,13 +60,15 @@ int HealthStatus(int port) {
 
 class Server {
  public:
-  explicit Server(const std::string& log_path) : log_path_(log_path) {
+  explicit Server(const std::string& log_path, const std::vector<std::string>& extra_args = {})
+      : log_path_(log_path) {
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
     posix_spawn_file_actions_addopen(&actions, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     posix_spawn_file_actions_adddup2(&actions, 1, 2);
     std::vector<std::string> args = {TANDEM_BINARY, "run", "--mode", "agg", "--port", "0",
                                      "--kv-cache-gib", "0.25"};
+    args.insert(args.end(), extra_args.begin(), extra_args.end());
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -121,11 +124,12 @@ struct BenchRun {
   std::string dir, json_path;
   CommandResult result;
 };
-BenchRun RunBenchAgainstTandemRun(const std::string& name, const std::string& args) {
+BenchRun RunBenchAgainstTandemRun(const std::string& name, const std::string& args,
+                                  const std::vector<std::string>& server_args = {}) {
   BenchRun run;
   run.dir = ::testing::TempDir() + "/" + name;
   std::filesystem::create_directories(run.dir);
-  Server server(run.dir + "/server.log");
+  Server server(run.dir + "/server.log", server_args);
   const int port = server.WaitReady(std::chrono::seconds(120));
   if (port <= 0) {
     run.result.exit_code = -1;
@@ -218,6 +222,32 @@ TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
     ++followed;
   }
   EXPECT_EQ(followed, 4);  // 2 conversations x 3 turns
+}
+
+// The model's generation_config.json max_new_tokens caps every request's max_tokens (vLLM takes
+// the smallest of the request's, the context left and the model's): tandem bench asks for 8 tokens
+// with ignore_eos and gets 3.
+TEST(BenchSmoke, TheModelsMaxNewTokensCapsEveryRequest) {
+  const std::filesystem::path model = ::testing::TempDir() + "/bench_smoke_max_new_tokens_model";
+  std::filesystem::remove_all(model);
+  std::filesystem::create_directories(model);
+  const std::filesystem::path src = DefaultModelDir();
+  for (const char* f : {"config.json", "tokenizer.json", "tokenizer_config.json", "model.safetensors"}) {
+    std::filesystem::create_symlink(src / f, model / f);
+  }
+  std::ofstream(model / "generation_config.json") << R"({"eos_token_id": 151645, "max_new_tokens": 3})";
+  BenchRun run = RunBenchAgainstTandemRun("bench_smoke_max_new_tokens",
+                                          "--concurrency 1 --num-requests 2 --warmup 0 --input-len 16 --output-len 8",
+                                          {"--model", model.string()});
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
+  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
+  const auto& requests = report["runs"][0]["requests"];
+  ASSERT_EQ(requests.size(), 2u);
+  for (const auto& req : requests) {
+    EXPECT_EQ(req["completion_tokens"], 3) << req.dump();
+    EXPECT_EQ(req["expected_output_tokens"], 8) << req.dump();
+  }
+  std::filesystem::remove_all(model);
 }
 
 }  // namespace

@@ -32,6 +32,17 @@ TEST(SamplingDefaults, Qwen3sGenerationConfig) {
   EXPECT_FALSE(d->min_p.has_value());
   EXPECT_FALSE(d->repetition_penalty.has_value());
   EXPECT_EQ(d->ToString(), "temperature=0.6 top_k=20 top_p=0.95");
+  EXPECT_FALSE(d->max_tokens.has_value());
+}
+
+TEST(SamplingDefaults, MaxNewTokensIsTheMaxTokensCap) {
+  TempDir dir;
+  WriteText(dir.file("generation_config.json"), R"({"max_new_tokens": 512})");
+  auto d = LoadSamplingDefaults(dir.path());
+  ASSERT_TRUE(d.ok()) << d.status().ToString();
+  EXPECT_EQ(*d->max_tokens, 512);
+  EXPECT_FALSE(d->empty());
+  EXPECT_EQ(d->ToString(), "max_new_tokens=512");
 }
 
 TEST(SamplingDefaults, NoFileOrNoSamplingKeysGiveNone) {
@@ -57,7 +68,8 @@ TEST(SamplingDefaults, BadValuesNameTheFileAndKey) {
                            R"({"repetition_penalty": 1e-50})",
                            R"({"top_k": 18446744073709551615})",     // not -1 as int64
                            R"({"top_k": 1073741825})",
-                           R"({"temperature": 0.6, "unrelated": 1e400})"}) {  // no double holds it
+                           R"({"temperature": 0.6, "unrelated": 1e400})",  // no double holds it
+                           R"({"max_new_tokens": 0})", R"({"max_new_tokens": 2.5})"}) {
     WriteText(dir.file("generation_config.json"), body);
     auto d = LoadSamplingDefaults(dir.path());
     ASSERT_FALSE(d.ok()) << body;
