@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <ranges>
 #include <unordered_map>
 
 namespace tandem::cpu {
@@ -54,6 +55,30 @@ void SortByProb(std::vector<int32_t>* ids, const std::vector<double>& p) {
   });
 }
 
+// p of one logit (sample.h's rule), 0 under min-p.
+double Prob(float logit, float max_logit, double inv_t, float min_p) {
+  const double x = std::exp((logit - max_logit) * inv_t);
+  return min_p > 0.0f && x < min_p ? 0.0 : x;
+}
+
+// The k best of `ids` by `better` (a strict total order; k <= ids.size()): a heap of the k best so
+// far whose front is the worst of them, in one pass; returned in heap order.
+template <typename Ids, typename Better>
+std::vector<int32_t> KBest(const Ids& ids, size_t k, Better better) {
+  std::vector<int32_t> best;
+  best.reserve(k);
+  for (const int32_t i : ids) {
+    if (best.size() < k) {
+      best.push_back(i);
+      std::push_heap(best.begin(), best.end(), better);
+    } else if (better(i, best.front())) {
+      std::pop_heap(best.begin(), best.end(), better);
+      best.back() = i;
+      std::push_heap(best.begin(), best.end(), better);
+    }
+  }
+  return best;
+}
 
 // Top-k's survivors without exp over the whole row (a Qwen3 row's 151,936 exps were ~1.2 ms of a
 // sampled token): p is a non-decreasing function of d = float(logit - max), so the k best by p lie
@@ -69,26 +94,14 @@ bool TopKFromTheBest(std::span<const float> logits, float max_logit, double inv_
   const size_t k = static_cast<size_t>(spec.top_k);
   if (spec.top_k <= 0 || k >= n) return false;
   auto d = [&](size_t i) { return logits[i] - max_logit; };
-  // The k best by (d desc, id asc): a heap whose front is the worst of them.
+  // NaN first: the order below must be a strict total order.
+  if (std::any_of(logits.begin(), logits.end(), [](float x) { return x != x; })) return false;
+  // The k best by (d desc, id asc); the heap's front is the k-th.
   auto better_d = [&](int32_t a, int32_t b) {
     const float da = d(a), db = d(b);
     return da != db ? da > db : a < b;
   };
-  std::vector<int32_t> best;
-  best.reserve(k);
-  for (size_t i = 0; i < n; ++i) {
-    const float di = d(i);
-    if (di != di) return false;  // NaN
-    if (best.size() < k) {
-      best.push_back(static_cast<int32_t>(i));
-      std::push_heap(best.begin(), best.end(), better_d);
-    } else if (better_d(static_cast<int32_t>(i), best.front())) {
-      std::pop_heap(best.begin(), best.end(), better_d);
-      best.back() = static_cast<int32_t>(i);
-      std::push_heap(best.begin(), best.end(), better_d);
-    }
-  }
-  const float dk = d(best.front());
+  const float dk = d(KBest(std::views::iota(int32_t{0}, static_cast<int32_t>(n)), k, better_d).front());
   const double xk = static_cast<double>(dk) * inv_t;
   if (!(xk > -700.0) || -xk < 0x1p-20) return false;
   // U in id order, and the best d below D.
@@ -102,12 +115,7 @@ bool TopKFromTheBest(std::span<const float> logits, float max_logit, double inv_
       next = static_cast<int32_t>(i);
     }
   }
-  auto prob = [&](int32_t i) {
-    double x = std::exp((logits[i] - max_logit) * inv_t);
-    if (spec.min_p > 0.0f && x < spec.min_p) x = 0.0;
-    return x;
-  };
-  cand->clear();
+  auto prob = [&](int32_t i) { return Prob(logits[i], max_logit, inv_t, spec.min_p); };
   for (int32_t i : u) {
     (*p)[i] = prob(i);
     if ((*p)[i] > 0.0) cand->push_back(i);
@@ -137,38 +145,20 @@ int32_t SampleWithUniform(std::span<const float> logits, const SampleSpec& spec,
   std::vector<int32_t> cand;  // surviving ids
   bool sorted = false;  // by (p desc, id asc)
   bool id_order = true;  // cand is in id order (as built below) until top-k reorders it
+  // The whole row where TopKFromTheBest cannot tell (it wrote nothing then).
   if (!TopKFromTheBest(logits, max_logit, inv_t, spec, &p, &cand, &id_order)) {
-    std::fill(p.begin(), p.end(), 0.0);
-    for (int i = 0; i < vocab; ++i) p[i] = std::exp((logits[i] - max_logit) * inv_t);
-    // min-p: relative to p_max = 1.
-    if (spec.min_p > 0.0f) {
-      for (double& x : p) {
-        if (x < spec.min_p) x = 0.0;
-      }
-    }
-    cand.clear();
     cand.reserve(vocab);
     for (int i = 0; i < vocab; ++i) {
+      p[i] = Prob(logits[i], max_logit, inv_t, spec.min_p);  // min-p: relative to p_max = 1
       if (p[i] > 0.0) cand.push_back(i);
     }
-    id_order = true;
   }
   // (After TopKFromTheBest, cand is what top-k left, or it is in id order and top-k keeps it all.)
   if (spec.top_k > 0 && spec.top_k < static_cast<int>(cand.size()) && id_order) {
-    // The k best by (p desc, id asc), a total order, so one set: a heap of the k best so far
-    // whose front is the worst of them, in one pass (nth_element over the vocabulary took ~2 ms
-    // of a Qwen3 row). Then in (p desc, id asc) order, so that top-p sums them in a fixed order.
+    // The k best by (p desc, id asc), a total order, so one set (nth_element over the vocabulary
+    // took ~2 ms of a Qwen3 row). Then in that order, so that top-p sums them in a fixed order.
     auto better = [&](int32_t a, int32_t b) { return p[a] != p[b] ? p[a] > p[b] : a < b; };
-    const size_t k = static_cast<size_t>(spec.top_k);
-    std::vector<int32_t> best(cand.begin(), cand.begin() + k);
-    std::make_heap(best.begin(), best.end(), better);
-    for (size_t i = k; i < cand.size(); ++i) {
-      if (!better(cand[i], best.front())) continue;
-      std::pop_heap(best.begin(), best.end(), better);
-      best.back() = cand[i];
-      std::push_heap(best.begin(), best.end(), better);
-    }
-    cand = std::move(best);
+    cand = KBest(cand, static_cast<size_t>(spec.top_k), better);
     SortByProb(&cand, p);
     id_order = false;
   }
