@@ -52,24 +52,18 @@ Result<SamplingDefaults> LoadSamplingDefaults(const std::string& dir) {
   TANDEM_RETURN_IF_ERROR(number("top_p", 0.0, true, 1.0, &d.top_p));
   TANDEM_RETURN_IF_ERROR(number("min_p", 0.0, false, 1.0, &d.min_p));
   TANDEM_RETURN_IF_ERROR(number("repetition_penalty", 0.0, true, 1e6, &d.repetition_penalty));
-  if (auto it = j.find("top_k"); it != j.end() && !it->is_null()) {
+  // A present integer in [lo, 2^30] (an unsigned one past int64 must not wrap to a small value).
+  auto integer = [&](const char* key, int lo, const char* what, std::optional<int>* out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) return Status::Ok();
     const bool fits = it->is_number_integer() && !(it->is_number_unsigned() && it->get<uint64_t>() > (1u << 30)) &&
-                      it->get<int64_t>() >= -1 && it->get<int64_t>() <= (1 << 30);
-    if (!fits) {
-      return Err(StatusCode::kInvalidArgument, "{}: top_k {} is not -1, 0 or an integer from 1 to 2^30", file,
-                 it->dump());
-    }
-    d.top_k = static_cast<int>(it->get<int64_t>());
-  }
-  if (auto it = j.find("max_new_tokens"); it != j.end() && !it->is_null()) {
-    const bool fits = it->is_number_integer() && !(it->is_number_unsigned() && it->get<uint64_t>() > (1u << 30)) &&
-                      it->get<int64_t>() >= 1 && it->get<int64_t>() <= (1 << 30);
-    if (!fits) {
-      return Err(StatusCode::kInvalidArgument, "{}: max_new_tokens {} is not an integer from 1 to 2^30", file,
-                 it->dump());
-    }
-    d.max_tokens = static_cast<int>(it->get<int64_t>());
-  }
+                      it->get<int64_t>() >= lo && it->get<int64_t>() <= (1 << 30);
+    if (!fits) return Err(StatusCode::kInvalidArgument, "{}: {} {} is not {}", file, key, it->dump(), what);
+    *out = static_cast<int>(it->get<int64_t>());
+    return Status::Ok();
+  };
+  TANDEM_RETURN_IF_ERROR(integer("top_k", -1, "-1, 0 or an integer from 1 to 2^30", &d.top_k));
+  TANDEM_RETURN_IF_ERROR(integer("max_new_tokens", 1, "an integer from 1 to 2^30", &d.max_tokens));
   return d;
 }
 
