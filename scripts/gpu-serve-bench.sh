@@ -113,17 +113,18 @@ main() {
     mkdir -p "$bin"
     if xz -dc "$ROOT/.device-carry/cuda_engine_bench.xz" > "$bin/cuda_engine_bench" 2>/dev/null; then
       chmod +x "$bin/cuda_engine_bench"
-      echo "== cuda_engine_bench (decode, context $ctx)"
-      LD_LIBRARY_PATH="$ROOT/.device-carry/lib:${LD_LIBRARY_PATH:-}" timeout 240 "$bin/cuda_engine_bench" \
-        "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
-        --json "$out/engine-bench.json" || rc=1
-      if [ -n "${SERVE_ALT_ARGS:-}" ]; then
-        echo "== cuda_engine_bench ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} (decode, context $ctx)"
-        # shellcheck disable=SC2086
+      # engine_bench JSON [ARGS...]: decode at the levels' batches, one prefill of the input length.
+      engine_bench() {
+        local json=$1
+        shift
+        echo "== cuda_engine_bench $* (decode, context $ctx)"
         LD_LIBRARY_PATH="$ROOT/.device-carry/lib:${LD_LIBRARY_PATH:-}" timeout 240 "$bin/cuda_engine_bench" \
           "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
-          --json "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1
-      fi
+          --json "$json" "$@"
+      }
+      engine_bench "$out/engine-bench.json" || rc=1
+      # shellcheck disable=SC2086
+      [ -n "${SERVE_ALT_ARGS:-}" ] && { engine_bench "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1; }
     else
       echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
     fi
