@@ -13,9 +13,14 @@
 # DISK_GIB (default unset): a third run, the host tier plus a disk tier of that size in $OUT/kv-disk
 # (started empty), compared with the host tier alone; give OFFLOAD_GIB a host tier smaller than the
 # workload's history so that blocks must come back from the disk.
+# REF_KV_BLOCKS (default unset): one more run, "ref", the tier off with a pool of that many blocks,
+# large enough that nothing is evicted: every returning turn reuses the K/V its history first wrote,
+# as the on run's onboarded blocks do, so with one request at a time (--concurrency 1, and
+# --sessions-per-client N for evictions) the on run's greedy replies must equal ref's exactly, on a
+# GPU too (the off run recomputes histories, whose K/V round differently).
 # Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
-# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS, CONTROL). Last: how many greedy replies of each run
-# equal the off run's.
+# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS, CONTROL, REF_KV_BLOCKS). Last: how many greedy
+# replies of each run equal the off run's (and the ref run's).
 set -euo pipefail
 BUILD=${1:-build}
 T=$(realpath "$BUILD/tandem")
@@ -26,7 +31,7 @@ NUM_KV_BLOCKS=${NUM_KV_BLOCKS:-64}
 OFFLOAD_GIB=${OFFLOAD_GIB:-1}
 BENCH_ARGS=${BENCH_ARGS:-"--dataset synthetic --num-turns 6 --input-len 120 --output-len 24 \
   --concurrency 4 --num-requests 96 --warmup 0 --seed 7"}
-SERVER_ARGS=(--mode "${MODE:-agg}" --num-kv-blocks "$NUM_KV_BLOCKS")
+SERVER_ARGS=(--mode "${MODE:-agg}")
 CLIENT_ARGS=()
 [ -n "${TOKENIZER:-}" ] && CLIENT_ARGS+=(--tokenizer "$TOKENIZER")
 [ -n "${MODEL:-}" ] && SERVER_ARGS+=(--model "$MODEL")
@@ -42,16 +47,19 @@ MODES="off on"
 # CONTROL=1: the off run twice (off, off-again): how many replies two runs without the tier share
 # is the baseline for the on run's count (batched GPU steps need not repeat their roundings).
 [ "${CONTROL:-0}" = 1 ] && MODES="off off-again ${MODES#off }"
+[ -n "${REF_KV_BLOCKS:-}" ] && MODES="$MODES ref"
+gib_of() { case $1 in off|off-again|ref) echo 0 ;; *) echo "$OFFLOAD_GIB" ;; esac; }
+blocks_of() { [ "$1" = ref ] && echo "$REF_KV_BLOCKS" || echo "$NUM_KV_BLOCKS"; }
 for mode in $MODES; do
-  gib=0
-  [ "${mode%-again}" != off ] && gib=$OFFLOAD_GIB
+  gib=$(gib_of "$mode")
   extra=()
   if [ "$mode" = disk ]; then
     rm -rf "$OUT/kv-disk"
     extra=(--kv-offload-disk-dir "$OUT/kv-disk" --kv-offload-disk-gib "$DISK_GIB")
   fi
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-  "$T" run --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" --kv-offload-host-gib "$gib" \
+  "$T" run --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" --num-kv-blocks "$(blocks_of "$mode")" \
+    --kv-offload-host-gib "$gib" \
     "${extra[@]}" > "$OUT/server-$mode.log" 2>&1 &
   PID=$!
   for _ in $(seq 300); do
@@ -70,7 +78,7 @@ for mode in $MODES; do
 done
 
 for mode in $MODES; do
-  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $NUM_KV_BLOCKS, --kv-offload-host-gib $([ "${mode%-again}" != off ] && echo "$OFFLOAD_GIB" || echo 0)$([ $mode = disk ] && echo ", --kv-offload-disk-gib $DISK_GIB"))"
+  echo "== host tier $mode (--mode ${MODE:-agg} --num-kv-blocks $(blocks_of "$mode"), --kv-offload-host-gib $(gib_of "$mode")$([ $mode = disk ] && echo ", --kv-offload-disk-gib $DISK_GIB"))"
   grep -E "^\||TTFT first" "$OUT/bench-$mode.txt"
   cat "$OUT/metrics-$mode.txt"
 done
@@ -90,12 +98,17 @@ out, modes = sys.argv[1], sys.argv[2:]
 def texts(mode):
     run = json.load(open(os.path.join(out, f"bench-{mode}.json")))["runs"][0]
     return {(r["item_id"], r["turn"]): r["output_text"] for r in run["requests"] if r["error"] is None}
-base = texts(modes[0])
-for mode in modes[1:]:
-    t = texts(mode)
-    both = sorted(set(base) & set(t))
-    diff = [k for k in both if base[k] != t[k]]
+def compare(mode, against):
+    a, t = texts(against), texts(mode)
+    both = sorted(set(a) & set(t))
+    diff = [k for k in both if a[k] != t[k]]
     first = min(diff, key=lambda k: (k[1], k[0])) if diff else None
-    print(f"{mode}: {len(both) - len(diff)} of {len(both)} replies equal the {modes[0]} run's"
+    print(f"{mode}: {len(both) - len(diff)} of {len(both)} replies equal the {against} run's"
           + (f" (earliest differing turn {first[1]} of conversation {first[0]})" if first else ""))
+for mode in modes[1:]:
+    compare(mode, modes[0])
+if "ref" in modes:
+    for mode in modes:
+        if mode not in ("ref", "off", "off-again"):
+            compare(mode, "ref")
 PY

@@ -35,6 +35,7 @@ struct BenchOptions {
   std::string endpoint = "chat";
   std::string model, api_key, tokenizer_dir;
   std::string concurrency, request_rate;
+  int sessions_per_client = 1;
   int num_requests = 0;
   double duration_s = 0;
   int warmup = 0;
@@ -137,6 +138,9 @@ int RunBench(const BenchOptions& o) {
   base.scrape_interval_s = o.scrape_interval_s;
   if (!o.concurrency.empty() && !o.request_rate.empty())
     return Fail("give --concurrency or --request-rate, not both", 2);
+  if (o.sessions_per_client > 1 && (!o.request_rate.empty() || !o.phases.empty() ||
+                                   (o.concurrency.empty() && o.dataset == "mooncake")))
+    return Fail("--sessions-per-client is for the closed loop (--concurrency)", 2);
   std::vector<bench::PhaseSpec> phases;
   if (!o.phases.empty()) {
     auto parsed = bench::ParsePhases(o.phases);
@@ -170,6 +174,7 @@ int RunBench(const BenchOptions& o) {
     for (int n : levels) {
       RunConfig c = base;
       c.concurrency = n;
+      c.sessions_per_client = o.sessions_per_client;
       configs.push_back(c);
     }
   }
@@ -281,6 +286,9 @@ Runner RegisterBench(CLI::App& app) {
   app.add_option("--tokenizer", o->tokenizer_dir,
                  "Model directory whose tokenizer.json builds prompts (default: the bundled model)");
   app.add_option("--concurrency", o->concurrency, "Closed loop: clients in flight; a list sweeps (1,4,16)");
+  app.add_option("--sessions-per-client", o->sessions_per_client,
+                 "Closed loop: conversations each client keeps open, one turn of each in turn (round-robin)")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--request-rate", o->request_rate, "Open loop: Poisson arrivals per second; a list sweeps");
   app.add_option("--num-requests", o->num_requests, "Requests per run (0: bounded by --duration)")
       ->check(CLI::Range(0, 1 << 30));

@@ -95,17 +95,30 @@ struct Phase {
     return c;
   }
 
-  asio::awaitable<void> RunItem(HttpConnection& conn, WorkItem item) {
+  // A conversation in progress: its item and the server's replies so far (the next turn's history).
+  struct Session {
+    WorkItem item;
     std::vector<std::string> replies;
-    for (int t = 0; t < static_cast<int>(item.turns.size()); ++t) {
-      if (!MayStart()) break;
-      RequestRecord r = co_await SendTurn(conn, client, item, t, replies, start);
-      replies.push_back(r.output_text);  // the next turn's history; the record keeps its own copy
-      ++finished;
-      const bool ok = r.ok();
-      if (!ok) ++errors;
-      if (record) records.push_back(std::move(r));
-      if (!ok) break;
+    bool failed = false;
+    bool Done() const { return failed || replies.size() >= item.turns.size(); }
+  };
+
+  // Sends the session's next turn (false: the run's bounds allow no more requests).
+  asio::awaitable<bool> SendNextTurn(HttpConnection& conn, Session& s) {
+    if (!MayStart()) co_return false;
+    const int t = static_cast<int>(s.replies.size());
+    RequestRecord r = co_await SendTurn(conn, client, s.item, t, s.replies, start);
+    s.replies.push_back(r.output_text);  // the next turn's history; the record keeps its own copy
+    ++finished;
+    s.failed = !r.ok();
+    if (s.failed) ++errors;
+    if (record) records.push_back(std::move(r));
+    co_return true;
+  }
+
+  asio::awaitable<void> RunItem(HttpConnection& conn, WorkItem item) {
+    Session s{std::move(item), {}};
+    while (!s.Done() && co_await SendNextTurn(conn, s)) {
     }
   }
 
@@ -160,14 +173,26 @@ void Rethrow(std::exception_ptr e) {
   if (e) std::rethrow_exception(e);
 }
 
-asio::awaitable<void> ClosedLoopClient(Phase& p) {
+// Closed loop: one client keeps `sessions` conversations open and sends one turn of each in turn
+// (round-robin, like users who read and answer between turns); a finished conversation's slot
+// takes the workload's next one. With 1 session: a conversation's turns back to back.
+asio::awaitable<void> ClosedLoopClient(Phase& p, int sessions) {
   HttpConnection conn(p.io.get_executor(), p.client.endpoint);
+  std::deque<Phase::Session> open;
+  bool workload_done = false;
   while (true) {
     if (p.max_requests > 0 && p.started >= p.max_requests) break;
     if (p.duration_s > 0 && Seconds(Clock::now() - p.start) >= p.duration_s) break;
-    std::optional<WorkItem> item = p.workload.Next();
-    if (!item) break;
-    co_await p.RunItem(conn, std::move(*item));
+    while (!workload_done && static_cast<int>(open.size()) < sessions) {
+      std::optional<WorkItem> item = p.workload.Next();
+      if (!item) workload_done = true;
+      else if (!item->turns.empty()) open.push_back(Phase::Session{std::move(*item), {}});
+    }
+    if (open.empty()) break;
+    Phase::Session s = std::move(open.front());
+    open.pop_front();
+    if (!co_await p.SendNextTurn(conn, s)) break;
+    if (!s.Done()) open.push_back(std::move(s));
   }
   if (--p.in_flight_items == 0) p.dispatch_done = true;
 }
@@ -211,7 +236,7 @@ asio::awaitable<void> Dispatcher(Phase& p, const RunConfig& config) {
   p.dispatch_done = true;
 }
 
-void RunPhase(Phase& p, const RunConfig& config, bool closed_loop, int clients,
+void RunPhase(Phase& p, const RunConfig& config, bool closed_loop, int clients, int sessions_per_client,
               RunResult* scrape_into = nullptr) {
   p.start = Clock::now();
   if (scrape_into) {
@@ -222,7 +247,8 @@ void RunPhase(Phase& p, const RunConfig& config, bool closed_loop, int clients,
   }
   if (closed_loop) {
     p.in_flight_items = clients;
-    for (int i = 0; i < clients; ++i) asio::co_spawn(p.io, ClosedLoopClient(p), Rethrow);
+    for (int i = 0; i < clients; ++i)
+      asio::co_spawn(p.io, ClosedLoopClient(p, std::max(1, sessions_per_client)), Rethrow);
   } else {
     asio::co_spawn(p.io, Dispatcher(p, config), Rethrow);
   }
@@ -248,7 +274,11 @@ Result<RunResult> RunBenchmark(const ClientOptions& client, Workload& workload,
   RunResult result;
   result.config = config;
   switch (config.mode) {
-    case RunConfig::Mode::kConcurrency: result.label = fmt::format("c={}", config.concurrency); break;
+    case RunConfig::Mode::kConcurrency:
+      result.label = config.sessions_per_client > 1
+                         ? fmt::format("c={} s={}", config.concurrency, config.sessions_per_client)
+                         : fmt::format("c={}", config.concurrency);
+      break;
     case RunConfig::Mode::kRate: result.label = fmt::format("rate={:g}", config.request_rate); break;
     case RunConfig::Mode::kTrace: result.label = fmt::format("trace x{:g}", config.time_scale); break;
   }
@@ -257,11 +287,11 @@ Result<RunResult> RunBenchmark(const ClientOptions& client, Workload& workload,
     if (config.warmup > 0) {
       Phase warm{io, client, workload, config.warmup, 0, /*record=*/false, result.label + " warm-up",
                  config.progress};
-      RunPhase(warm, config, true, open_loop ? 1 : std::min(config.concurrency, config.warmup));
+      RunPhase(warm, config, true, open_loop ? 1 : std::min(config.concurrency, config.warmup), 1);
     }
     Phase p{io, client, workload, config.num_requests, config.duration_s, true, result.label,
             config.progress};
-    RunPhase(p, config, !open_loop, config.concurrency, &result);
+    RunPhase(p, config, !open_loop, config.concurrency, config.sessions_per_client, &result);
     // First send to last completion (not to the progress line's last tick).
     result.duration_s = 0;
     for (const RequestRecord& r : p.records)

@@ -1,7 +1,11 @@
 // The load generator: sends a workload's conversations to the server and records every request.
 //
 //   kConcurrency  closed loop: `concurrency` clients, each with one keep-alive connection, send a
-//                 conversation's turns one after another and take the next conversation at once.
+//                 conversation's turns one after another and take the next conversation at once;
+//                 with `sessions_per_client` N > 1 a client keeps N conversations open and sends
+//                 one turn of each in turn (round-robin: users who think between turns, as in
+//                 LMCache's multi-round QA benchmark), so a conversation's history waits in the
+//                 server's cache while the client's other N - 1 turns run.
 //   kRate         open loop: conversations arrive as a Poisson process of `request_rate` per second
 //                 (exponential gaps from a seeded generator), each on a free connection (a new one
 //                 when all are busy), however many are already in flight.
@@ -35,6 +39,7 @@ struct RunConfig {
   enum class Mode { kConcurrency, kRate, kTrace };
   Mode mode = Mode::kConcurrency;
   int concurrency = 1;
+  int sessions_per_client = 1;  // kConcurrency: conversations each client interleaves (>= 1)
   double request_rate = 1.0;   // requests (conversations) per second
   double time_scale = 1.0;     // kTrace
   int num_requests = 0;        // 0: no bound

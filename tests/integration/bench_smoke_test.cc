@@ -9,11 +9,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -222,6 +224,35 @@ TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
     ++followed;
   }
   EXPECT_EQ(followed, 4);  // 2 conversations x 3 turns
+}
+
+// --sessions-per-client: one client keeps 3 conversations open and sends one turn of each in turn,
+// so the requests go out as turn 0 of a, b, c, then turn 1 of a, b, c, each turn resending its own
+// conversation's history.
+TEST(BenchSmoke, SessionsPerClientInterleaveTheConversationsTurns) {
+  BenchRun run = RunBenchAgainstTandemRun(
+      "bench_smoke_sessions", "--dataset synthetic --num-turns 2 --concurrency 1 --sessions-per-client 3"
+                              " --num-requests 6 --warmup 0 --input-len 24 --output-len 8 --seed 5");
+  ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
+  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
+  std::vector<nlohmann::json> requests(report["runs"][0]["requests"].begin(), report["runs"][0]["requests"].end());
+  ASSERT_EQ(requests.size(), 6u);
+  std::sort(requests.begin(), requests.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
+    return x["start_s"].get<double>() < y["start_s"].get<double>();
+  });
+  std::vector<int> items, turns;
+  for (const auto& req : requests) {
+    EXPECT_TRUE(req["error"].is_null()) << req.dump();
+    items.push_back(req["item_id"].get<int>());
+    turns.push_back(req["turn"].get<int>());
+  }
+  EXPECT_EQ(turns, (std::vector<int>{0, 0, 0, 1, 1, 1}));
+  EXPECT_EQ(std::set<int>(items.begin(), items.begin() + 3).size(), 3u);
+  EXPECT_EQ(std::vector<int>(items.begin() + 3, items.end()), std::vector<int>(items.begin(), items.begin() + 3));
+  for (int i = 0; i < 3; ++i) {  // turn 1 holds turn 0's prompt and reply
+    EXPECT_GT(requests[i + 3]["prompt_tokens"].get<int>(),
+              requests[i]["prompt_tokens"].get<int>() + requests[i]["completion_tokens"].get<int>());
+  }
 }
 
 // The model's generation_config.json max_new_tokens caps every request's max_tokens (vLLM takes
