@@ -9,8 +9,14 @@
 #   scripts/fuzz.sh --ci                 as CI runs it: the seeds, then each target 15 s; exits 0
 #                                        with a message when clang or libFuzzer is missing
 #   scripts/fuzz.sh --build-only
+#   scripts/fuzz.sh --no-asan -r 10000000 grammar
+#                                        UBSan alone, -O2 (build-fuzz-noasan/): several times the
+#                                        executions a second of the ASan build for the slow targets
+#   scripts/fuzz.sh --replay build-fuzz-noasan/corpus grammar
+#                                        every input another run kept (DIR/<target>/), once, through
+#                                        this build's (ASan) target
 #
-# Environment: FUZZ_BUILD_DIR (build-fuzz), FUZZ_TIME, FUZZ_RUNS, FUZZ_JOBS (build jobs, nproc),
+# Environment: FUZZ_BUILD_DIR (build-fuzz; build-fuzz-noasan with --no-asan), FUZZ_TIME, FUZZ_RUNS, FUZZ_JOBS (build jobs, nproc),
 # FUZZ_NICE (5). The committed seeds are tests/fuzz/corpus/<target>/; what a run finds goes to
 # $FUZZ_BUILD_DIR/corpus/<target>/ (kept between runs, never into the tree), crashes to
 # $FUZZ_BUILD_DIR/artifacts/<target>/. Each run appends its row to $FUZZ_BUILD_DIR/fuzz-stats.tsv.
@@ -19,7 +25,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 
-BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${FUZZ_BUILD_DIR:-}
+ASAN=1
+REPLAY=""
 TIME=${FUZZ_TIME:-60}
 RUNS=${FUZZ_RUNS:-}
 NICE=${FUZZ_NICE:-5}
@@ -38,12 +46,15 @@ while (($#)); do
     --seeds) MODE=seeds; shift ;;
     --ci) CI=1; TIME=${FUZZ_TIME:-15}; MODE=time; shift ;;
     --build-only) BUILD_ONLY=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
+    --no-asan) ASAN=0; shift ;;
+    --replay) REPLAY=$(realpath "$2"); MODE=replay; shift 2 ;;
+    -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
 done
 [ -n "$RUNS" ] && [ "$MODE" = time ] && MODE=runs
+[ -n "$BUILD_DIR" ] || { ((ASAN)) && BUILD_DIR=build-fuzz || BUILD_DIR=build-fuzz-noasan; }
 ((${#TARGETS[@]})) || TARGETS=("${ALL_TARGETS[@]}")
 
 # clang and its libFuzzer runtime (Debian: the clang package).
@@ -65,9 +76,12 @@ fi
 
 # ---- build ----
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  opt=-O1
+  ((ASAN)) || opt=-O2
   CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR" -G Ninja -DTANDEM_FUZZ=ON -DTANDEM_CUDA=OFF \
+    -DTANDEM_FUZZ_ASAN=$( ((ASAN)) && echo ON || echo OFF) \
     -DTANDEM_BUILD_TESTS=OFF -DTANDEM_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=Debug \
-    -DCMAKE_C_FLAGS_DEBUG="-O1 -g" -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g" > "$BUILD_DIR.configure.log" \
+    -DCMAKE_C_FLAGS_DEBUG="$opt -g" -DCMAKE_CXX_FLAGS_DEBUG="$opt -g" > "$BUILD_DIR.configure.log" \
     || { cat "$BUILD_DIR.configure.log"; exit 1; }
 fi
 bins=()
@@ -101,6 +115,7 @@ for t in "${TARGETS[@]}"; do
   set +e
   case "$MODE" in
     seeds) nice -n "$NICE" "$bin" "${common[@]}" -runs=0 "$seeds" > "$log" 2>&1 ;;
+    replay) nice -n "$NICE" "$bin" "${common[@]}" -runs=0 "$REPLAY/$t" > "$log" 2>&1 ;;
     runs) nice -n "$NICE" "$bin" "${common[@]}" -runs="$RUNS" "$work" "$seeds" > "$log" 2>&1 ;;
     time) nice -n "$NICE" "$bin" "${common[@]}" -max_total_time="$TIME" "$work" "$seeds" > "$log" 2>&1 ;;
   esac
@@ -115,8 +130,10 @@ for t in "${TARGETS[@]}"; do
     echo "fuzz.sh: $t FAILED (exit $rc); the log: $log" >&2
     grep -m1 -A30 -E '^==[0-9]+==ERROR|runtime error|invariant broken|deadly signal|ERROR: libFuzzer' "$log" >&2 || tail -40 "$log" >&2
   fi
-  corpus=$(find "$work" "$seeds" -type f | wc -l)
-  kb=$(( $(find "$work" "$seeds" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}') / 1024 ))
+  dirs=("$work" "$seeds")
+  [ "$MODE" = replay ] && dirs=("$REPLAY/$t")
+  corpus=$(find "${dirs[@]}" -type f | wc -l)
+  kb=$(( $(find "${dirs[@]}" -type f -printf '%s\n' | awk '{n += $1} END {print n + 0}') / 1024 ))
   row=$(printf '%s\t%s\t%s\t%s\t%s (%s KiB)' "$t" "${execs:-?}" "${rate:-?}" "$crashes" "$corpus" "$kb")
   rows+=("$row")
   printf '%s\t%s\t%s\n' "$(date -u +%FT%TZ)" "$MODE" "$row" >> "$BUILD_DIR/fuzz-stats.tsv"
