@@ -16,9 +16,10 @@
 #                                        every input another run kept (DIR/<target>/), once, through
 #                                        this build's (ASan) target
 #
-# Environment: FUZZ_BUILD_DIR (build-fuzz; build-fuzz-noasan with --no-asan), FUZZ_TIME, FUZZ_RUNS, FUZZ_JOBS (build jobs, nproc),
-# FUZZ_NICE (5). The committed seeds are tests/fuzz/corpus/<target>/; what a run finds goes to
-# $FUZZ_BUILD_DIR/corpus/<target>/ (kept between runs, never into the tree), crashes to
+# Environment: FUZZ_BUILD_DIR (build-fuzz; build-fuzz-noasan with --no-asan), FUZZ_TIME, FUZZ_RUNS,
+# FUZZ_JOBS (build jobs, nproc), FUZZ_NICE (5), FUZZ_MAX_LEN (libFuzzer's -max_len for every target;
+# default per target, 2-8 KiB). The committed seeds are tests/fuzz/corpus/<target>/; what a run finds
+# goes to $FUZZ_BUILD_DIR/corpus/<target>/ (kept between runs, never into the tree), crashes to
 # $FUZZ_BUILD_DIR/artifacts/<target>/. Each run appends its row to $FUZZ_BUILD_DIR/fuzz-stats.tsv.
 # Exit status: 1 when a target crashed (or leaked, hung, ran out of memory), else 0.
 set -euo pipefail
@@ -91,6 +92,7 @@ nice -n "$NICE" cmake --build "$BUILD_DIR" -j "$JOBS" --target bundled_model "${
 
 # ---- run ----
 max_len() {
+  [ -n "${FUZZ_MAX_LEN:-}" ] && { echo "$FUZZ_MAX_LEN"; return; }
   case "$1" in
     http_request) echo 8192 ;;
     tokenizer|fabric_control) echo 2048 ;;
