@@ -261,10 +261,12 @@ void PrefillHandler::OnLayerReady(const std::shared_ptr<Job>& job, const LayerKV
     job->reported.push_back(LayerKVReady{ready.layer, ready.is_ready, {}});
   }
   {
+    // Notified under the lock, here and below: once mu_ is free, the transfer thread may finish
+    // the job and the destructor return, and cv_ would be notified after its destruction.
     std::lock_guard<std::mutex> lock(mu_);
     if (ready.layer == 0) ready_.push_back(job);  // the transfer thread drives it from now on
+    cv_.notify_all();
   }
-  cv_.notify_all();
 }
 
 void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutput out) {
@@ -306,8 +308,8 @@ void PrefillHandler::OnEngineOutput(const std::shared_ptr<Job>& job, RequestOutp
   {
     std::lock_guard<std::mutex> lock(mu_);
     ready_.push_back(job);
+    cv_.notify_all();
   }
-  cv_.notify_all();
 }
 
 void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefillResult> result) {
@@ -325,8 +327,8 @@ void PrefillHandler::Finish(const std::shared_ptr<Job>& job, Result<RemotePrefil
   {
     std::lock_guard<std::mutex> lock(mu_);
     outstanding_.erase(job->request.request_id);
+    cv_.notify_all();  // under the lock: the destructor may return as soon as mu_ is free
   }
-  cv_.notify_all();
   if (!result.ok()) {
     log::info("[{}] remote prefill failed: {}", job->request.request_id, result.status().ToString());
   } else {
