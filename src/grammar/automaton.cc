@@ -241,7 +241,7 @@ std::vector<char> InlinableRules(const Grammar& g, size_t max_inline) {
 
 }  // namespace
 
-Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
+Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t max_closure_steps) {
   TANDEM_RETURN_IF_ERROR(g.Validate());
   Builder b(g, max_nodes, InlinableRules(g, /*max_inline=*/4096));
   const size_t num_rules = g.rules().size();
@@ -272,6 +272,7 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
   Automaton a;
   std::vector<int> stack;
   std::vector<char> seen(raw.size(), 0);
+  size_t steps = 0;
   for (size_t k = 0; k < order.size(); ++k) {
     Node node;
     stack.assign(1, order[k]);
@@ -282,7 +283,14 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes) {
       if (seen[n]) continue;
       seen[n] = 1;
       closure.push_back(n);
+      steps += 1 + raw[n].bytes.size() + raw[n].calls.size();
       for (int m : raw[n].eps) stack.push_back(m);
+    }
+    if (steps > max_closure_steps) {
+      return Err(StatusCode::kInvalidArgument,
+                 "grammar too large: over {} steps to expand its empty transitions (a repetition of "
+                 "something that can be empty?)",
+                 max_closure_steps);
     }
     for (int n : closure) {
       seen[n] = 0;
