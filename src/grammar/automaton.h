@@ -45,7 +45,7 @@ class Automaton {
   // edges (9 s and 1.6 GB here before the limit); real JSON schemas take under 10^4 steps.
   // InvalidArgument for a left-recursive rule, naming it, and for Grammar::Validate's errors.
   static Result<Automaton> Compile(const Grammar& g, size_t max_nodes = 2'000'000,
-                                   size_t max_closure_steps = 8'000'000);
+                                   size_t max_closure_steps = 2'000'000);
 
   const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
   size_t num_nodes() const { return nodes_.size(); }
