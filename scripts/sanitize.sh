@@ -10,7 +10,11 @@
 # filter), -s "SUITES" (asan: only these test binaries, built and run one by one, instead of the
 # whole build and ctest), --build-only, --no-build.
 # Environment: SANITIZE_JOBS (build jobs, nproc), SANITIZE_TEST_JOBS (ctest -j, 2), SANITIZE_NICE (5),
-# SANITIZE_CXX (the compiler, default c++; clang++ works too), TSAN_SUITES (test binaries for tsan).
+# SANITIZE_CXX (the compiler, default c++; clang++ works too), TSAN_SUITES (test binaries for tsan),
+# TSAN_DEPS (a prefix from scripts/tsan-deps.sh: TSan-built gRPC and abseil; the tsan build then
+# goes to build-tsan-deps/, finds gRPC and absl there first (CMAKE_PREFIX_PATH; refuses to go on if
+# CMake found them elsewhere) and runs with the prefix's lib/ on LD_LIBRARY_PATH and with
+# scripts/tsan-deps.supp instead of scripts/tsan.supp (unless TSAN_OPTIONS is set); unset, Debian's).
 # Logs: <build dir>/sanitize-logs/. Prints a table last: build, suite, tests run, failed, sanitizer
 # reports; exits 1 when a test failed or any sanitizer reported.
 set -euo pipefail
@@ -34,7 +38,7 @@ while (($#)); do
     -s) ASAN_SUITES=$2; shift 2 ;;
     --build-only) TEST=0; shift ;;
     --no-build) BUILD=0; shift ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0"; exit 0 ;;
     *) echo "sanitize.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -42,17 +46,21 @@ done
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:detect_stack_use_after_return=0:strict_string_checks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1:history_size=4:suppressions=$PWD/scripts/tsan.supp}
+# tsan.supp is for Debian's uninstrumented gRPC; with TSAN_DEPS it would hide and create reports.
+TSAN_SUPP=scripts/tsan.supp
+[ -n "${TSAN_DEPS:-}" ] && TSAN_SUPP=scripts/tsan-deps.supp
+export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=0:second_deadlock_stack=1:history_size=4:suppressions=$PWD/$TSAN_SUPP}
 
 rows=()
 status=0
 
-configure() {  # dir flags
+configure() {  # dir flags [cmake args...]
   local dir=$1 flags=$2
+  shift 2
   [ -f "$dir/build.ninja" ] && return 0
   CC=$CC_BIN CXX=$CXX_BIN cmake -S . -B "$dir" -G Ninja -DTANDEM_CUDA=OFF -DTANDEM_BUILD_BENCH=OFF \
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" > "$dir.configure.log" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" "$@" > "$dir.configure.log" \
     || { cat "$dir.configure.log"; exit 1; }
 }
 
@@ -129,11 +137,25 @@ for kind in "${KINDS[@]}"; do
       ;;
     tsan)
       dir=build-tsan
+      deps=()
+      if [ -n "${TSAN_DEPS:-}" ]; then
+        dir=build-tsan-deps
+        deps=(-DCMAKE_PREFIX_PATH="$TSAN_DEPS")
+        export LD_LIBRARY_PATH=$TSAN_DEPS/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+      fi
       # UCX's memory hooks (malloc/mmap patching) crash a TSan process at its first transfer
       # test; OpenBLAS's own threads are not instrumented (races reported inside sgemm).
       export UCX_MEM_MALLOC_HOOKS=no UCX_MEM_MMAP_HOOK_MODE=none UCX_MEM_EVENTS=no
       export OPENBLAS_NUM_THREADS=1
-      configure "$dir" "-fsanitize=thread -fno-omit-frame-pointer"
+      configure "$dir" "-fsanitize=thread -fno-omit-frame-pointer" "${deps[@]}"
+      if [ -n "${TSAN_DEPS:-}" ]; then
+        for pkg in gRPC absl; do
+          grep -q "^${pkg}_DIR:PATH=$TSAN_DEPS/" "$dir/CMakeCache.txt" && continue
+          echo "sanitize.sh: $dir did not take $pkg from $TSAN_DEPS:" >&2
+          grep "^${pkg}_DIR:" "$dir/CMakeCache.txt" >&2
+          exit 1
+        done
+      fi
       if ((BUILD)); then
         # shellcheck disable=SC2086
         nice -n "$NICE" cmake --build "$dir" -j "$JOBS" --target bundled_model $TSAN_SUITES
