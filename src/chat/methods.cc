@@ -270,8 +270,20 @@ void AddGlobals(std::unordered_map<std::string, Value>& g) {
   };
   g["namespace"] = Value::Callable([make_dict](CallArgs& a) { return make_dict(a, true); });
   g["dict"] = Value::Callable([make_dict](CallArgs& a) { return make_dict(a, false); });
+  // transformers' raise_exception(message): TemplateError(message). Its message becomes the
+  // request's error, so an empty one is named as such (found by the chat_template fuzzer: a 400
+  // whose message said nothing); no argument is Python's TypeError.
   g["raise_exception"] = Value::Callable([](CallArgs& a) -> Value {
-    throw TemplateError(a.pos.empty() ? std::string() : PyStr(a.pos[0]), true);
+    const Value* message = a.pos.empty() ? nullptr : &a.pos[0];
+    for (const auto& [k, v] : a.kw) {
+      if (k == "message" && message == nullptr) message = &v;
+    }
+    if (message == nullptr) {
+      throw TemplateError("raise_exception() missing 1 required positional argument: 'message'");
+    }
+    std::string text = PyStr(*message);
+    if (text.empty()) text = "the chat template raised an error (raise_exception) with an empty message";
+    throw TemplateError(std::move(text), true);
   });
   g["strftime_now"] = Value::Callable([](CallArgs& a) {
     std::string fmt = ReqStr(a, 0, "format");

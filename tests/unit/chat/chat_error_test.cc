@@ -61,6 +61,20 @@ TEST(ChatErrorTest, RaiseExceptionMessagePropagates) {
   EXPECT_EQ(st.message(), "Conversation roles must alternate user/assistant/user/assistant/...");
 }
 
+// An error whose message says nothing is named as such (the chat_template fuzzer found
+// raise_exception() giving an empty message); a keyword message is the message too.
+TEST(ChatErrorTest, RaiseExceptionWithoutAMessageStillSaysWhat) {
+  Status st = RenderError("{{ raise_exception() }}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("missing 1 required positional argument: 'message'"), std::string::npos)
+      << st.message();
+  st = RenderError("{{ raise_exception('') }}");
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("empty message"), std::string::npos) << st.message();
+  st = RenderError("{{ raise_exception(message='bad role') }}");
+  EXPECT_EQ(st.message(), "bad role");
+}
+
 // Python's integers are unbounded, ours are 64-bit: a result past int64 is an error naming the
 // operator (found by the chat_template fuzzer as signed overflow, undefined behaviour in C++).
 TEST(ChatErrorTest, IntegerOverflowIsAnError) {
