@@ -301,7 +301,10 @@ TEST_F(PrefillLeakTest, APeerThatNeverAnswersReturnsTheBlocksAtTheWindow) {
 TEST_F(PrefillLeakTest, CancelWhileTheWriteIsInFlightReturnsTheBlocks) {
   Start(/*layerwise=*/false, 0ms);
   SilentListener silent;
-  auto req = Request("cancel-in-flight", 200, 2s);
+  // The posted write runs to its window's end (prefill_handler.h), which answers the call and
+  // returns the blocks; the cancel must not lose them. 6 s, not 2: under TSan the window closed
+  // before the 200-token prompt was computed (5 of 8 runs, 2026-12-07), so nothing was held.
+  auto req = Request("cancel-in-flight", 200, 6s);
   req.target.agent_metadata = peer_->MetadataAt(silent.port());
   auto f = Call(std::move(req));
   ASSERT_TRUE(Holding(5s));
