@@ -75,6 +75,16 @@ TEST(ChatErrorTest, RaiseExceptionWithoutAMessageStillSaysWhat) {
   EXPECT_EQ(st.message(), "bad role");
 }
 
+// An empty string or list repeated any number of times is empty at once (the chat_template fuzzer:
+// '' * 35**7 looped 6 x 10^10 times; the size caps pass for an empty unit).
+TEST(ChatErrorTest, RepeatingNothingIsQuickAndEmpty) {
+  auto t = ChatTemplate::Parse("[{{ '' * 35**7 }}|{{ ([] * 9223372036854775807) | length }}|{{ 'ab' * 0 * 35**7 }}]");
+  ASSERT_TRUE(t.ok()) << t.status().ToString();
+  auto r = t->Render(ojson::object());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, "[|0|]");
+}
+
 // Python's integers are unbounded, ours are 64-bit: a result past int64 is an error naming the
 // operator (found by the chat_template fuzzer as signed overflow, undefined behaviour in C++).
 TEST(ChatErrorTest, IntegerOverflowIsAnError) {
