@@ -14,9 +14,9 @@
 # stay Debian's (gRPC_*_PROVIDER=package); they make no locks of their own that TSan cannot see
 # (pthread calls from any library go through TSan's interceptors).
 #
-#   scripts/tsan-deps.sh                  # -> /work/tsan-deps (idempotent: skips what is installed)
+#   scripts/tsan-deps.sh                  # -> ~/.cache/tandem/tsan-deps (idempotent: skips what is installed)
 #
-# Environment: TSAN_DEPS_PREFIX (/work/tsan-deps), TSAN_DEPS_SRC (sources and build trees,
+# Environment: TSAN_DEPS_PREFIX (~/.cache/tandem/tsan-deps), TSAN_DEPS_SRC (sources and build trees,
 # <prefix>-src), TSAN_DEPS_JOBS (nproc), TSAN_DEPS_NICE (19), TSAN_DEPS_CC / TSAN_DEPS_CXX (cc, c++).
 # Needs: curl, cmake, ninja, patch; Debian's libprotobuf-dev, protobuf-compiler, libprotoc-dev,
 # libc-ares-dev, libre2-dev, libssl-dev, zlib1g-dev (tandem's own build already needs most).
@@ -24,7 +24,7 @@
 # gRPC 14); docs/robustness.md (TSan) has what it found.
 set -euo pipefail
 
-PREFIX=${TSAN_DEPS_PREFIX:-/work/tsan-deps}
+PREFIX=${TSAN_DEPS_PREFIX:-${XDG_CACHE_HOME:-$HOME/.cache}/tandem/tsan-deps}
 SRC=${TSAN_DEPS_SRC:-$PREFIX-src}
 JOBS=${TSAN_DEPS_JOBS:-$(nproc)}
 NICE=${TSAN_DEPS_NICE:-19}
