@@ -148,6 +148,17 @@ BenchRun RunBenchAgainstTandemRun(const std::string& name, const std::string& ar
   return run;
 }
 
+// The request records of the report's first run (bench's --output-json).
+nlohmann::json FirstRunRequests(const BenchRun& run) {
+  return nlohmann::json::parse(Slurp(run.json_path))["runs"][0]["requests"];
+}
+
+// A conversation's next turn resends this one's prompt and reply, plus a new user message.
+void ExpectNextTurnHoldsThisOne(const nlohmann::json& turn, const nlohmann::json& next) {
+  EXPECT_GT(next["prompt_tokens"].get<int>(), turn["prompt_tokens"].get<int>() + turn["completion_tokens"].get<int>())
+      << turn.dump() << next.dump();
+}
+
 TEST(BenchSmoke, ClosedLoopAgainstTandemRun) {
   const std::string dir = ::testing::TempDir() + "/bench_smoke";
   BenchRun bench = RunBenchAgainstTandemRun(
@@ -204,8 +215,7 @@ TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
       "bench_smoke_turns", "--dataset synthetic --num-turns 3 --concurrency 2 --num-requests 6"
                            " --warmup 0 --input-len 24 --output-len 8 --seed 5");
   ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
-  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
-  const auto& requests = report["runs"][0]["requests"];
+  const nlohmann::json requests = FirstRunRequests(run);
   ASSERT_EQ(requests.size(), 6u);
   std::map<std::pair<int, int>, nlohmann::json> by_turn;  // (item, turn) -> record
   for (const auto& req : requests) {
@@ -217,10 +227,7 @@ TEST(BenchSmoke, MultiTurnRecordsKeepEachTurnsReply) {
   for (const auto& [key, req] : by_turn) {
     auto next = by_turn.find({key.first, key.second + 1});
     if (next == by_turn.end()) continue;
-    // The next turn's prompt holds this one's prompt, its reply and a new user message.
-    EXPECT_GT(next->second["prompt_tokens"].get<int>(),
-              req["prompt_tokens"].get<int>() + req["completion_tokens"].get<int>())
-        << req.dump() << next->second.dump();
+    ExpectNextTurnHoldsThisOne(req, next->second);
     ++followed;
   }
   EXPECT_EQ(followed, 4);  // 2 conversations x 3 turns
@@ -234,8 +241,8 @@ TEST(BenchSmoke, SessionsPerClientInterleaveTheConversationsTurns) {
       "bench_smoke_sessions", "--dataset synthetic --num-turns 2 --concurrency 1 --sessions-per-client 3"
                               " --num-requests 6 --warmup 0 --input-len 24 --output-len 8 --seed 5");
   ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
-  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
-  std::vector<nlohmann::json> requests(report["runs"][0]["requests"].begin(), report["runs"][0]["requests"].end());
+  const nlohmann::json records = FirstRunRequests(run);
+  std::vector<nlohmann::json> requests(records.begin(), records.end());
   ASSERT_EQ(requests.size(), 6u);
   std::sort(requests.begin(), requests.end(), [](const nlohmann::json& x, const nlohmann::json& y) {
     return x["start_s"].get<double>() < y["start_s"].get<double>();
@@ -249,10 +256,7 @@ TEST(BenchSmoke, SessionsPerClientInterleaveTheConversationsTurns) {
   EXPECT_EQ(turns, (std::vector<int>{0, 0, 0, 1, 1, 1}));
   EXPECT_EQ(std::set<int>(items.begin(), items.begin() + 3).size(), 3u);
   EXPECT_EQ(std::vector<int>(items.begin() + 3, items.end()), std::vector<int>(items.begin(), items.begin() + 3));
-  for (int i = 0; i < 3; ++i) {  // turn 1 holds turn 0's prompt and reply
-    EXPECT_GT(requests[i + 3]["prompt_tokens"].get<int>(),
-              requests[i]["prompt_tokens"].get<int>() + requests[i]["completion_tokens"].get<int>());
-  }
+  for (int i = 0; i < 3; ++i) ExpectNextTurnHoldsThisOne(requests[i], requests[i + 3]);
 }
 
 // The model's generation_config.json max_new_tokens caps every request's max_tokens (vLLM takes
@@ -271,8 +275,7 @@ TEST(BenchSmoke, TheModelsMaxNewTokensCapsEveryRequest) {
                                           "--concurrency 1 --num-requests 2 --warmup 0 --input-len 16 --output-len 8",
                                           {"--model", model.string()});
   ASSERT_EQ(run.result.exit_code, 0) << run.result.out << run.result.err;
-  nlohmann::json report = nlohmann::json::parse(Slurp(run.json_path));
-  const auto& requests = report["runs"][0]["requests"];
+  const nlohmann::json requests = FirstRunRequests(run);
   ASSERT_EQ(requests.size(), 2u);
   for (const auto& req : requests) {
     EXPECT_EQ(req["completion_tokens"], 3) << req.dump();
