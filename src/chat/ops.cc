@@ -20,7 +20,7 @@ Value Repeat(const Value& seq, int64_t n) {
   // Nothing repeated any number of times is nothing: '' * 35**7 looped 6 x 10^10 times (a
   // chat_template fuzzer timeout); the size checks below pass for an empty unit.
   if (unit == 0) n = 0;
-  if (n > 0 && unit > 0) {
+  if (n > 0) {
     // Strings: up to Limits().max_string_bytes bytes; lists: up to max_iterated_items items.
     const ChatTemplateLimits& limits = Limits();
     if (seq.is_string() && static_cast<uint64_t>(n) > limits.max_string_bytes / unit) {
