@@ -37,7 +37,7 @@ bool KvBlockCopySupported(std::span<void* const> layer_base, size_t block_bytes,
 }
 
 Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
-                   std::span<const KvBlockCopyEntry> entries, cudaStream_t stream) {
+                   std::span<const KvBlockCopyEntry> entries, cudaStream_t stream, int max_ctas) {
   if (!KvBlockCopySupported(layer_base, block_bytes, entries)) {
     return Err(StatusCode::kInvalidArgument,
                "KvBlockCopy: {} layers (at most {}), block bytes {} (a multiple of 16), or a host "
@@ -48,6 +48,7 @@ Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
   for (size_t l = 0; l < layer_base.size(); ++l) p.layer_base[l] = layer_base[l];
   p.num_layers = static_cast<int>(layer_base.size());
   p.block_bytes = block_bytes;
+  p.max_ctas = max_ctas;
   auto flush = [&]() -> Status {
     if (p.num_entries > 0) TANDEM_CUDA_RETURN_IF_ERROR(detail::LaunchKvBlockCopy(p, stream));
     p.num_entries = 0;

@@ -31,6 +31,7 @@ struct KvCopyLaunch {
   int num_layers = 0;
   int num_entries = 0;
   int to_host = 1;  // 1: pool -> host; 0: host -> pool
+  int max_ctas = 0;  // 0: a CTA per 16 KB piece; N > 0: at most N CTAs (they stride over the pieces)
 };
 static_assert(sizeof(KvCopyLaunch) <= 4096, "kernel parameters");
 cudaError_t LaunchKvBlockCopy(const KvCopyLaunch& p, cudaStream_t stream);
@@ -55,10 +56,11 @@ bool KvBlockCopySupported(std::span<void* const> layer_base, size_t block_bytes,
                           std::span<const KvBlockCopyEntry> entries);
 
 // The entries in order (a launch per run of one direction, at most kKvCopyEntriesPerLaunch
-// each), asynchronous on `stream`. Errors: InvalidArgument (KvBlockCopySupported false, a
+// each), asynchronous on `stream`. max_ctas > 0 bounds each launch's grid: a copy on a side
+// stream beside the compute then holds at most that many CTAs. Errors: InvalidArgument (KvBlockCopySupported false, a
 // negative block id), Internal (CUDA).
 Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
-                   std::span<const KvBlockCopyEntry> entries, cudaStream_t stream);
+                   std::span<const KvBlockCopyEntry> entries, cudaStream_t stream, int max_ctas = 0);
 
 }  // namespace tandem::cuda
 #endif
