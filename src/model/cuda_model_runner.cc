@@ -81,6 +81,12 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   if (copies.empty()) return Status::Ok();
   if (kv_.empty()) return Status(StatusCode::kFailedPrecondition, "CopyKvBlocks: no KV pool");
   TANDEM_RETURN_IF_ERROR(CheckKvBlockCopies(copies, num_blocks_));
+  TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
+  return EnqueueKvCopies(copies, stream_, 0);
+}
+
+Status CudaModelRunner::EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream,
+                                        int max_ctas) {
   const size_t bb = KVBlockBytes(block_size_) / kv_.size();
   // The copy kernel (kv_block_copy.h) where the host memory allows: on the H200, 128 blocks of 36
   // layers host->pool at 50.8 GB/s, 93% of one pinned H2D copy, against 16.0 GB/s for one
@@ -97,16 +103,16 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
     entries.reserve(copies.size());
     for (const KvBlockCopy& c : copies) entries.push_back({c.block_id, c.host, c.to_host});
     if (cuda::KvBlockCopySupported(bases, bb, entries)) {
-      return cuda::KvBlockCopy(bases, bb, entries, stream_);
+      return cuda::KvBlockCopy(bases, bb, entries, stream, max_ctas);
     }
   }
   for (const KvBlockCopy& c : copies) {
     for (size_t l = 0; l < kv_.size(); ++l) {
       char* pool = kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb;
       if (c.to_host) {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host + l * bb, pool, bb, cudaMemcpyDeviceToHost, stream_));
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host + l * bb, pool, bb, cudaMemcpyDeviceToHost, stream));
       } else {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool, c.host + l * bb, bb, cudaMemcpyHostToDevice, stream_));
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool, c.host + l * bb, bb, cudaMemcpyHostToDevice, stream));
       }
     }
   }
@@ -114,6 +120,7 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
 }
 
 Status CudaModelRunner::SyncKvCopies() {
+  TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <initializer_list>
+#include <deque>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,7 @@ class CudaModelRunner final : public ModelRunner {
       if (e != nullptr) cudaEventDestroy(e);
     }
     for (cudaEvent_t e : timeline_events_) cudaEventDestroy(e);
+    DestroyOnboard();
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -101,6 +103,18 @@ class CudaModelRunner final : public ModelRunner {
   // cudaMallocHost.
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override;
   Status SyncKvCopies() override;
+  // Onboarding on a side stream (cuda_runner_onboard.cc): it waits for an event recorded on the
+  // compute stream at the call, then runs the copy kernel with a bounded grid
+  // (TANDEM_KV_ONBOARD_CTAS, default 16) between two timing events; a landed ticket's end event
+  // is also waited for by the compute stream.
+  bool AsyncKvOnboard() const override { return true; }
+  Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override;
+  Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override;
+  // Layer-wise: a copy kernel launch and an event per layer on the same side stream; RunModel's
+  // layer l waits for event l.
+  bool LayerwiseKvOnboard() const override { return true; }
+  Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) override;
+  double TakeKvOnboardSeconds() override;
   void* AllocateHostStaging(size_t bytes) override;
   void FreeHostStaging(void* p) override;
 
@@ -150,7 +164,28 @@ class CudaModelRunner final : public ModelRunner {
   // FP8 GEMM path: RMSNorm writes the next projection's activation codes (RmsNormQuantizeFp8) at
   // every step with more than GemvMaxM() tokens; TANDEM_FUSED_NORM_QUANT=0 turns it off.
   bool fused_norm_quant_ = true;
+  // The copies on `stream`, the copy kernel's grid bounded by max_ctas (0: none).
+  Status EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream, int max_ctas);
+  void DestroyOnboard();  // waits for the onboarding in flight; frees its stream and events
+  Status EnsureOnboardStream();
+  Status TakeOnboardEvents(cudaEvent_t* start, cudaEvent_t* end);
+  // Layer-wise copies the compute stream has not waited for yet (no step ran since): it waits for
+  // all of them now.
+  Status FlushOnboardLayers();
+
   cudaStream_t stream_;
+  struct OnboardFlight {
+    uint64_t ticket = 0;
+    cudaEvent_t start = nullptr, end = nullptr;
+  };
+  cudaStream_t onboard_stream_ = nullptr;   // created on first use
+  cudaEvent_t onboard_ready_ = nullptr;     // the compute stream's point each onboarding waits for
+  std::deque<OnboardFlight> onboard_flights_;  // started, not landed, in ticket order
+  std::vector<cudaEvent_t> onboard_spare_;     // events to reuse
+  uint64_t onboard_next_ = 0;
+  std::vector<cudaEvent_t> onboard_layer_events_;  // [layers], reused step after step
+  bool onboard_layers_pending_ = false;  // the next RunModel waits for them, layer by layer
+  std::vector<OnboardFlight> onboard_timed_;  // layer-wise onboardings not yet timed
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8
   KvCacheScales kv_scales_host_;  // FP8 KV: the checkpoint's scales (or 1.0), uploaded with the pools

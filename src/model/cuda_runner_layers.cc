@@ -174,6 +174,9 @@ Status CudaModelRunner::RunModel(const StepPlan& p, const char* meta) {
   TANDEM_RETURN_IF_ERROR(mark("embedding"));
   for (int l = 0; l < c.num_hidden_layers; ++l) {
     const DeviceLayer& w = w_.layers[l];
+    if (onboard_layers_pending_) {  // layer-wise onboarding: this layer's blocks are in (cuda_runner_onboard.cc)
+      TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, onboard_layer_events_[l], 0));
+    }
     // h holds the previous layer's MLP output: residual += h; h = norm(residual).
     const bool qkv_codes = quantizing_norm(w.qkv_block128);
     TANDEM_RETURN_IF_ERROR(l == 0 ? norm(x, w.input_norm, h, false, qkv_codes, w.qkv_block128)

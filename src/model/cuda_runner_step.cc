@@ -322,7 +322,9 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   clock.Lap("runner.inputs");
   // Kernel-group timing needs the events between the groups: eager launches of the same plan, or
   // graphs of their own captured with event nodes (step_timeline.h).
-  if (p.padded && layer_hook_ == nullptr && (!timing_groups() || timing_groups_in_graphs())) {
+  // So does one whose layers wait for a layer-wise onboarding's copies (StartKvOnboardByLayer).
+  if (p.padded && layer_hook_ == nullptr && !onboard_layers_pending_ &&
+      (!timing_groups() || timing_groups_in_graphs())) {
     std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +
                                         (p.sample_rows > 0 ? 1 : 0));
     if (timing_groups()) key.first += 1 << 20;  // never a serving step's graph
@@ -335,6 +337,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
     }
   } else {
     run = RunModel(p, meta);
+    if (run.ok()) onboard_layers_pending_ = false;  // every layer waited for its copies
   }
   layer_hook_ = nullptr;
   TANDEM_RETURN_IF_ERROR(run);

@@ -33,6 +33,22 @@ class ForwardingModelRunner : public ModelRunner {
   size_t PendingDeviceBytes(int max_num_seqs, int max_model_len) const override {
     return inner_->PendingDeviceBytes(max_num_seqs, max_model_len);
   }
+  Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override { return inner_->CopyKvBlocks(copies); }
+  Status SyncKvCopies() override { return inner_->SyncKvCopies(); }
+  bool AsyncKvOnboard() const override { return inner_->AsyncKvOnboard(); }
+  Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override {
+    return inner_->StartKvOnboard(copies, ticket);
+  }
+  Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override {
+    return inner_->PollKvOnboard(ticket, wait, landed, seconds);
+  }
+  bool LayerwiseKvOnboard() const override { return inner_->LayerwiseKvOnboard(); }
+  Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) override {
+    return inner_->StartKvOnboardByLayer(copies);
+  }
+  double TakeKvOnboardSeconds() override { return inner_->TakeKvOnboardSeconds(); }
+  void* AllocateHostStaging(size_t bytes) override { return inner_->AllocateHostStaging(bytes); }
+  void FreeHostStaging(void* p) override { inner_->FreeHostStaging(p); }
 
  protected:
   ModelRunner& inner() { return *inner_; }

@@ -154,6 +154,18 @@ Status CheckKvBlockCopies(std::span<const KvBlockCopy> copies, int num_blocks) {
   return Status::Ok();
 }
 
+Status ModelRunner::StartKvOnboard(std::span<const KvBlockCopy>, uint64_t*) {
+  return Status(StatusCode::kUnimplemented, "StartKvOnboard: this runner copies KV blocks synchronously");
+}
+
+Status ModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy>) {
+  return Status(StatusCode::kUnimplemented, "StartKvOnboardByLayer: this runner copies KV blocks synchronously");
+}
+
+Status ModelRunner::PollKvOnboard(uint64_t, bool, bool*, double*) {
+  return Status(StatusCode::kUnimplemented, "PollKvOnboard: this runner copies KV blocks synchronously");
+}
+
 Status ModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   const KVCacheLayout layout = kv_cache_layout();
   if (layout.device_id >= 0) {

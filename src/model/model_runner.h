@@ -179,6 +179,27 @@ class ModelRunner {
   virtual Status CopyKvBlocks(std::span<const KvBlockCopy> copies);
   // Waits for the copies CopyKvBlocks enqueued (the default: nothing to wait for).
   virtual Status SyncKvCopies() { return Status::Ok(); }
+  // Asynchronous onboarding (a device runner; the KV host tier's H2D copies, kvtier/offloader.h):
+  // StartKvOnboard enqueues host -> pool copies (every `to_host` false) on a side stream, after
+  // everything enqueued so far (this step's CopyKvBlocks included), so the compute stream's
+  // steps go on meanwhile; the caller must not read or write those pool blocks, nor change the
+  // host bytes, until PollKvOnboard says the ticket landed (then later work on the compute
+  // stream sees them). `wait`: block until it has. `seconds`: the copies' own transfer time
+  // (device events), set once landed. Tickets are polled in the order they were started.
+  // Errors: InvalidArgument (as CopyKvBlocks), Internal (device), Unimplemented (the default).
+  virtual bool AsyncKvOnboard() const { return false; }
+  virtual Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket);
+  virtual Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds);
+  // Layer-wise onboarding (a device runner): the host -> pool copies start on a side stream, one
+  // layer after another, and the next Execute's layer l waits only for layer l's (that step runs
+  // eagerly, not from a graph), so the step computes while the rest of the transfer goes on.
+  // Later work on the compute stream is ordered after the copies, as with CopyKvBlocks; the host
+  // bytes must stay put until SyncKvCopies returns. TakeKvOnboardSeconds: the transfer time
+  // (device events, start to last layer) of those that finished since the last call.
+  // Errors: as StartKvOnboard.
+  virtual bool LayerwiseKvOnboard() const { return false; }
+  virtual Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies);
+  virtual double TakeKvOnboardSeconds() { return 0; }
   // Host memory for the KV host tier: page-locked on a device runner (so its copies run
   // asynchronously at the link's speed), plain on a host runner. Null when it cannot.
   virtual void* AllocateHostStaging(size_t bytes);

@@ -1,0 +1,212 @@
+// The CUDA runner's asynchronous onboarding (ModelRunner::StartKvOnboard / PollKvOnboard, and the
+// layer-wise StartKvOnboardByLayer; used by the KV host tier, kvtier/offloader.h): host -> pool
+// copies on a side stream, so that a returning request's prefix comes back from pinned host memory
+// while the compute stream computes, instead of ahead of its step on the compute stream.
+//
+// Order: each start records onboard_ready_ on the compute stream and the side stream waits for it,
+// so the copies follow everything enqueued there so far (the step's evicted blocks' copies out of
+// the same pool blocks included). StartKvOnboard: the caller keeps the target blocks out of every
+// step until the ticket lands (the scheduler holds their requests); a landed ticket's end event is
+// also made a dependency of the compute stream. StartKvOnboardByLayer: RunModel's layer l waits for
+// layer l's event (FlushOnboardLayers waits for all of them when no step came first).
+#ifdef TANDEM_HAVE_CUDA
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/kv_block_copy.h"
+#include "model/cuda_runner_impl.h"
+
+namespace tandem {
+namespace {
+
+// The copy kernel's grid on the side stream: enough CTAs to keep the bus busy, few enough that the
+// compute stream's kernels keep most SMs. TANDEM_KV_ONBOARD_CTAS=N sets it (0: unbounded).
+int OnboardCtas() {
+  static const int ctas = [] {
+    const char* v = std::getenv("TANDEM_KV_ONBOARD_CTAS");
+    return v != nullptr ? std::max(0, std::atoi(v)) : 16;
+  }();
+  return ctas;
+}
+
+}  // namespace
+
+Status CudaModelRunner::EnsureOnboardStream() {
+  if (onboard_stream_ != nullptr) return Status::Ok();
+  // The compute stream's priority: the block scheduler interleaves the two streams' CTAs.
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&onboard_stream_, cudaStreamNonBlocking));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&onboard_ready_, cudaEventDisableTiming));
+  return Status::Ok();
+}
+
+Status CudaModelRunner::TakeOnboardEvents(cudaEvent_t* start, cudaEvent_t* end) {
+  while (onboard_spare_.size() < 2) {
+    cudaEvent_t e = nullptr;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    onboard_spare_.push_back(e);
+  }
+  *start = onboard_spare_.back();
+  onboard_spare_.pop_back();
+  *end = onboard_spare_.back();
+  onboard_spare_.pop_back();
+  return Status::Ok();
+}
+
+namespace {
+Status CheckOnboard(std::span<const KvBlockCopy> copies, int num_blocks, bool have_pool) {
+  if (!have_pool) return Status(StatusCode::kFailedPrecondition, "KV onboarding: no KV pool");
+  TANDEM_RETURN_IF_ERROR(CheckKvBlockCopies(copies, num_blocks));
+  for (const KvBlockCopy& c : copies) {
+    if (c.to_host) return Status(StatusCode::kInvalidArgument, "KV onboarding: a copy to the host");
+  }
+  return Status::Ok();
+}
+}  // namespace
+
+Status CudaModelRunner::StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) {
+  TANDEM_RETURN_IF_ERROR(CheckOnboard(copies, num_blocks_, !kv_.empty()));
+  TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
+  TANDEM_RETURN_IF_ERROR(EnsureOnboardStream());
+  OnboardFlight f;
+  TANDEM_RETURN_IF_ERROR(TakeOnboardEvents(&f.start, &f.end));
+  auto enqueue = [&]() -> Status {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_ready_, stream_));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(onboard_stream_, onboard_ready_, 0));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.start, onboard_stream_));
+    TANDEM_RETURN_IF_ERROR(EnqueueKvCopies(copies, onboard_stream_, OnboardCtas()));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.end, onboard_stream_));
+    return Status::Ok();
+  };
+  if (Status st = enqueue(); !st.ok()) {  // no ticket handed out: the events go back
+    onboard_spare_.push_back(f.start);
+    onboard_spare_.push_back(f.end);
+    return st;
+  }
+  f.ticket = ++onboard_next_;
+  onboard_flights_.push_back(f);
+  *ticket = f.ticket;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) {
+  TANDEM_RETURN_IF_ERROR(CheckOnboard(copies, num_blocks_, !kv_.empty()));
+  if (copies.empty()) return Status::Ok();
+  TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
+  TANDEM_RETURN_IF_ERROR(EnsureOnboardStream());
+  const size_t layers = kv_.size();
+  while (onboard_layer_events_.size() < layers) {
+    cudaEvent_t e = nullptr;
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    onboard_layer_events_.push_back(e);
+  }
+  OnboardFlight f;
+  TANDEM_RETURN_IF_ERROR(TakeOnboardEvents(&f.start, &f.end));
+  onboard_timed_.push_back(f);  // timed (and its events given back) by TakeKvOnboardSeconds
+  const size_t bb = KVBlockBytes(block_size_) / layers;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_ready_, stream_));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(onboard_stream_, onboard_ready_, 0));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.start, onboard_stream_));
+  std::vector<KvBlockCopy> layer(copies.begin(), copies.end());
+  for (size_t l = 0; l < layers; ++l) {
+    // Layer l of each block: its slot's l-th piece into the layer's pool (a one-layer launch).
+    for (size_t i = 0; i < copies.size(); ++i) layer[i].host = copies[i].host + l * bb;
+    std::vector<cuda::KvBlockCopyEntry> entries;
+    entries.reserve(layer.size());
+    for (const KvBlockCopy& c : layer) entries.push_back({c.block_id, c.host, false});
+    void* base = kv_[l].as<void>();
+    const std::span<void* const> bases(&base, 1);
+    if (cuda::KvBlockCopySupported(bases, bb, entries)) {
+      TANDEM_RETURN_IF_ERROR(cuda::KvBlockCopy(bases, bb, entries, onboard_stream_, OnboardCtas()));
+    } else {
+      for (const KvBlockCopy& c : layer) {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb,
+                                                    c.host, bb, cudaMemcpyHostToDevice, onboard_stream_));
+      }
+    }
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_layer_events_[l], onboard_stream_));
+  }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.end, onboard_stream_));
+  onboard_layers_pending_ = true;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::FlushOnboardLayers() {
+  if (!onboard_layers_pending_) return Status::Ok();
+  onboard_layers_pending_ = false;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, onboard_layer_events_[kv_.size() - 1], 0));
+  return Status::Ok();
+}
+
+double CudaModelRunner::TakeKvOnboardSeconds() {
+  double seconds = 0;
+  size_t done = 0;
+  for (; done < onboard_timed_.size(); ++done) {
+    const OnboardFlight& f = onboard_timed_[done];
+    if (cudaEventQuery(f.end) != cudaSuccess) break;  // not yet (or an error the step reports)
+    float ms = 0;
+    if (cudaEventElapsedTime(&ms, f.start, f.end) == cudaSuccess) seconds += ms / 1e3;
+    onboard_spare_.push_back(f.start);
+    onboard_spare_.push_back(f.end);
+  }
+  (void)cudaGetLastError();  // a query's cudaErrorNotReady is not sticky; clear it
+  onboard_timed_.erase(onboard_timed_.begin(), onboard_timed_.begin() + static_cast<std::ptrdiff_t>(done));
+  return seconds;
+}
+
+Status CudaModelRunner::PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) {
+  *landed = false;
+  auto it = onboard_flights_.begin();
+  while (it != onboard_flights_.end() && it->ticket != ticket) ++it;
+  if (it == onboard_flights_.end()) {
+    return Err(StatusCode::kInvalidArgument, "PollKvOnboard: no onboarding {} in flight", ticket);
+  }
+  if (wait) {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(it->end));
+  } else {
+    const cudaError_t q = cudaEventQuery(it->end);
+    if (q == cudaErrorNotReady) return Status::Ok();
+    TANDEM_CUDA_RETURN_IF_ERROR(q);
+  }
+  float ms = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, it->start, it->end));
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(stream_, it->end, 0));
+  onboard_spare_.push_back(it->start);
+  onboard_spare_.push_back(it->end);
+  onboard_flights_.erase(it);
+  *landed = true;
+  *seconds = ms / 1e3;
+  return Status::Ok();
+}
+
+void CudaModelRunner::DestroyOnboard() {
+  if (onboard_stream_ != nullptr) cudaStreamSynchronize(onboard_stream_);
+  for (const std::vector<OnboardFlight>* v : {&onboard_timed_}) {
+    for (const OnboardFlight& f : *v) {
+      cudaEventDestroy(f.start);
+      cudaEventDestroy(f.end);
+    }
+  }
+  onboard_timed_.clear();
+  for (const OnboardFlight& f : onboard_flights_) {
+    cudaEventDestroy(f.start);
+    cudaEventDestroy(f.end);
+  }
+  onboard_flights_.clear();
+  for (cudaEvent_t e : onboard_layer_events_) cudaEventDestroy(e);
+  onboard_layer_events_.clear();
+  for (cudaEvent_t e : onboard_spare_) cudaEventDestroy(e);
+  onboard_spare_.clear();
+  if (onboard_ready_ != nullptr) cudaEventDestroy(onboard_ready_);
+  if (onboard_stream_ != nullptr) cudaStreamDestroy(onboard_stream_);
+  onboard_ready_ = nullptr;
+  onboard_stream_ = nullptr;
+}
+
+}  // namespace tandem
+
+#endif  // TANDEM_HAVE_CUDA
