@@ -65,16 +65,31 @@ class EngineImpl final : public Engine {
 
   // Finishes every request the step scheduled with `st` as its error.
   void FailScheduled(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs) {
-    for (const ScheduledRequest& s : sched.scheduled) {
-      RequestOutput out = Finish(s.request->request_id, FinishReason::kError);
-      out.error = st.ToString();
-      outputs->push_back(std::move(out));
+    for (const ScheduledRequest& s : sched.scheduled) FailRequest(s.request->request_id, st, outputs);
+  }
+  void FailRequest(const std::string& request_id, const Status& st, std::vector<RequestOutput>* outputs) {
+    RequestOutput out = Finish(request_id, FinishReason::kError);
+    out.error = st.ToString();
+    outputs->push_back(std::move(out));
+  }
+  // The KV tier's onboard copies that landed go to the KV cache manager (their requests run from
+  // the next Schedule); wait: for the oldest in flight. A failed copy fails every request waiting
+  // for one and drops the prefix cache's free blocks (what landed may be stale).
+  void CollectLanded(bool wait, std::vector<RequestOutput>* outputs) {
+    std::vector<int> landed;
+    const Status st = offloader_->TakeLanded(wait, &landed);
+    if (!st.ok()) {
+      log::error("kv onboard failed: {}", st.ToString());
+      for (Request* r : scheduler_.TakeOnboarding()) FailRequest(r->request_id, st, outputs);
     }
+    kv_.MarkLanded(landed);
+    if (!st.ok()) kv_.ResetPrefixCache();
   }
 
   void SetUpOffload() {
     offloader_ = MakeKvOffloader(config_, *runner_);
     if (offloader_) kv_.SetTier(offloader_->index());
+    if (offloader_) kv_.set_async_onboard(offloader_->async_onboard());
   }
 
   Status ValidateRequest(const std::vector<int32_t>& prompt_token_ids,
@@ -252,7 +267,7 @@ class EngineImpl final : public Engine {
 
   EngineStats Stats() const override {
     EngineStats s;
-    s.num_running = scheduler_.num_running() + scheduler_.num_remote_prefill();
+    s.num_running = scheduler_.num_running() + scheduler_.num_remote_prefill() + scheduler_.num_onboarding();
     s.num_waiting = scheduler_.num_waiting();
     s.num_kv_blocks_total = kv_.num_blocks();
     s.num_kv_blocks_used = kv_.num_used_blocks();

@@ -13,22 +13,38 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
   if (!outputs.empty()) return outputs;
 
   PhaseClock clock(timeline_);
-  if (offloader_) offloader_->Poll();  // blocks the disk tier brought up count from this lookup on
-  SchedulerOutput sched = scheduler_.Schedule();
-  // Blocks this scheduling evicted are saved, and tier hits copied in, before any forward pass.
   if (offloader_) {
-    if (Status st = offloader_->BeforeForward(kv_.TakeEvicted(), kv_.TakeOnboard()); !st.ok()) {
+    offloader_->Poll();  // blocks the disk tier brought up count from this lookup on
+    if (offloader_->onboarding()) CollectLanded(/*wait=*/false, &outputs);
+  }
+  SchedulerOutput sched = scheduler_.Schedule();
+  // Blocks this scheduling evicted are saved, and tier hits copied in (or, asynchronously, their
+  // copies started), before any forward pass.
+  if (offloader_) {
+    const std::vector<kvtier::OnboardBlock> onboard = kv_.TakeOnboard();
+    if (Status st = offloader_->BeforeForward(kv_.TakeEvicted(), onboard); !st.ok()) {
       // Onboarded blocks may hold stale bytes: fail what this step scheduled and drop every
-      // cached hash that is free (those requests' blocks included, once freed).
+      // cached hash that is free (those requests' blocks included, once freed). Asynchronous:
+      // none of this step's onboard copies started; the requests admitted to wait for them fail.
       log::error("kv offload failed: {}", st.ToString());
       FailScheduled(sched, st, &outputs);
+      if (offloader_->async_onboard()) {
+        for (Request* r : sched.onboarding) FailRequest(r->request_id, st, &outputs);
+        std::vector<int> ids;
+        for (const kvtier::OnboardBlock& o : onboard) ids.push_back(o.block_id);
+        kv_.MarkLanded(ids);
+      }
       kv_.ResetPrefixCache();
       return outputs;
     }
   }
   TakeAdmitted(sched, &outputs);
   if (sched.scheduled.empty()) {
-    if (outputs.empty() && offloader_) offloader_->WaitForFetch(2);  // disk reads: no spinning
+    if (outputs.empty() && offloader_) {
+      // Nothing to compute: wait for an onboarding or a disk read rather than spin.
+      if (offloader_->onboarding()) CollectLanded(/*wait=*/true, &outputs);
+      else offloader_->WaitForFetch(2);
+    }
     return outputs;
   }
   clock.Lap("schedule");

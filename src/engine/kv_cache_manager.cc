@@ -92,6 +92,10 @@ bool KVCacheManager::AllocateSlots(const std::string& request_id, int num_total_
                                                     : prefix->tier_hashes[i - 1]);
       (void)pool_.CacheBlock(rb.block_ids[at], h, parent);
       onboard_.push_back({rb.block_ids[at], h});
+      if (async_onboard_) {
+        landing_.insert(rb.block_ids[at]);
+        pool_.Touch(std::span<const int>(&rb.block_ids[at], 1));  // the landing reference
+      }
     }
     rb.num_cached_blocks = num_prefix + static_cast<int>(i);
   }
@@ -114,6 +118,22 @@ void KVCacheManager::CacheComputedBlocks(const std::string& request_id,
     (void)pool_.CacheBlock(rb.block_ids[i], block_hashes[i], i == 0 ? 0 : block_hashes[i - 1]);
   }
   rb.num_cached_blocks = std::max(rb.num_cached_blocks, num_full);
+}
+
+bool KVCacheManager::Landing(const std::string& request_id) const {
+  if (landing_.empty()) return false;
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return false;
+  for (int id : it->second.block_ids) {
+    if (landing_.count(id) != 0) return true;
+  }
+  return false;
+}
+
+void KVCacheManager::MarkLanded(std::span<const int> block_ids) {
+  for (int id : block_ids) {
+    if (landing_.erase(id) != 0) pool_.Free(std::span<const int>(&id, 1));
+  }
 }
 
 void KVCacheManager::Free(const std::string& request_id) {

@@ -14,6 +14,10 @@
 // pass; a prefix lookup continues into the tier after the pool's last hit, and AllocateSlots gives
 // those blocks fresh pool blocks, registers their hashes at once and logs the copies to make
 // (TakeOnboard, the tier's blocks pinned until then). The engine runs both before the forward.
+// With asynchronous onboarding (set_async_onboard: a device runner copies on a side stream) those
+// blocks are also "landing" until MarkLanded: a request holding one must not be computed, and the
+// manager holds an extra reference on each so that no other request can reuse it meanwhile, even
+// if its own request is freed.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -86,6 +91,12 @@ class KVCacheManager {
   // Cached blocks evicted for reuse, and the tier blocks to copy into the pool, since the last call.
   std::vector<kvtier::EvictedBlock> TakeEvicted() { return std::exchange(evicted_, {}); }
   std::vector<kvtier::OnboardBlock> TakeOnboard() { return std::exchange(onboard_, {}); }
+  // Asynchronous onboarding (see above): onboarded blocks are landing from AllocateSlots until
+  // MarkLanded (ids not landing are ignored).
+  void set_async_onboard(bool on) { async_onboard_ = on; }
+  bool Landing(const std::string& request_id) const;  // the request holds a landing block
+  void MarkLanded(std::span<const int> block_ids);
+  int num_landing() const { return static_cast<int>(landing_.size()); }
 
   const BlockPool& pool() const { return pool_; }
 
@@ -112,6 +123,8 @@ class KVCacheManager {
   kvtier::KvTierIndex* tier_ = nullptr;
   std::vector<kvtier::EvictedBlock> evicted_;
   std::vector<kvtier::OnboardBlock> onboard_;
+  bool async_onboard_ = false;
+  std::unordered_set<int> landing_;  // each holds one reference of its own
 };
 
 }  // namespace tandem

@@ -41,6 +41,25 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
   // TANDEM_KV_OFFLOAD_TIME_ONBOARD=1: onboard seconds are the copies' transfer time (the step waits).
   const char* timed = std::getenv("TANDEM_KV_OFFLOAD_TIME_ONBOARD");
   copier.time_onboard = timed != nullptr && std::string(timed) == "1";
+  // How a device runner onboards (TANDEM_KV_ONBOARD): "layer" on a side stream, layer by layer,
+  // the step's layer l waiting for layer l only; "land" on a side stream, the requests waiting
+  // until their blocks landed while other steps run; "compute" on the compute stream ahead of the
+  // step. Unset: the first of layer and land the runner has. A host runner copies at once.
+  const char* mode_env = std::getenv("TANDEM_KV_ONBOARD");
+  const std::string mode = mode_env != nullptr ? mode_env : "";
+  if (!mode.empty() && mode != "layer" && mode != "land" && mode != "compute") {
+    log::warn("kv offload: TANDEM_KV_ONBOARD={} is none of layer, land, compute; ignored", mode);
+  }
+  const bool any = mode != "layer" && mode != "land" && mode != "compute";
+  if ((mode == "layer" || any) && runner.LayerwiseKvOnboard()) {
+    copier.onboard_layered = [r](std::span<const KvBlockCopy> c) { return r->StartKvOnboardByLayer(c); };
+    copier.onboard_seconds = [r] { return r->TakeKvOnboardSeconds(); };
+  } else if ((mode == "land" || any) && runner.AsyncKvOnboard()) {
+    copier.onboard_start = [r](std::span<const KvBlockCopy> c, uint64_t* t) { return r->StartKvOnboard(c, t); };
+    copier.onboard_poll = [r](uint64_t t, bool wait, bool* landed, double* seconds) {
+      return r->PollKvOnboard(t, wait, landed, seconds);
+    };
+  }
   copier.alloc = [r](size_t bytes) { return r->AllocateHostStaging(bytes); };
   copier.free = [r](void* p) { r->FreeHostStaging(p); };
   kvtier::DiskTierConfig disk;
@@ -49,16 +68,19 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
     disk.capacity_bytes = config.kv_offload_disk_bytes;
     disk.fingerprint = KvTierFingerprint(config, runner);
   }
+  const bool copier_layered = static_cast<bool>(copier.onboard_layered);
   auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(copier), slot, config.kv_offload_host_bytes,
                                                          disk.capacity_bytes > 0 ? &disk : nullptr);
   if (offloader->host().capacity_blocks() == 0) {
     log::warn("kv offload: off (could not allocate {} bytes of host memory)", config.kv_offload_host_bytes);
     return nullptr;
   }
-  log::info("kv offload: host tier of {} blocks ({:.1f} MiB{}, {} bytes a block)",
+  log::info("kv offload: host tier of {} blocks ({:.1f} MiB{}, {} bytes a block){}",
             offloader->host().capacity_blocks(),
             static_cast<double>(offloader->host().capacity_blocks()) * slot / (1 << 20),
-            layout.device_id >= 0 ? ", page-locked" : "", slot);
+            layout.device_id >= 0 ? ", page-locked" : "", slot,
+            offloader->async_onboard()      ? ", onboarding on a side stream (requests wait for it)"
+            : copier_layered ? ", onboarding on a side stream, layer by layer" : "");
   return offloader;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
+#include <utility>
 
 #include "engine/block_hash.h"
 
@@ -42,6 +43,16 @@ SchedulerOutput Scheduler::Schedule() {
     if (kv_->prefix_caching()) ExtendBlockHashes(r->known_token_ids(), kv_->block_size(), &r->block_hashes);
   };
 
+  // 0. Requests whose onboarded blocks have landed run from now on.
+  for (size_t i = 0; i < onboarding_.size();) {
+    if (kv_->Landing(onboarding_[i]->request_id)) {
+      ++i;
+      continue;
+    }
+    running_.push_back(onboarding_[i]);
+    onboarding_.erase(onboarding_.begin() + static_cast<std::ptrdiff_t>(i));
+  }
+
   // 1. Running requests.
   for (size_t i = 0; i < running_.size() && budget > 0;) {
     Request* req = running_[i];
@@ -78,7 +89,8 @@ SchedulerOutput Scheduler::Schedule() {
   // 2. Waiting requests, unless this step had to preempt (a request waiting for its prefix's
   //    blocks from a slower tier keeps its place; w then moves past it).
   for (size_t w = 0; out.preempted.empty() && w < waiting_.size() && budget > 0 &&
-                     static_cast<int>(running_.size() + remote_.size()) < config_.max_num_seqs;) {
+                     static_cast<int>(running_.size() + remote_.size() + onboarding_.size()) <
+                         config_.max_num_seqs;) {
     Request* req = waiting_[w];
     if (kv_->BlocksFor(req->num_tokens()) > kv_->num_blocks()) {
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(w));
@@ -116,6 +128,11 @@ SchedulerOutput Scheduler::Schedule() {
     req->fetch_deadline_ns = 0;
     req->num_computed_tokens = prefix.num_tokens;
     req->status = RequestStatus::kRunning;
+    if (kv_->Landing(req->request_id)) {  // computed once its prefix's KV is in the pool
+      onboarding_.push_back(req);
+      out.onboarding.push_back(req);
+      continue;
+    }
     running_.push_back(req);
     out.scheduled.push_back({req, req->num_computed_tokens, num_new});
     budget -= num_new;
@@ -151,6 +168,8 @@ void Scheduler::FinishRequest(Request* request, bool keep_blocks) {
   if (w != waiting_.end()) waiting_.erase(w);
   auto m = std::find(remote_.begin(), remote_.end(), request);
   if (m != remote_.end()) remote_.erase(m);
+  auto o = std::find(onboarding_.begin(), onboarding_.end(), request);
+  if (o != onboarding_.end()) onboarding_.erase(o);
   if (!keep_blocks) kv_->Free(request->request_id);
   request->status = RequestStatus::kFinished;
 }
@@ -165,9 +184,19 @@ void Scheduler::OnRemotePrefillDone(Request* request) {
     kv_->CacheComputedBlocks(request->request_id, request->block_hashes,
                              request->num_computed_tokens);
   }
-  request->status = RequestStatus::kRunning;
-  running_.push_back(request);
+  Run(request);
 }
+
+void Scheduler::Run(Request* request) {
+  request->status = RequestStatus::kRunning;
+  if (kv_->Landing(request->request_id)) {
+    onboarding_.push_back(request);
+  } else {
+    running_.push_back(request);
+  }
+}
+
+std::vector<Request*> Scheduler::TakeOnboarding() { return std::exchange(onboarding_, {}); }
 
 void Scheduler::OnRemotePrefillFailed(Request* request) {
   auto m = std::find(remote_.begin(), remote_.end(), request);
@@ -175,8 +204,7 @@ void Scheduler::OnRemotePrefillFailed(Request* request) {
   remote_.erase(m);
   // Its blocks stay: the cached prefix is valid, the rest is recomputed over whatever arrived.
   request->allow_remote_prefill = false;
-  request->status = RequestStatus::kRunning;
-  running_.push_back(request);
+  Run(request);
 }
 
 }  // namespace tandem

@@ -13,6 +13,11 @@
 //      continues in a slower KV tier (disk) keeps its place but is passed over while those blocks
 //      are fetched into the host tier, for at most kv_fetch_wait_ms from its first lookup; the
 //      requests behind it are admitted meanwhile.
+// A request admitted with blocks still landing from the KV host tier (asynchronous onboarding,
+// KVCacheManager::Landing: its own tier hits, or pool blocks another request is onboarding) holds
+// its blocks in `onboarding` and gets no compute until they have landed; then, at the start of a
+// later Schedule, it joins the running requests (their end), and counts toward max_num_seqs
+// meanwhile. Its turn in the queue does not delay the requests behind it.
 // A request whose tokens need more blocks than the whole pool is returned in `unfittable` (the
 // engine ends it with finish reason "length"); new requests whose prompts cannot fit are refused
 // earlier by the engine.
@@ -53,6 +58,7 @@ struct SchedulerOutput {
   std::vector<Request*> preempted;
   std::vector<Request*> unfittable;  // removed from the scheduler; the caller finishes them
   std::vector<Request*> remote_prefills;  // admitted this step to await remote KV
+  std::vector<Request*> onboarding;       // admitted this step to await their landing blocks
   int num_batched_tokens = 0;
 };
 
@@ -75,10 +81,15 @@ class Scheduler {
 
   int num_running() const { return static_cast<int>(running_.size()); }
   int num_remote_prefill() const { return static_cast<int>(remote_.size()); }
+  int num_onboarding() const { return static_cast<int>(onboarding_.size()); }
   int num_waiting() const { return static_cast<int>(waiting_.size()); }
-  bool empty() const { return running_.empty() && waiting_.empty() && remote_.empty(); }
-  // Something for Schedule() to do (requests awaiting remote KV need no step).
-  bool has_schedulable() const { return !running_.empty() || !waiting_.empty(); }
+  bool empty() const { return running_.empty() && waiting_.empty() && remote_.empty() && onboarding_.empty(); }
+  // Something for Schedule() to do (requests awaiting remote KV need no step; those awaiting
+  // landing blocks do: the engine waits for the copies).
+  bool has_schedulable() const { return !running_.empty() || !waiting_.empty() || !onboarding_.empty(); }
+  // Removes and returns the requests awaiting landing blocks (the engine fails them when an
+  // onboarding copy failed); their blocks stay with the KV cache manager for the caller to free.
+  std::vector<Request*> TakeOnboarding();
   uint64_t prefix_cache_queries() const { return prefix_cache_queries_; }
   uint64_t prefix_cache_hits() const { return prefix_cache_hits_; }
 
@@ -93,6 +104,9 @@ class Scheduler {
   std::vector<Request*> running_;  // admission order
   std::deque<Request*> waiting_;
   std::vector<Request*> remote_;   // kRemotePrefill, holding blocks
+  std::vector<Request*> onboarding_;  // holding landing blocks, in admission order
+  // running_, or onboarding_ while it holds a landing block.
+  void Run(Request* request);
   uint64_t prefix_cache_queries_ = 0;
   uint64_t prefix_cache_hits_ = 0;
 };

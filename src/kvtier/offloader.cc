@@ -34,7 +34,41 @@ KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes
             st.direct_io ? "direct I/O" : "page cache", st.recovered);
 }
 
-KvOffloader::~KvOffloader() { disk_.reset(); }
+KvOffloader::~KvOffloader() {
+  // The host slots are the source of the copies in flight: they land before the tier is freed.
+  for (const Flight& f : flights_) {
+    bool landed = false;
+    double seconds = 0;
+    (void)copier_.onboard_poll(f.ticket, /*wait=*/true, &landed, &seconds);
+  }
+  disk_.reset();
+}
+
+Status KvOffloader::TakeLanded(bool wait, std::vector<int>* landed) {
+  size_t done = 0;
+  Status st = Status::Ok();
+  for (; done < flights_.size(); ++done) {
+    const Flight& f = flights_[done];
+    bool here = false;
+    double seconds = 0;
+    st = copier_.onboard_poll(f.ticket, wait && done == 0, &here, &seconds);
+    if (!st.ok() || !here) break;
+    landed->insert(landed->end(), f.block_ids.begin(), f.block_ids.end());
+    for (uint64_t h : f.hashes) host_.Unpin(h);
+    counters_.onboarded_blocks += f.block_ids.size();
+    counters_.onboarded_bytes += f.block_ids.size() * host_.slot_bytes();
+    counters_.onboard_seconds += seconds;
+  }
+  if (!st.ok()) {  // nothing in flight can be trusted: every block is given back, none served
+    for (; done < flights_.size(); ++done) {
+      const Flight& f = flights_[done];
+      landed->insert(landed->end(), f.block_ids.begin(), f.block_ids.end());
+      for (uint64_t h : f.hashes) host_.Unpin(h);
+    }
+  }
+  flights_.erase(flights_.begin(), flights_.begin() + static_cast<std::ptrdiff_t>(done));
+  return st;
+}
 
 void KvOffloader::Record(bool stored, TierKind tier, uint64_t hash, uint64_t parent) {
   if (tier == TierKind::kDisk) {
@@ -166,6 +200,7 @@ Status KvOffloader::FinishPrevious() {
   }
   // Unpinned either way: a failed sync must not keep the tier's slots from ever being reused.
   for (uint64_t h : pinned_) host_.Unpin(h);
+  if (st.ok() && copier_.onboard_seconds) counters_.onboard_seconds += copier_.onboard_seconds();
   landing_.clear();
   pinned_.clear();
   return st;
@@ -213,7 +248,9 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     if (!st.ok()) log::warn("kv offload: copying {} evicted blocks out failed: {}", slots.size(), st.ToString());
   }
   if (onboard.empty()) return Status::Ok();
-  const bool timed = copier_.async && copier_.time_onboard && copier_.sync;
+  if (async_onboard()) return StartOnboard(onboard);
+  // Layer-wise copies are timed by the device (FinishPrevious), never by waiting here.
+  const bool timed = copier_.async && copier_.time_onboard && copier_.sync && !copier_.onboard_layered;
   // Timed: the evicted blocks' copies (enqueued just above, on the same stream) land first, so
   // that onboard_seconds is the onboard copies' own transfer time.
   Status landed = timed ? copier_.sync() : Status::Ok();
@@ -229,7 +266,8 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     }
     copies_.push_back({o.block_id, host_.SlotData(*slot), false});
   }
-  Status st = landed.ok() ? copier_.copy(copies_) : landed;
+  const bool layered = static_cast<bool>(copier_.onboard_layered);
+  Status st = !landed.ok() ? landed : layered ? copier_.onboard_layered(copies_) : copier_.copy(copies_);
   if (st.ok() && timed) st = copier_.sync();
   for (const OnboardBlock& o : onboard) {
     if (copier_.async) pinned_.push_back(o.hash);
@@ -240,10 +278,31 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     counters_.onboarded_bytes += copies_.size() * host_.slot_bytes();
   }
   // An asynchronous copy's time is its enqueueing here (the transfer is in the step's time),
-  // unless time_onboard waited for it.
-  counters_.onboard_seconds += Since(t0);
+  // unless time_onboard waited for it; a layer-wise one's is the device's (FinishPrevious).
+  if (!layered) counters_.onboard_seconds += Since(t0);
   TANDEM_RETURN_IF_ERROR(st);
   return missing;
+}
+
+Status KvOffloader::StartOnboard(std::span<const OnboardBlock> onboard) {
+  copies_.clear();
+  Flight f;
+  for (const OnboardBlock& o : onboard) {
+    const std::optional<int> slot = host_.Find(o.hash);
+    f.block_ids.push_back(o.block_id);
+    f.hashes.push_back(o.hash);
+    if (slot) copies_.push_back({o.block_id, host_.SlotData(*slot), false});
+  }
+  Status st = copies_.size() == onboard.size()
+                  ? copier_.onboard_start(copies_, &f.ticket)
+                  : Err(StatusCode::kInternal, "kv offload: {} blocks to onboard are not in the host tier",
+                        onboard.size() - copies_.size());
+  if (!st.ok()) {  // none started
+    for (uint64_t h : f.hashes) host_.Unpin(h);
+    return st;
+  }
+  flights_.push_back(std::move(f));
+  return Status::Ok();
 }
 
 OffloadStats KvOffloader::stats() const {

@@ -61,6 +61,16 @@ struct PoolCopier {
   bool time_onboard = false;
   std::function<void*(size_t)> alloc;  // the tier's memory (pinned for a device pool)
   std::function<void(void*)> free;
+  // Asynchronous onboarding (ModelRunner::StartKvOnboard / PollKvOnboard): set, the onboard copies
+  // start on a side stream in BeforeForward and land later (TakeLanded); the pool blocks they
+  // fill must stay out of every step until then (KVCacheManager's landing blocks).
+  std::function<Status(std::span<const KvBlockCopy>, uint64_t* ticket)> onboard_start;
+  std::function<Status(uint64_t ticket, bool wait, bool* landed, double* seconds)> onboard_poll;
+  // Layer-wise onboarding (ModelRunner::StartKvOnboardByLayer; with async, instead of `copy` for
+  // the onboard copies): the step's layers wait for their own copies, so the onboarded blocks are
+  // used in this step as with `copy`; `onboard_seconds` gives the finished copies' device time.
+  std::function<Status(std::span<const KvBlockCopy>)> onboard_layered;
+  std::function<double()> onboard_seconds;
 };
 
 struct OffloadStats {
@@ -108,13 +118,26 @@ class KvOffloader : public KvTierIndex {
   // The step's copies: `evicted` out of the pool into the tier, then `onboard` from the tier into
   // the pool (each then unpinned). An error of the copier (or an onboard block missing from the
   // tier, a caller bug) is returned: the onboarded pool blocks may then hold stale bytes, and the
-  // caller must not serve them (the engine fails the step and drops its prefix cache).
+  // caller must not serve them (the engine fails the step and drops its prefix cache). With
+  // asynchronous onboarding (async_onboard()) the onboard copies are started, not done: their
+  // blocks come back from TakeLanded; on an error none of them was started.
   Status BeforeForward(std::span<const EvictedBlock> evicted, std::span<const OnboardBlock> onboard);
+
+  bool async_onboard() const { return static_cast<bool>(copier_.onboard_start); }
+  // Onboard copies started and not yet landed.
+  bool onboarding() const { return !flights_.empty(); }
+  // Appends the pool blocks whose onboard copies landed since the last call (their tier blocks
+  // unpinned, counted in onboarded_* and onboard_seconds: the copies' own transfer time). wait:
+  // blocks until the oldest copy in flight landed first (when there is one). On an error of the
+  // copier every block in flight is appended, none counted, and the error returned: their bytes
+  // may not have landed (the caller fails their requests and drops its prefix cache).
+  Status TakeLanded(bool wait, std::vector<int>* landed);
 
   OffloadStats stats() const;
 
  private:
   Status FinishPrevious();
+  Status StartOnboard(std::span<const OnboardBlock> onboard);  // async_onboard()
   void WriteThrough(int slot);
   // host_.Reserve, its evictions recorded as events; and the other tier changes.
   std::optional<int> Reserve(uint64_t hash, uint64_t parent);
@@ -129,6 +152,12 @@ class KvOffloader : public KvTierIndex {
   std::vector<TierEvent> tier_events_;
   std::unordered_map<uint64_t, uint64_t> disk_view_;  // the disk's blocks as polled: hash -> parent
   OffloadStats counters_;
+  struct Flight {  // one step's asynchronous onboarding
+    uint64_t ticket = 0;
+    std::vector<int> block_ids;
+    std::vector<uint64_t> hashes;  // pinned in the host tier until it lands
+  };
+  std::vector<Flight> flights_;         // started, in order
   std::vector<int> landing_;            // slots filled by the last step's asynchronous copies
   std::vector<uint64_t> pinned_;        // hashes onboarded by it, to unpin
   std::vector<KvBlockCopy> copies_;     // scratch

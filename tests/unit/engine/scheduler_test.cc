@@ -1,6 +1,8 @@
 #include "engine/scheduler.h"
 
+#include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -140,6 +142,102 @@ TEST(Scheduler, PrefixCacheHitSkipsComputedBlocks) {
   EXPECT_EQ(b->num_cached_tokens, 8);
   EXPECT_EQ(h.sched.prefix_cache_queries(), 18u);
   EXPECT_EQ(h.sched.prefix_cache_hits(), 8u);
+}
+
+// A tier below the pool that holds whatever hashes the test puts in it.
+struct FakeTier : kvtier::KvTierIndex {
+  bool Contains(uint64_t h) const override { return hashes.count(h) > 0; }
+  bool Pin(uint64_t h) override {
+    if (hashes.count(h) == 0) return false;
+    ++pins[h];
+    return true;
+  }
+  void Unpin(uint64_t h) override { --pins[h]; }
+  std::set<uint64_t> hashes;
+  std::map<uint64_t, int> pins;
+};
+
+TEST(Scheduler, RequestsOnLandingBlocksWaitForThemWithoutHoldingUpOthers) {
+  Harness h(16, 4, 8, 64);
+  FakeTier tier;
+  h.kv.SetTier(&tier);
+  h.kv.set_async_onboard(true);
+  // Prompt "a" (10 tokens: 2 full blocks) once, to learn its block hashes; then it leaves the pool
+  // and its two full blocks are in the tier only.
+  Request* a1 = h.Add("a1", 10);
+  h.Step();
+  ASSERT_GE(a1->block_hashes.size(), 2u);
+  tier.hashes.insert(a1->block_hashes.begin(), a1->block_hashes.begin() + 2);
+  h.sched.FinishRequest(a1);
+  h.kv.ResetPrefixCache();
+  (void)h.kv.TakeEvicted();
+
+  Request* a2 = h.Add("a2", 10);
+  Request* b = h.Add("b", 6, 1);
+  const SchedulerOutput s1 = h.Step();
+  // a2's prefix comes from the tier: admitted, holding its blocks, not computed; b behind it runs.
+  EXPECT_EQ(s1.onboarding, std::vector<Request*>{a2});
+  ASSERT_EQ(s1.scheduled.size(), 1u);
+  EXPECT_EQ(s1.scheduled[0].request, b);
+  EXPECT_EQ(a2->num_computed_tokens, 8);
+  EXPECT_TRUE(h.kv.Landing("a2"));
+  EXPECT_EQ(h.sched.num_onboarding(), 1);
+  EXPECT_TRUE(h.sched.has_schedulable());
+  const std::vector<kvtier::OnboardBlock> onboard = h.kv.TakeOnboard();
+  ASSERT_EQ(onboard.size(), 2u);
+  std::vector<int> ids;
+  for (const kvtier::OnboardBlock& o : onboard) ids.push_back(o.block_id);
+  EXPECT_EQ(tier.pins[onboard[0].hash], 1);
+
+  // a3, the same prompt, finds the landing blocks in the pool and waits for them too.
+  Request* a3 = h.Add("a3", 10);
+  const SchedulerOutput s2 = h.Step();
+  EXPECT_EQ(s2.onboarding, std::vector<Request*>{a3});
+  ASSERT_EQ(s2.scheduled.size(), 1u);
+  EXPECT_EQ(s2.scheduled[0].request, b);  // b decodes
+  EXPECT_EQ(a3->num_computed_tokens, 8);
+  EXPECT_TRUE(h.kv.TakeOnboard().empty());
+
+  // a2 is aborted while the copies are in flight: the landing blocks keep a reference of their own
+  // (a3's and the landing one), so nothing reuses them before they land.
+  h.sched.FinishRequest(a2);
+  for (int id : ids) EXPECT_EQ(h.kv.pool().ref_count(id), 2) << id;
+  EXPECT_TRUE(h.Step().onboarding.empty());
+  EXPECT_EQ(h.sched.num_onboarding(), 1);  // a3 still waits
+
+  h.kv.MarkLanded(ids);
+  for (int id : ids) EXPECT_EQ(h.kv.pool().ref_count(id), 1) << id;
+  EXPECT_FALSE(h.kv.Landing("a3"));
+  const SchedulerOutput s4 = h.Step();
+  bool a3_ran = false;
+  for (const ScheduledRequest& s : s4.scheduled) {
+    if (s.request != a3) continue;
+    a3_ran = true;
+    EXPECT_EQ(s.start_pos, 8);
+    EXPECT_EQ(s.num_new_tokens, 2);
+    EXPECT_TRUE(s.samples);
+  }
+  EXPECT_TRUE(a3_ran);
+  EXPECT_EQ(h.sched.num_onboarding(), 0);
+}
+
+TEST(Scheduler, WithoutAsynchronousOnboardingTierHitsRunAtOnce) {
+  Harness h(16, 4, 8, 64);
+  FakeTier tier;
+  h.kv.SetTier(&tier);
+  Request* a1 = h.Add("a1", 10);
+  h.Step();
+  tier.hashes.insert(a1->block_hashes.begin(), a1->block_hashes.begin() + 2);
+  h.sched.FinishRequest(a1);
+  h.kv.ResetPrefixCache();
+  Request* a2 = h.Add("a2", 10);
+  const SchedulerOutput s1 = h.Step();
+  EXPECT_TRUE(s1.onboarding.empty());
+  ASSERT_EQ(s1.scheduled.size(), 1u);
+  EXPECT_EQ(s1.scheduled[0].request, a2);
+  EXPECT_EQ(s1.scheduled[0].start_pos, 8);
+  EXPECT_EQ(h.kv.TakeOnboard().size(), 2u);
+  EXPECT_EQ(h.kv.num_landing(), 0);
 }
 
 }  // namespace

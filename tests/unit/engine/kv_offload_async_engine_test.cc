@@ -1,0 +1,181 @@
+// The engine with a KV host tier whose onboarding is asynchronous (ModelRunner::StartKvOnboard, a
+// GPU runner's side stream), on the real CPU runner and the bundled tiny Qwen3 behind a decorator
+// that makes its onboard copies land late: StartKvOnboard first fills the target pool blocks with
+// garbage (what a block holds before its copy arrived) and the real bytes arrive only at the
+// third poll of the ticket, or when the engine waits for it. A step that read a landing block
+// early would compute from garbage, so greedy tokens equal to the run without the tier show that
+// the requests on landing blocks waited for them; the other requests ran meanwhile.
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "common/file_util.h"
+#include "engine/engine.h"
+#include "engine_test_util.h"
+#include "model/forwarding_model_runner.h"
+
+namespace tandem {
+namespace {
+
+using testing::Collected;
+using testing::Greedy;
+using testing::RunToCompletion;
+
+constexpr int kBlock = 16;
+constexpr int kPromptTokens = 90;  // 5 full blocks + 10 tokens
+
+std::vector<int32_t> Prompt(int seed) {
+  std::vector<int32_t> p;
+  for (int i = 0; i < kPromptTokens; ++i) p.push_back(100 + (seed * 7919 + i * 104729) % 5000);
+  return p;
+}
+
+class LateOnboardRunner final : public ForwardingModelRunner {
+ public:
+  struct Counters {
+    int started = 0, polls = 0, waits = 0, landed = 0;
+    bool fail_start = false;
+  };
+  LateOnboardRunner(std::unique_ptr<ModelRunner> inner, Counters* counters)
+      : ForwardingModelRunner(std::move(inner)), c_(*counters) {}
+  bool AsyncKvOnboard() const override { return true; }
+  Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override {
+    if (c_.fail_start) return Status(StatusCode::kInternal, "the side stream refused the copy");
+    const KVCacheLayout layout = inner().kv_cache_layout();
+    garbage_.assign(layout.block_bytes * layout.layer_base.size(), std::byte{0x7f});  // bf16 ~3e38
+    std::vector<KvBlockCopy> poison;
+    for (const KvBlockCopy& k : copies) poison.push_back({k.block_id, garbage_.data(), false});
+    TANDEM_RETURN_IF_ERROR(inner().CopyKvBlocks(poison));
+    flights_.push_back({++next_, 0, {copies.begin(), copies.end()}});
+    *ticket = next_;
+    ++c_.started;
+    return Status::Ok();
+  }
+  Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override {
+    ++c_.polls;
+    c_.waits += wait ? 1 : 0;
+    *landed = false;
+    for (auto it = flights_.begin(); it != flights_.end(); ++it) {
+      if (it->ticket != ticket) continue;
+      if (!wait && ++it->polls < 3) return Status::Ok();
+      TANDEM_RETURN_IF_ERROR(inner().CopyKvBlocks(it->copies));
+      flights_.erase(it);
+      *landed = true;
+      *seconds = 0.001;
+      ++c_.landed;
+      return Status::Ok();
+    }
+    return Err(StatusCode::kInvalidArgument, "no onboarding {}", ticket);
+  }
+
+ private:
+  struct Flight {
+    uint64_t ticket;
+    int polls;
+    std::vector<KvBlockCopy> copies;
+  };
+  Counters& c_;
+  std::vector<std::byte> garbage_;
+  std::vector<Flight> flights_;
+  uint64_t next_ = 0;
+};
+
+std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks,
+                                   LateOnboardRunner::Counters* late = nullptr) {
+  auto runner = LoadCpuModelRunner(DefaultModelDir());
+  EXPECT_TRUE(runner.ok()) << runner.status().ToString();
+  if (!runner.ok()) return nullptr;
+  std::unique_ptr<ModelRunner> r = std::move(runner).value();
+  if (late != nullptr) r = std::make_unique<LateOnboardRunner>(std::move(r), late);
+  EngineConfig c;
+  c.block_size = kBlock;
+  c.num_kv_blocks = num_blocks;
+  c.kv_offload_host_bytes = offload_bytes;
+  auto engine = Engine::Create(std::move(r), nullptr, c);
+  EXPECT_TRUE(engine.ok()) << engine.status().ToString();
+  return engine.ok() ? std::move(engine).value() : nullptr;
+}
+
+using Waves = std::vector<std::vector<std::pair<std::string, int>>>;
+
+std::map<std::string, Collected> RunWaves(Engine& engine, const Waves& waves,
+                                          std::map<std::string, Collected> got = {}) {
+  for (const auto& wave : waves) {
+    for (const auto& [id, seed] : wave) EXPECT_TRUE(engine.AddRequest(id, Prompt(seed), Greedy(12)).ok()) << id;
+    got = RunToCompletion(engine, std::move(got));
+  }
+  return got;
+}
+
+// a1's blocks leave the pool while b..e run; then a2 and a3 (a1's prompt) come back together with
+// f, a prompt of its own: f runs while a2's blocks land, a3 finds them in the pool and waits too.
+const Waves kReturnBesideANewPrompt = {
+    {{"a1", 1}}, {{"b", 2}}, {{"c", 3}}, {{"d", 4}}, {{"e", 5}}, {{"a2", 1}, {"a3", 1}, {"f", 6}}};
+
+TEST(KvOffloadAsyncEngine, RequestsOnLandingBlocksWaitAndGiveTheSameTokens) {
+  LateOnboardRunner::Counters late;
+  auto off = MakeEngine(0, 24);
+  auto on = MakeEngine(64u << 20, 24, &late);
+  ASSERT_TRUE(off && on);
+  const auto got_off = RunWaves(*off, kReturnBesideANewPrompt);
+  const auto got_on = RunWaves(*on, kReturnBesideANewPrompt);
+  for (const auto& [id, c] : got_off) {
+    ASSERT_TRUE(got_on.count(id)) << id;
+    EXPECT_EQ(got_on.at(id).token_ids, c.token_ids) << id;
+    EXPECT_EQ(got_on.at(id).finish_reason, c.finish_reason) << id;
+  }
+  EXPECT_EQ(got_on.at("a2").token_ids, got_on.at("a1").token_ids);
+  EXPECT_EQ(got_on.at("a2").num_cached_tokens, 5 * kBlock);
+  EXPECT_EQ(got_on.at("a3").num_cached_tokens, 5 * kBlock);
+  EXPECT_GT(late.started, 0);
+  EXPECT_EQ(late.landed, late.started);
+  EXPECT_GT(late.polls, late.started);  // polled before landing: the steps went on meanwhile
+  const EngineStats s = on->Stats();
+  EXPECT_GT(s.kv_onboarded_blocks, 0u);
+  EXPECT_EQ(s.num_kv_blocks_used, 0);  // the landing references went back too
+  EXPECT_EQ(s.num_running, 0);
+}
+
+TEST(KvOffloadAsyncEngine, AnAbortWhileTheBlocksLandLeavesThePoolWhole) {
+  LateOnboardRunner::Counters late;
+  auto on = MakeEngine(64u << 20, 24, &late);
+  ASSERT_TRUE(on);
+  auto got = RunWaves(*on, {{{"a1", 1}}, {{"b", 2}}, {{"c", 3}}, {{"d", 4}}, {{"e", 5}}});
+  ASSERT_TRUE(on->AddRequest("a2", Prompt(1), Greedy(12)).ok());
+  ASSERT_TRUE(on->AddRequest("f", Prompt(6), Greedy(12)).ok());
+  testing::Absorb(got, on->Step());  // a2 admitted to wait for its blocks, f computed
+  ASSERT_EQ(late.started, 1);
+  ASSERT_EQ(late.landed, 0);
+  on->AbortRequest("a2");
+  got = RunToCompletion(*on, std::move(got));
+  EXPECT_EQ(late.landed, 1);
+  EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
+  // The engine goes on serving, and a1's prompt comes back right.
+  got = RunWaves(*on, {{{"a3", 1}}}, std::move(got));
+  EXPECT_EQ(got.at("a3").token_ids, got.at("a1").token_ids);
+  EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
+}
+
+TEST(KvOffloadAsyncEngine, AnOnboardingThatCannotStartFailsItsRequestsCleanly) {
+  LateOnboardRunner::Counters late;
+  auto on = MakeEngine(64u << 20, 24, &late);
+  ASSERT_TRUE(on);
+  auto got = RunWaves(*on, {{{"a1", 1}}, {{"b", 2}}, {{"c", 3}}, {{"d", 4}}, {{"e", 5}}});
+  late.fail_start = true;
+  got = RunWaves(*on, {{{"a2", 1}, {"a3", 1}, {"f", 6}}}, std::move(got));
+  EXPECT_EQ(got.at("a2").finish_reason, FinishReason::kError);
+  EXPECT_NE(got.at("a2").error.find("refused"), std::string::npos) << got.at("a2").error;
+  EXPECT_EQ(got.at("a3").finish_reason, FinishReason::kError);
+  EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
+  // The next request with that prompt recomputes it (the prefix cache was dropped) or onboards it.
+  late.fail_start = false;
+  got = RunWaves(*on, {{{"a4", 1}}}, std::move(got));
+  EXPECT_EQ(got.at("a4").token_ids, got.at("a1").token_ids);
+  EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
+}
+
+}  // namespace
+}  // namespace tandem
