@@ -104,9 +104,9 @@ class CudaModelRunner final : public ModelRunner {
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override;
   Status SyncKvCopies() override;
   // Onboarding on a side stream (cuda_runner_onboard.cc): it waits for an event recorded on the
-  // compute stream at the call, then runs the copy kernel with a bounded grid
-  // (TANDEM_KV_ONBOARD_CTAS, default 16) between two timing events; a landed ticket's end event
-  // is also waited for by the compute stream.
+  // compute stream at the call, then runs the copy kernel (its grid bounded by
+  // TANDEM_KV_ONBOARD_CTAS when set) between two timing events; a landed ticket's end event is
+  // also waited for by the compute stream.
   bool AsyncKvOnboard() const override { return true; }
   Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override;
   Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override;

@@ -24,12 +24,15 @@
 namespace tandem {
 namespace {
 
-// The copy kernel's grid on the side stream: enough CTAs to keep the bus busy, few enough that the
-// compute stream's kernels keep most SMs. TANDEM_KV_ONBOARD_CTAS=N sets it (0: unbounded).
+// The copy kernel's grid on the side stream: TANDEM_KV_ONBOARD_CTAS=N bounds it to N CTAs (they
+// stride over the pieces); unbounded by default (a CTA per 16 KB piece, as on the compute stream):
+// on an H100 in one run of `tandem run`, 16 CTAs onboarded at 68-73% of a pinned H2D copy beside
+// the compute, and cuda_op_check's kv_copy row alone gave 79% (16) and 92% (8, 32, unbounded 89%)
+// (dev/kvtier/results/2026-12-07c-h100-onboard-side-stream.txt).
 int OnboardCtas() {
   static const int ctas = [] {
     const char* v = std::getenv("TANDEM_KV_ONBOARD_CTAS");
-    return v != nullptr ? std::max(0, std::atoi(v)) : 16;
+    return v != nullptr ? std::max(0, std::atoi(v)) : 0;
   }();
   return ctas;
 }
