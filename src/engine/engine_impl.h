@@ -80,10 +80,19 @@ class EngineImpl final : public Engine {
     const Status st = offloader_->TakeLanded(wait, &landed);
     if (!st.ok()) {
       log::error("kv onboard failed: {}", st.ToString());
-      for (Request* r : scheduler_.TakeOnboarding()) FailRequest(r->request_id, st, outputs);
+      FailLandingHolders(st, outputs);
     }
     kv_.MarkLanded(landed);
     if (!st.ok()) kv_.ResetPrefixCache();
+  }
+  // Fails every request holding a landing block (waiting for it, or for remote KV beside it):
+  // the copies into those blocks failed or never started.
+  void FailLandingHolders(const Status& st, std::vector<RequestOutput>* outputs) {
+    std::vector<std::string> ids;
+    for (const auto& [id, e] : requests_) {
+      if (kv_.Landing(id)) ids.push_back(id);
+    }
+    for (const std::string& id : ids) FailRequest(id, st, outputs);
   }
 
   void SetUpOffload() {
@@ -228,7 +237,10 @@ class EngineImpl final : public Engine {
   }
 
   bool HasUnfinishedRequests() const override {
-    return scheduler_.has_schedulable() || !pending_.empty() || inflight_ != nullptr;
+    // Onboard copies in flight are waited for even when their requests are gone (aborted), so
+    // that their blocks' landing references come back.
+    return scheduler_.has_schedulable() || !pending_.empty() || inflight_ != nullptr ||
+           (offloader_ && offloader_->onboarding());
   }
 
   std::vector<RemotePrefillTask> TakeRemotePrefillTasks() override {

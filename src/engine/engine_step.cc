@@ -29,7 +29,7 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
       log::error("kv offload failed: {}", st.ToString());
       FailScheduled(sched, st, &outputs);
       if (offloader_->async_onboard()) {
-        for (Request* r : sched.onboarding) FailRequest(r->request_id, st, &outputs);
+        FailLandingHolders(st, &outputs);
         std::vector<int> ids;
         for (const kvtier::OnboardBlock& o : onboard) ids.push_back(o.block_id);
         kv_.MarkLanded(ids);

@@ -196,8 +196,6 @@ void Scheduler::Run(Request* request) {
   }
 }
 
-std::vector<Request*> Scheduler::TakeOnboarding() { return std::exchange(onboarding_, {}); }
-
 void Scheduler::OnRemotePrefillFailed(Request* request) {
   auto m = std::find(remote_.begin(), remote_.end(), request);
   if (m == remote_.end()) return;

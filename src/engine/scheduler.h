@@ -87,9 +87,6 @@ class Scheduler {
   // Something for Schedule() to do (requests awaiting remote KV need no step; those awaiting
   // landing blocks do: the engine waits for the copies).
   bool has_schedulable() const { return !running_.empty() || !waiting_.empty() || !onboarding_.empty(); }
-  // Removes and returns the requests awaiting landing blocks (the engine fails them when an
-  // onboarding copy failed); their blocks stay with the KV cache manager for the caller to free.
-  std::vector<Request*> TakeOnboarding();
   uint64_t prefix_cache_queries() const { return prefix_cache_queries_; }
   uint64_t prefix_cache_hits() const { return prefix_cache_hits_; }
 

@@ -35,7 +35,9 @@ KvOffloader::KvOffloader(PoolCopier copier, size_t slot_bytes, size_t host_bytes
 }
 
 KvOffloader::~KvOffloader() {
-  // The host slots are the source of the copies in flight: they land before the tier is freed.
+  // The host slots are the source of the copies in flight: they land before the tier is freed
+  // (the step's copies, layer-wise ones included, at the copier's sync; the others by ticket).
+  if (copier_.async && copier_.sync && (!landing_.empty() || !pinned_.empty())) (void)copier_.sync();
   for (const Flight& f : flights_) {
     bool landed = false;
     double seconds = 0;

@@ -169,6 +169,8 @@ class CudaModelRunner final : public ModelRunner {
   void DestroyOnboard();  // waits for the onboarding in flight; frees its stream and events
   Status EnsureOnboardStream();
   Status TakeOnboardEvents(cudaEvent_t* start, cudaEvent_t* end);
+  void DrainOnboard();  // the side stream synchronized, every ticket dropped
+  Status PollOne(uint64_t ticket, bool wait, bool* landed, double* seconds);
   // Layer-wise copies the compute stream has not waited for yet (no step ran since): it waits for
   // all of them now.
   Status FlushOnboardLayers();
@@ -186,6 +188,7 @@ class CudaModelRunner final : public ModelRunner {
   std::vector<cudaEvent_t> onboard_layer_events_;  // [layers], reused step after step
   bool onboard_layers_pending_ = false;  // the next RunModel waits for them, layer by layer
   std::vector<OnboardFlight> onboard_timed_;  // layer-wise onboardings not yet timed
+  Status EnqueueByLayer(std::span<const KvBlockCopy> copies, const OnboardFlight& f);
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8
   KvCacheScales kv_scales_host_;  // FP8 KV: the checkpoint's scales (or 1.0), uploaded with the pools

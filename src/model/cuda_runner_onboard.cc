@@ -50,7 +50,8 @@ Status CudaModelRunner::EnsureOnboardStream() {
 Status CudaModelRunner::TakeOnboardEvents(cudaEvent_t* start, cudaEvent_t* end) {
   while (onboard_spare_.size() < 2) {
     cudaEvent_t e = nullptr;
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e));
+    // Blocking sync: an engine with nothing else to do waits for a copy without spinning a core.
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventBlockingSync));
     onboard_spare_.push_back(e);
   }
   *start = onboard_spare_.back();
@@ -71,7 +72,17 @@ Status CheckOnboard(std::span<const KvBlockCopy> copies, int num_blocks, bool ha
 }
 }  // namespace
 
+void CudaModelRunner::DrainOnboard() {
+  if (onboard_stream_ != nullptr) (void)cudaStreamSynchronize(onboard_stream_);
+  for (const OnboardFlight& f : onboard_flights_) {
+    onboard_spare_.push_back(f.start);
+    onboard_spare_.push_back(f.end);
+  }
+  onboard_flights_.clear();
+}
+
 Status CudaModelRunner::StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) {
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_));
   TANDEM_RETURN_IF_ERROR(CheckOnboard(copies, num_blocks_, !kv_.empty()));
   TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
   TANDEM_RETURN_IF_ERROR(EnsureOnboardStream());
@@ -85,7 +96,9 @@ Status CudaModelRunner::StartKvOnboard(std::span<const KvBlockCopy> copies, uint
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.end, onboard_stream_));
     return Status::Ok();
   };
-  if (Status st = enqueue(); !st.ok()) {  // no ticket handed out: the events go back
+  if (Status st = enqueue(); !st.ok()) {
+    // No ticket handed out: what did launch finishes before the caller frees its blocks and slots.
+    (void)cudaStreamSynchronize(onboard_stream_);
     onboard_spare_.push_back(f.start);
     onboard_spare_.push_back(f.end);
     return st;
@@ -97,6 +110,7 @@ Status CudaModelRunner::StartKvOnboard(std::span<const KvBlockCopy> copies, uint
 }
 
 Status CudaModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) {
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_));
   TANDEM_RETURN_IF_ERROR(CheckOnboard(copies, num_blocks_, !kv_.empty()));
   if (copies.empty()) return Status::Ok();
   TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
@@ -109,7 +123,20 @@ Status CudaModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy> copie
   }
   OnboardFlight f;
   TANDEM_RETURN_IF_ERROR(TakeOnboardEvents(&f.start, &f.end));
+  if (Status st = EnqueueByLayer(copies, f); !st.ok()) {
+    // Nothing may run on after the caller gives the blocks and slots back: what launched finishes.
+    (void)cudaStreamSynchronize(onboard_stream_);
+    onboard_spare_.push_back(f.start);
+    onboard_spare_.push_back(f.end);
+    return st;
+  }
   onboard_timed_.push_back(f);  // timed (and its events given back) by TakeKvOnboardSeconds
+  onboard_layers_pending_ = true;
+  return Status::Ok();
+}
+
+Status CudaModelRunner::EnqueueByLayer(std::span<const KvBlockCopy> copies, const OnboardFlight& f) {
+  const size_t layers = kv_.size();
   const size_t bb = KVBlockBytes(block_size_) / layers;
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_ready_, stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(onboard_stream_, onboard_ready_, 0));
@@ -134,7 +161,6 @@ Status CudaModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy> copie
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_layer_events_[l], onboard_stream_));
   }
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.end, onboard_stream_));
-  onboard_layers_pending_ = true;
   return Status::Ok();
 }
 
@@ -163,6 +189,15 @@ double CudaModelRunner::TakeKvOnboardSeconds() {
 
 Status CudaModelRunner::PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) {
   *landed = false;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_));
+  // On an error every ticket is void (the caller gives all their blocks back): the side stream
+  // is drained first, so that no copy still runs into a block or out of a slot given back.
+  Status st = PollOne(ticket, wait, landed, seconds);
+  if (!st.ok()) DrainOnboard();
+  return st;
+}
+
+Status CudaModelRunner::PollOne(uint64_t ticket, bool wait, bool* landed, double* seconds) {
   auto it = onboard_flights_.begin();
   while (it != onboard_flights_.end() && it->ticket != ticket) ++it;
   if (it == onboard_flights_.end()) {

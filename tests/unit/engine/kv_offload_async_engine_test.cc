@@ -149,7 +149,11 @@ TEST(KvOffloadAsyncEngine, AnAbortWhileTheBlocksLandLeavesThePoolWhole) {
   testing::Absorb(got, on->Step());  // a2 admitted to wait for its blocks, f computed
   ASSERT_EQ(late.started, 1);
   ASSERT_EQ(late.landed, 0);
+  // Both go: nothing is left to compute, and the copy still in flight is waited for all the same
+  // (its blocks' landing references come back only then).
   on->AbortRequest("a2");
+  on->AbortRequest("f");
+  EXPECT_TRUE(on->HasUnfinishedRequests());
   got = RunToCompletion(*on, std::move(got));
   EXPECT_EQ(late.landed, 1);
   EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
