@@ -307,6 +307,15 @@ Value Evaluator::EvalSubscript(const Expr& e) {
 }
 
 Value Evaluator::Eval(const Expr& e) {
+  // Expressions in evaluation on this thread, across macro calls too (kMaxEvalDepth, eval.h).
+  static thread_local int eval_depth = 0;
+  struct Depth {
+    Depth() { ++eval_depth; }
+    ~Depth() { --eval_depth; }
+  } depth;
+  if (eval_depth > kMaxEvalDepth) {
+    FailAt(e.line, "expression nested too deeply (more than " + std::to_string(kMaxEvalDepth) + " levels in evaluation)");
+  }
   try {
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.value;

@@ -38,6 +38,14 @@ using Frame = std::unordered_map<std::string, Value>;
 // TemplateError, as Python's recursion limit makes it a RecursionError in jinja2, instead of the
 // rendering thread's stack overflowing (a template macro calling itself, found by fuzzing).
 inline constexpr int kMaxTemplateCallDepth = 256;
+// Nested expressions: a template nesting unary operators, `not`, parentheses, brackets or calls
+// deeper than kMaxExpressionNesting does not parse, and one render may hold at most
+// kMaxEvalDepth expressions in evaluation at once (a chain like 1+1+...+1 is a left-deep tree,
+// parsed iteratively); each is a TemplateError where jinja2 would raise Python's RecursionError,
+// instead of the thread's stack overflowing (found by the chat_template fuzzer under ASan: 2,800
+// unary signs).
+inline constexpr int kMaxExpressionNesting = 256;
+inline constexpr int kMaxEvalDepth = 1000;
 // Text one render may emit, counted at every level (a macro's output, then again where its caller
 // writes it): beyond is a TemplateError. Macros whose output doubles with each nesting level grow
 // without bound within the call depth (found by fuzzing: 20 s for one 3.7 KB template).

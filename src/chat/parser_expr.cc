@@ -72,6 +72,7 @@ ExprPtr ExprParser::ParseAnd() {
 
 ExprPtr ExprParser::ParseNot() {
   if (IsName("not")) {
+    Nest nest(*this);
     auto e = New(Expr::Kind::kUnary, Cur().line);
     Next();
     e->name = "not";
@@ -137,7 +138,16 @@ ExprPtr ExprParser::ParseMath2() { return ParseLeftAssoc({"*", "/", "//", "%"}, 
 ExprPtr ExprParser::ParsePow() { return ParseLeftAssoc({"**"}, &ExprParser::ParseUnaryFiltered); }
 ExprPtr ExprParser::ParseUnaryFiltered() { return ParseUnary(true); }
 
+ExprParser::Nest::Nest(ExprParser& p) : p_(p) {
+  if (++p_.nesting_ > kMaxExpressionNesting) {
+    --p_.nesting_;
+    FailAt(p_.Cur().line, "expression nested too deeply (more than " + std::to_string(kMaxExpressionNesting) +
+                              " levels)");
+  }
+}
+
 ExprPtr ExprParser::ParseUnary(bool with_filter) {
+  Nest nest(*this);
   ExprPtr e;
   if (IsOp("-") || IsOp("+")) {
     e = New(Expr::Kind::kUnary, Cur().line);

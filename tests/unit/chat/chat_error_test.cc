@@ -85,6 +85,40 @@ TEST(ChatErrorTest, RepeatingNothingIsQuickAndEmpty) {
   EXPECT_EQ(*r, "[|0|]");
 }
 
+// Deeply nested expressions are errors, not a stack overflow: 2,800 unary signs overflowed the
+// evaluator's stack under ASan (a chat_template fuzzer input); parentheses, `not` and a long
+// left-deep chain of additions are bounded the same way. Moderate nesting still renders, as jinja2.
+TEST(ChatErrorTest, DeeplyNestedExpressionsAreErrors) {
+  const std::string signs(5000, '-'), opens(3000, '('), closes(3000, ')');
+  std::string nots, chain = "1";
+  for (int i = 0; i < 3000; ++i) nots += "not ";
+  for (int i = 0; i < 3000; ++i) chain += "+1";
+  for (const std::string& src : {"{{ " + signs + "1 }}", "{{ " + opens + "1" + closes + " }}",
+                                 "{{ " + nots + "1 }}", "{{ " + chain + " }}", "{{ [" + opens + "1" + closes + "] }}"}) {
+    SCOPED_TRACE(src.substr(0, 40));
+    Status st = RenderError(src);
+    EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("nested too deeply"), std::string::npos) << st.message();
+  }
+  // As jinja2 (Python 3.11, jinja2's own recursion, which fails with a RecursionError from about
+  // 100 parentheses or 500 additions on): 200 signs are 1, 201 are -1, 50 parentheses and a chain of
+  // 100 additions plain values.
+  auto render = [](const std::string& src) {
+    auto t = ChatTemplate::Parse(src);
+    EXPECT_TRUE(t.ok()) << t.status().ToString();
+    if (!t.ok()) return std::string("<parse error>");
+    auto r = t->Render(ojson::object());
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : std::string("<render error>");
+  };
+  std::string chain100 = "1";
+  for (int i = 0; i < 99; ++i) chain100 += "+1";
+  EXPECT_EQ(render("{{ " + std::string(200, '-') + "1 }}"), "1");
+  EXPECT_EQ(render("{{ " + std::string(201, '-') + "1 }}"), "-1");
+  EXPECT_EQ(render("{{ " + std::string(50, '(') + "7" + std::string(50, ')') + " }}"), "7");
+  EXPECT_EQ(render("{{ " + chain100 + " }}"), "100");
+}
+
 // Python's integers are unbounded, ours are 64-bit: a result past int64 is an error naming the
 // operator (found by the chat_template fuzzer as signed overflow, undefined behaviour in C++).
 TEST(ChatErrorTest, IntegerOverflowIsAnError) {
