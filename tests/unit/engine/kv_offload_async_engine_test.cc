@@ -15,6 +15,7 @@
 #include "common/file_util.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "kv_offload_test_util.h"
 #include "model/forwarding_model_runner.h"
 
 namespace tandem {
@@ -23,15 +24,11 @@ namespace {
 using testing::Collected;
 using testing::Greedy;
 using testing::RunToCompletion;
+using testing::RunWaves;
+using Waves = testing::OffloadWaves;
 
-constexpr int kBlock = 16;
-constexpr int kPromptTokens = 90;  // 5 full blocks + 10 tokens
-
-std::vector<int32_t> Prompt(int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < kPromptTokens; ++i) p.push_back(100 + (seed * 7919 + i * 104729) % 5000);
-  return p;
-}
+constexpr int kBlock = testing::kOffloadBlock;
+std::vector<int32_t> Prompt(int seed) { return testing::OffloadPrompt(seed); }
 
 class LateOnboardRunner final : public ForwardingModelRunner {
  public:
@@ -97,17 +94,6 @@ std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks,
   auto engine = Engine::Create(std::move(r), nullptr, c);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   return engine.ok() ? std::move(engine).value() : nullptr;
-}
-
-using Waves = std::vector<std::vector<std::pair<std::string, int>>>;
-
-std::map<std::string, Collected> RunWaves(Engine& engine, const Waves& waves,
-                                          std::map<std::string, Collected> got = {}) {
-  for (const auto& wave : waves) {
-    for (const auto& [id, seed] : wave) EXPECT_TRUE(engine.AddRequest(id, Prompt(seed), Greedy(12)).ok()) << id;
-    got = RunToCompletion(engine, std::move(got));
-  }
-  return got;
 }
 
 // a1's blocks leave the pool while b..e run; then a2 and a3 (a1's prompt) come back together with

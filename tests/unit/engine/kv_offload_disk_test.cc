@@ -19,22 +19,16 @@
 #include "engine/engine.h"
 #include "engine/kv_events.h"
 #include "engine_test_util.h"
+#include "kv_offload_test_util.h"
 
 namespace tandem {
 namespace {
 
 using testing::Collected;
-using testing::Greedy;
-using testing::RunToCompletion;
+using testing::RunWaves;
 
-constexpr int kBlock = 16;
-constexpr int kPromptTokens = 90;  // 5 full blocks + 10 tokens
-
-std::vector<int32_t> Prompt(int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < kPromptTokens; ++i) p.push_back(100 + (seed * 7919 + i * 104729) % 5000);
-  return p;
-}
+constexpr int kBlock = testing::kOffloadBlock;
+std::vector<int32_t> Prompt(int seed) { return testing::OffloadPrompt(seed); }
 
 class KvOffloadDiskTest : public ::testing::Test {
  protected:
@@ -83,16 +77,6 @@ class KvOffloadDiskTest : public ::testing::Test {
 
   std::string dir_;
 };
-
-std::map<std::string, Collected> RunWaves(Engine& engine,
-                                          const std::vector<std::vector<std::pair<std::string, int>>>& waves,
-                                          std::map<std::string, Collected> got = {}) {
-  for (const auto& wave : waves) {
-    for (const auto& [id, seed] : wave) EXPECT_TRUE(engine.AddRequest(id, Prompt(seed), Greedy(12)).ok()) << id;
-    got = RunToCompletion(engine, std::move(got));
-  }
-  return got;
-}
 
 // a1's 5 blocks leave the 14-block pool, then the 6-block host tier, for the disk.
 const std::vector<std::vector<std::pair<std::string, int>>> kFirst = {

@@ -13,22 +13,15 @@
 #include "common/file_util.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
+#include "kv_offload_test_util.h"
 
 namespace tandem {
 namespace {
 
 using testing::Collected;
-using testing::Greedy;
-using testing::RunToCompletion;
+using testing::RunWaves;
 
-constexpr int kBlock = 16;
-constexpr int kPromptTokens = 90;  // 5 full blocks + 10 tokens
-
-std::vector<int32_t> Prompt(int seed) {
-  std::vector<int32_t> p;
-  for (int i = 0; i < kPromptTokens; ++i) p.push_back(100 + (seed * 7919 + i * 104729) % 5000);
-  return p;
-}
+constexpr int kBlock = testing::kOffloadBlock;
 
 std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks = 14) {
   auto runner = LoadCpuModelRunner(DefaultModelDir());
@@ -41,17 +34,6 @@ std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks = 14) {
   auto engine = Engine::Create(std::move(runner).value(), nullptr, c);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   return engine.ok() ? std::move(engine).value() : nullptr;
-}
-
-// Runs each wave of requests to completion, one wave after another.
-std::map<std::string, Collected> RunWaves(Engine& engine,
-                                          const std::vector<std::vector<std::pair<std::string, int>>>& waves) {
-  std::map<std::string, Collected> got;
-  for (const auto& wave : waves) {
-    for (const auto& [id, seed] : wave) EXPECT_TRUE(engine.AddRequest(id, Prompt(seed), Greedy(12)).ok()) << id;
-    got = RunToCompletion(engine, std::move(got));
-  }
-  return got;
 }
 
 const std::vector<std::vector<std::pair<std::string, int>>> kEvictThenReturn = {
