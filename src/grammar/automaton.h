@@ -43,10 +43,12 @@ class Automaton {
   // the grammar is too large). The second bounds repetitions of something that can be empty:
   // `((a?){1000}){20}` has 20k nodes but each one's closure reaches all later ones, 2 x 10^8
   // edges (9 s and 1.6 GB here before the limit); real JSON schemas take under 10^4 steps.
-  // 500 k nodes (2 M until 2026-12-07: nested counted repeats reaching it cost 0.94 s and 233 MB
-  // in the release build, a fuzzer timeout in the fuzz build). InvalidArgument for a
-  // left-recursive rule, naming it, and for Grammar::Validate's errors.
-  static Result<Automaton> Compile(const Grammar& g, size_t max_nodes = 500'000,
+  // 200 k nodes (2 M, then 500 k, until 2026-12-07: nested counted repeats reaching 2 M cost 0.94 s
+  // and 233 MB in the release build; `(.{992}){83}`, 12 bytes of a client's regex with a UTF-8 dot
+  // of ~7 nodes, still took 160-330 ms to reach 500 k, and over 10 s in the ASan fuzz build; 200 k
+  // is 2.5x sooner, and 20x what `[a-z]{1,10000}` needs). InvalidArgument for a left-recursive
+  // rule, naming it, and for Grammar::Validate's errors.
+  static Result<Automaton> Compile(const Grammar& g, size_t max_nodes = 200'000,
                                    size_t max_closure_steps = 2'000'000);
 
   const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
