@@ -47,6 +47,10 @@ KvOffloader::~KvOffloader() {
 }
 
 Status KvOffloader::TakeLanded(bool wait, std::vector<int>* landed) {
+  auto give_back = [&](const Flight& f) {  // its blocks to the caller, its tier blocks unpinned
+    landed->insert(landed->end(), f.block_ids.begin(), f.block_ids.end());
+    for (uint64_t h : f.hashes) host_.Unpin(h);
+  };
   size_t done = 0;
   Status st = Status::Ok();
   for (; done < flights_.size(); ++done) {
@@ -55,18 +59,13 @@ Status KvOffloader::TakeLanded(bool wait, std::vector<int>* landed) {
     double seconds = 0;
     st = copier_.onboard_poll(f.ticket, wait && done == 0, &here, &seconds);
     if (!st.ok() || !here) break;
-    landed->insert(landed->end(), f.block_ids.begin(), f.block_ids.end());
-    for (uint64_t h : f.hashes) host_.Unpin(h);
+    give_back(f);
     counters_.onboarded_blocks += f.block_ids.size();
     counters_.onboarded_bytes += f.block_ids.size() * host_.slot_bytes();
     counters_.onboard_seconds += seconds;
   }
   if (!st.ok()) {  // nothing in flight can be trusted: every block is given back, none served
-    for (; done < flights_.size(); ++done) {
-      const Flight& f = flights_[done];
-      landed->insert(landed->end(), f.block_ids.begin(), f.block_ids.end());
-      for (uint64_t h : f.hashes) host_.Unpin(h);
-    }
+    for (; done < flights_.size(); ++done) give_back(flights_[done]);
   }
   flights_.erase(flights_.begin(), flights_.begin() + static_cast<std::ptrdiff_t>(done));
   return st;
