@@ -1,5 +1,7 @@
 #include "kernels/cuda/kv_block_copy.h"
 
+#include <vector>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace tandem::cuda {
@@ -63,6 +65,57 @@ Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
     p.host[p.num_entries] = e.host;
     p.block_id[p.num_entries] = e.block_id;
     ++p.num_entries;
+  }
+  return flush();
+}
+
+Status KvBlockCopyBatched(std::span<void* const> layer_base, size_t block_bytes,
+                          std::span<const KvBlockCopyEntry> entries, cudaStream_t stream) {
+  if (layer_base.empty() || stream == nullptr) {
+    return Err(StatusCode::kInvalidArgument, "KvBlockCopyBatched: {} layers, stream {}", layer_base.size(),
+               stream == nullptr ? "the legacy default" : "set");
+  }
+  int device = 0;
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  std::vector<void*> dsts;
+  std::vector<const void*> srcs;
+  std::vector<size_t> sizes;
+  bool to_host = true;
+  auto flush = [&]() -> Status {
+    if (dsts.empty()) return Status::Ok();
+    cudaMemcpyAttributes attr{};
+    attr.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+    attr.flags = cudaMemcpyFlagPreferOverlapWithCompute;
+    cudaMemLocation host{}, dev{};
+    host.type = cudaMemLocationTypeHost;
+    dev.type = cudaMemLocationTypeDevice;
+    dev.id = device;
+    attr.srcLocHint = to_host ? dev : host;
+    attr.dstLocHint = to_host ? host : dev;
+    size_t attr_index = 0;
+    TANDEM_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_index, 1, stream));
+    dsts.clear();
+    srcs.clear();
+    sizes.clear();
+    return Status::Ok();
+  };
+  for (void* b : layer_base) {
+    if (b == nullptr) return Err(StatusCode::kInvalidArgument, "KvBlockCopyBatched: a null layer base");
+  }
+  for (const KvBlockCopyEntry& e : entries) {
+    if (e.block_id < 0 || e.host == nullptr) {
+      return Err(StatusCode::kInvalidArgument, "KvBlockCopyBatched: block id {}, host {}", e.block_id, e.host);
+    }
+    if (!dsts.empty() && to_host != e.to_host) TANDEM_RETURN_IF_ERROR(flush());
+    to_host = e.to_host;
+    for (size_t l = 0; l < layer_base.size(); ++l) {
+      char* pool = static_cast<char*>(layer_base[l]) + static_cast<size_t>(e.block_id) * block_bytes;
+      char* host = static_cast<char*>(e.host) + l * block_bytes;
+      dsts.push_back(to_host ? host : pool);
+      srcs.push_back(to_host ? pool : host);
+      sizes.push_back(block_bytes);
+    }
   }
   return flush();
 }
