@@ -1,5 +1,6 @@
 #include "engine/kv_offload_setup.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -51,9 +52,14 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
     log::warn("kv offload: TANDEM_KV_ONBOARD={} is none of layer, land, compute; ignored", mode);
   }
   const bool any = mode != "layer" && mode != "land" && mode != "compute";
-  if ((mode == "layer" || any) && runner.LayerwiseKvOnboard()) {
-    copier.onboard_layered = [r](std::span<const KvBlockCopy> c) { return r->StartKvOnboardByLayer(c); };
-    copier.onboard_seconds = [r] { return r->TakeKvOnboardSeconds(); };
+  if ((mode == "layer" || any) && runner.LayerwiseKvCopies()) {
+    copier.layered = [r](std::span<const KvBlockCopy> c) { return r->StartKvCopiesByLayer(c); };
+    copier.layered_seconds = [r] { return r->TakeKvLayerCopySeconds(); };
+    // TANDEM_KV_EVICT_LAYERED_MIN=N: a step's evicted blocks go layer-wise with its onboard copies,
+    // or alone from N blocks (default kvtier::kLayeredEvictMinBlocks); 0: always ahead of the step.
+    if (const char* v = std::getenv("TANDEM_KV_EVICT_LAYERED_MIN"); v != nullptr) {
+      copier.layered_evict_min_blocks = static_cast<size_t>(std::max(0, std::atoi(v)));
+    }
   } else if ((mode == "land" || any) && runner.AsyncKvOnboard()) {
     copier.onboard_start = [r](std::span<const KvBlockCopy> c, uint64_t* t) { return r->StartKvOnboard(c, t); };
     copier.onboard_poll = [r](uint64_t t, bool wait, bool* landed, double* seconds) {
@@ -68,7 +74,7 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
     disk.capacity_bytes = config.kv_offload_disk_bytes;
     disk.fingerprint = KvTierFingerprint(config, runner);
   }
-  const bool copier_layered = static_cast<bool>(copier.onboard_layered);
+  const bool copier_layered = static_cast<bool>(copier.layered);
   auto offloader = std::make_unique<kvtier::KvOffloader>(std::move(copier), slot, config.kv_offload_host_bytes,
                                                          disk.capacity_bytes > 0 ? &disk : nullptr);
   if (offloader->host().capacity_blocks() == 0) {
@@ -80,7 +86,7 @@ std::unique_ptr<kvtier::KvOffloader> MakeKvOffloader(const EngineConfig& config,
             static_cast<double>(offloader->host().capacity_blocks()) * slot / (1 << 20),
             layout.device_id >= 0 ? ", page-locked" : "", slot,
             offloader->async_onboard()      ? ", onboarding on a side stream (requests wait for it)"
-            : copier_layered ? ", onboarding on a side stream, layer by layer" : "");
+            : copier_layered ? ", onboarding (and evicting) on a side stream, layer by layer" : "");
   return offloader;
 }
 

@@ -201,10 +201,35 @@ Status KvOffloader::FinishPrevious() {
   }
   // Unpinned either way: a failed sync must not keep the tier's slots from ever being reused.
   for (uint64_t h : pinned_) host_.Unpin(h);
-  if (st.ok() && copier_.onboard_seconds) counters_.onboard_seconds += copier_.onboard_seconds();
+  if (st.ok() && copier_.layered_seconds) {
+    const KvCopySeconds t = copier_.layered_seconds();
+    counters_.offload_seconds += t.to_host;
+    counters_.onboard_seconds += t.to_pool;
+  }
   landing_.clear();
   pinned_.clear();
   return st;
+}
+
+void KvOffloader::FinishEvicted(std::span<const int> slots, const Status& st) {
+  for (int slot : slots) {
+    if (!st.ok()) {
+      host_.Abandon(slot);
+      continue;
+    }
+    host_.Commit(slot);
+    HostStored(slot);
+    if (copier_.async) {
+      // Its bytes land with the step's copies: no fetch may take the slot before FinishPrevious.
+      host_.Hold(slot);
+      landing_.push_back(slot);
+    } else {
+      WriteThrough(slot);
+    }
+    ++counters_.offloaded_blocks;
+    counters_.offloaded_bytes += host_.slot_bytes();
+  }
+  if (!st.ok()) log::warn("kv offload: copying {} evicted blocks out failed: {}", slots.size(), st.ToString());
 }
 
 Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
@@ -214,49 +239,37 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     return prev;
   }
   Poll();
-  if (!evicted.empty()) {
-    const auto t0 = std::chrono::steady_clock::now();
-    copies_.clear();
-    std::vector<int> slots;
-    for (const EvictedBlock& e : evicted) {
-      const std::optional<int> slot = Reserve(e.hash, e.parent_hash);
-      if (!slot) {
-        if (!host_.Contains(e.hash)) ++counters_.dropped;  // every slot pinned
-        continue;
-      }
-      copies_.push_back({e.block_id, host_.SlotData(*slot), true});
-      slots.push_back(*slot);
-    }
-    const Status st = copier_.copy(copies_);
-    for (int slot : slots) {
-      if (!st.ok()) {
-        host_.Abandon(slot);
-        continue;
-      }
-      host_.Commit(slot);
-      HostStored(slot);
-      if (copier_.async) {
-        // Its bytes land with the step's copies: no fetch may take the slot before FinishPrevious.
-        host_.Hold(slot);
-        landing_.push_back(slot);
-      } else {
-        WriteThrough(slot);
-      }
-      ++counters_.offloaded_blocks;
-      counters_.offloaded_bytes += host_.slot_bytes();
-    }
-    counters_.offload_seconds += Since(t0);
-    if (!st.ok()) log::warn("kv offload: copying {} evicted blocks out failed: {}", slots.size(), st.ToString());
-  }
-  if (onboard.empty()) return Status::Ok();
-  if (async_onboard()) return StartOnboard(onboard);
-  // Layer-wise copies are timed by the device (FinishPrevious), never by waiting here.
-  const bool timed = copier_.async && copier_.time_onboard && copier_.sync && !copier_.onboard_layered;
-  // Timed: the evicted blocks' copies (enqueued just above, on the same stream) land first, so
-  // that onboard_seconds is the onboard copies' own transfer time.
-  Status landed = timed ? copier_.sync() : Status::Ok();
-  const auto t0 = std::chrono::steady_clock::now();
+  const bool layered = static_cast<bool>(copier_.layered);
+  // Layer-wise, the evicted blocks leave with the onboard copies, or alone when there are enough.
+  const size_t min = copier_.layered_evict_min_blocks;
+  const bool evict_layered = layered && min > 0 && !evicted.empty() && (!onboard.empty() || evicted.size() >= min);
   copies_.clear();
+  std::vector<int> slots;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (const EvictedBlock& e : evicted) {
+    const std::optional<int> slot = Reserve(e.hash, e.parent_hash);
+    if (!slot) {
+      if (!host_.Contains(e.hash)) ++counters_.dropped;  // every slot pinned
+      continue;
+    }
+    copies_.push_back({e.block_id, host_.SlotData(*slot), true});
+    slots.push_back(*slot);
+  }
+  if (!evict_layered && !evicted.empty()) {
+    FinishEvicted(slots, copier_.copy(copies_));
+    counters_.offload_seconds += Since(t0);
+    copies_.clear();
+    slots.clear();
+  }
+  const size_t num_out = copies_.size();  // evicted copies riding with the layer-wise ones
+  if (onboard.empty() && num_out == 0) return Status::Ok();
+  if (async_onboard() && !onboard.empty()) return StartOnboard(onboard);
+  // Timed: the evicted blocks' copies (enqueued just above, on the same stream) land first, so
+  // that onboard_seconds is the onboard copies' own transfer time. Layer-wise copies are timed by
+  // the device (FinishPrevious), never by waiting here.
+  const bool timed = copier_.async && copier_.time_onboard && copier_.sync && !layered && !onboard.empty();
+  Status landed = timed ? copier_.sync() : Status::Ok();
+  const auto t1 = std::chrono::steady_clock::now();
   Status missing = Status::Ok();
   for (const OnboardBlock& o : onboard) {
     const std::optional<int> slot = host_.Find(o.hash);
@@ -267,20 +280,20 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
     }
     copies_.push_back({o.block_id, host_.SlotData(*slot), false});
   }
-  const bool layered = static_cast<bool>(copier_.onboard_layered);
-  Status st = !landed.ok() ? landed : layered ? copier_.onboard_layered(copies_) : copier_.copy(copies_);
+  Status st = !landed.ok() ? landed : layered ? copier_.layered(copies_) : copier_.copy(copies_);
   if (st.ok() && timed) st = copier_.sync();
+  if (num_out > 0) FinishEvicted(slots, st);
   for (const OnboardBlock& o : onboard) {
     if (copier_.async) pinned_.push_back(o.hash);
     else host_.Unpin(o.hash);
   }
   if (st.ok()) {
-    counters_.onboarded_blocks += copies_.size();
-    counters_.onboarded_bytes += copies_.size() * host_.slot_bytes();
+    counters_.onboarded_blocks += copies_.size() - num_out;
+    counters_.onboarded_bytes += (copies_.size() - num_out) * host_.slot_bytes();
   }
   // An asynchronous copy's time is its enqueueing here (the transfer is in the step's time),
   // unless time_onboard waited for it; a layer-wise one's is the device's (FinishPrevious).
-  if (!layered) counters_.onboard_seconds += Since(t0);
+  if (!layered) counters_.onboard_seconds += Since(t1);
   TANDEM_RETURN_IF_ERROR(st);
   return missing;
 }

@@ -10,9 +10,10 @@
 //   one just evicted), then unpinned.
 // The copies go through a PoolCopier: the model runner's CopyKvBlocks (model/model_runner.h),
 // memcpy for a host pool, and for a device pool asynchronous copies on the runner's stream,
-// ordered before the step's kernels. With an asynchronous copier, what this step copied into the
-// tier is released (written through to disk, evictable) and the onboarded slots unpinned at the
-// next BeforeForward, after the copier's Sync.
+// ordered before the step's kernels, or with PoolCopier::layered on a side stream layer by layer,
+// each of the step's layers waiting for its own copies. With an asynchronous copier, what this
+// step copied into the tier is released (written through to disk, evictable) and the onboarded
+// slots unpinned at the next BeforeForward, after the copier's Sync.
 //
 // With a disk tier: every block whose bytes landed in the host tier is also written to disk in the
 // background (write-through: the host slot is held until its write finished, so that evicting it
@@ -50,6 +51,11 @@ struct OnboardBlock {
   uint64_t hash = 0;
 };
 
+// Below this many evicted blocks (and nothing to onboard) a step's copies out go ahead of it on
+// the compute stream: a layer-wise copy makes the step run eagerly, not from its CUDA graph, which
+// costs a decode step more than a few blocks' copy (a block of Qwen3-8B: 2.36 MB, ~45 us).
+constexpr size_t kLayeredEvictMinBlocks = 8;
+
 // How the offloader reaches the pool (the engine builds it from its model runner).
 struct PoolCopier {
   std::function<Status(std::span<const KvBlockCopy>)> copy;  // in order, before the next forward
@@ -66,12 +72,16 @@ struct PoolCopier {
   // fill must stay out of every step until then (KVCacheManager's landing blocks).
   std::function<Status(std::span<const KvBlockCopy>, uint64_t* ticket)> onboard_start;
   std::function<Status(uint64_t ticket, bool wait, bool* landed, double* seconds)> onboard_poll;
-  // Layer-wise onboarding (ModelRunner::StartKvOnboardByLayer; with async, instead of `copy` for
-  // the onboard copies): the step's layers wait for their own copies, so the onboarded blocks are
-  // used in this step as with `copy`; `onboard_seconds` gives the finished copies' device time.
-  std::function<Status(std::span<const KvBlockCopy>)> onboard_layered;
-  std::function<double()> onboard_seconds;
+  // Layer-wise copies (ModelRunner::StartKvCopiesByLayer; with async, instead of `copy` for the
+  // onboard copies, and for the evicted blocks' copies of a step that onboards or evicts at least
+  // layered_evict_min_blocks): the step's layers wait for their own copies, so the onboarded blocks
+  // are used in this step as with `copy`, and the evicted ones leave before that layer writes;
+  // `layered_seconds` gives the finished copies' device time by direction.
+  std::function<Status(std::span<const KvBlockCopy>)> layered;
+  std::function<KvCopySeconds()> layered_seconds;
+  size_t layered_evict_min_blocks = kLayeredEvictMinBlocks;  // 0: evicted blocks never layer-wise
 };
+
 
 struct OffloadStats {
   HostTierStats host;
@@ -82,6 +92,8 @@ struct OffloadStats {
   uint64_t disk_write_skipped = 0;    // host blocks not written through (queue full, or on disk)
   uint64_t offloaded_blocks = 0, offloaded_bytes = 0;
   uint64_t onboarded_blocks = 0, onboarded_bytes = 0;
+  // Seconds: the device's time of layer-wise copies (PoolCopier::layered), else the time to
+  // enqueue (an async pool) or do (a host pool) them, or the landed tickets' device time.
   double offload_seconds = 0, onboard_seconds = 0;
   uint64_t dropped = 0;  // evicted blocks the tier had no room for (every slot pinned)
 };
@@ -137,6 +149,9 @@ class KvOffloader : public KvTierIndex {
 
  private:
   Status FinishPrevious();
+  // The evicted blocks' copies (already in copies_, their slots reserved) done with status st:
+  // committed and counted, or abandoned.
+  void FinishEvicted(std::span<const int> slots, const Status& st);
   Status StartOnboard(std::span<const OnboardBlock> onboard);  // async_onboard()
   void WriteThrough(int slot);
   // host_.Reserve, its evictions recorded as events; and the other tier changes.

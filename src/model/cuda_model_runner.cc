@@ -85,34 +85,54 @@ Status CudaModelRunner::CopyKvBlocks(std::span<const KvBlockCopy> copies) {
   return EnqueueKvCopies(copies, stream_, 0);
 }
 
+namespace {
+
+enum class KvCopyMethod { kKernel, kEngines, kMemcpy };
+
+KvCopyMethod KvCopyMethodFromEnv() {
+  // TANDEM_KV_COPY=kernel|engines|memcpy (unset: kernel; TANDEM_KV_COPY_KERNEL=0, the older
+  // switch, means memcpy).
+  const char* v = std::getenv("TANDEM_KV_COPY");
+  const std::string m = v != nullptr ? v : "";
+  if (m == "engines") return KvCopyMethod::kEngines;
+  if (m == "memcpy") return KvCopyMethod::kMemcpy;
+  const char* old = std::getenv("TANDEM_KV_COPY_KERNEL");
+  if (m.empty() && old != nullptr && std::string(old) == "0") return KvCopyMethod::kMemcpy;
+  if (!m.empty() && m != "kernel") log::warn("TANDEM_KV_COPY={} is none of kernel, engines, memcpy; the kernel copies", m);
+  return KvCopyMethod::kKernel;
+}
+
+}  // namespace
+
 Status CudaModelRunner::EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream,
-                                        int max_ctas) {
+                                        int max_ctas, size_t first_layer, size_t num_layers) {
+  if (copies.empty()) return Status::Ok();
   const size_t bb = KVBlockBytes(block_size_) / kv_.size();
-  // The copy kernel (kv_block_copy.h) where the host memory allows: on the H200, 128 blocks of 36
-  // layers host->pool at 50.8 GB/s, 93% of one pinned H2D copy, against 16.0 GB/s for one
+  if (num_layers == 0) num_layers = kv_.size() - first_layer;
+  // The copy kernel where the host memory allows: on the H200, 128 blocks of 36 layers
+  // host->pool at 50.8 GB/s, 93% of one pinned H2D copy, against 16.0 GB/s for one
   // cudaMemcpyAsync per layer and block (dev/kvtier/results/2026-12-03b-h200-kv-copy-kernel.txt).
-  // TANDEM_KV_COPY_KERNEL=0: the cudaMemcpyAsync path.
-  static const bool use_kernel = [] {
-    const char* v = std::getenv("TANDEM_KV_COPY_KERNEL");
-    return v == nullptr || std::string(v) != "0";
-  }();
-  if (use_kernel) {
-    std::vector<void*> bases;
-    for (DeviceArray& pool : kv_) bases.push_back(pool.as<void>());
-    std::vector<cuda::KvBlockCopyEntry> entries;
-    entries.reserve(copies.size());
-    for (const KvBlockCopy& c : copies) entries.push_back({c.block_id, c.host, c.to_host});
-    if (cuda::KvBlockCopySupported(bases, bb, entries)) {
-      return cuda::KvBlockCopy(bases, bb, entries, stream, max_ctas);
-    }
+  // TANDEM_KV_COPY=engines: the copy engines, one cudaMemcpyBatchAsync per direction (no SMs).
+  static const KvCopyMethod method = KvCopyMethodFromEnv();
+  std::vector<void*> bases;
+  for (size_t l = first_layer; l < first_layer + num_layers; ++l) bases.push_back(kv_[l].as<void>());
+  std::vector<cuda::KvBlockCopyEntry> entries;
+  entries.reserve(copies.size());
+  for (const KvBlockCopy& c : copies) entries.push_back({c.block_id, c.host + first_layer * bb, c.to_host});
+  if (method == KvCopyMethod::kEngines && stream != nullptr) {
+    return cuda::KvBlockCopyBatched(bases, bb, entries, stream);
   }
-  for (const KvBlockCopy& c : copies) {
-    for (size_t l = 0; l < kv_.size(); ++l) {
-      char* pool = kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb;
-      if (c.to_host) {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(c.host + l * bb, pool, bb, cudaMemcpyDeviceToHost, stream));
+  if (method == KvCopyMethod::kKernel && cuda::KvBlockCopySupported(bases, bb, entries)) {
+    return cuda::KvBlockCopy(bases, bb, entries, stream, max_ctas);
+  }
+  for (const cuda::KvBlockCopyEntry& e : entries) {
+    for (size_t i = 0; i < bases.size(); ++i) {
+      char* pool = static_cast<char*>(bases[i]) + static_cast<size_t>(e.block_id) * bb;
+      char* host = static_cast<char*>(e.host) + i * bb;
+      if (e.to_host) {
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host, pool, bb, cudaMemcpyDeviceToHost, stream));
       } else {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool, c.host + l * bb, bb, cudaMemcpyHostToDevice, stream));
+        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(pool, host, bb, cudaMemcpyHostToDevice, stream));
       }
     }
   }

@@ -112,9 +112,9 @@ class CudaModelRunner final : public ModelRunner {
   Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override;
   // Layer-wise: a copy kernel launch and an event per layer on the same side stream; RunModel's
   // layer l waits for event l.
-  bool LayerwiseKvOnboard() const override { return true; }
-  Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) override;
-  double TakeKvOnboardSeconds() override;
+  bool LayerwiseKvCopies() const override { return true; }
+  Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) override;
+  KvCopySeconds TakeKvLayerCopySeconds() override;
   void* AllocateHostStaging(size_t bytes) override;
   void FreeHostStaging(void* p) override;
 
@@ -164,8 +164,11 @@ class CudaModelRunner final : public ModelRunner {
   // FP8 GEMM path: RMSNorm writes the next projection's activation codes (RmsNormQuantizeFp8) at
   // every step with more than GemvMaxM() tokens; TANDEM_FUSED_NORM_QUANT=0 turns it off.
   bool fused_norm_quant_ = true;
-  // The copies on `stream`, the copy kernel's grid bounded by max_ctas (0: none).
-  Status EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream, int max_ctas);
+  // The copies on `stream` of layers [first_layer, first_layer + num_layers) (0: to the last),
+  // by the copy kernel (its grid bounded by max_ctas, 0: none), the copy engines
+  // (TANDEM_KV_COPY=engines) or one cudaMemcpyAsync per layer and block.
+  Status EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream, int max_ctas,
+                         size_t first_layer = 0, size_t num_layers = 0);
   void DestroyOnboard();  // waits for the onboarding in flight; frees its stream and events
   Status EnsureOnboardStream();
   Status TakeOnboardEvents(cudaEvent_t* start, cudaEvent_t* end);
@@ -185,10 +188,17 @@ class CudaModelRunner final : public ModelRunner {
   std::deque<OnboardFlight> onboard_flights_;  // started, not landed, in ticket order
   std::vector<cudaEvent_t> onboard_spare_;     // events to reuse
   uint64_t onboard_next_ = 0;
-  std::vector<cudaEvent_t> onboard_layer_events_;  // [layers], reused step after step
+  // Layer-wise copies (StartKvCopiesByLayer), one flight at a time, its events reused flight after
+  // flight (timing events): start, then per layer l mid[l] after its copies out of the pool and
+  // layer[l] after its copies into it (what RunModel's layer l waits for).
+  std::vector<cudaEvent_t> onboard_layer_events_;  // [layers]
+  std::vector<cudaEvent_t> onboard_mid_events_;    // [layers]
+  cudaEvent_t onboard_layer_start_ = nullptr;
   bool onboard_layers_pending_ = false;  // the next RunModel waits for them, layer by layer
-  std::vector<OnboardFlight> onboard_timed_;  // layer-wise onboardings not yet timed
-  Status EnqueueByLayer(std::span<const KvBlockCopy> copies, const OnboardFlight& f);
+  bool layered_untimed_ = false;         // the last flight's times not yet in layered_seconds_
+  KvCopySeconds layered_seconds_;        // finished flights' times, until TakeKvLayerCopySeconds
+  Status EnqueueByLayer(std::span<const KvBlockCopy> copies);
+  void CollectLayerTimes(bool wait);
   std::vector<DeviceArray> kv_;  // per layer [num_blocks, 2, block_size, nkv, hd], bf16 or FP8
   bool fp8_kv_ = false;          // --kv-cache-dtype fp8
   KvCacheScales kv_scales_host_;  // FP8 KV: the checkpoint's scales (or 1.0), uploaded with the pools

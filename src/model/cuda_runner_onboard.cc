@@ -1,13 +1,13 @@
-// The CUDA runner's asynchronous onboarding (ModelRunner::StartKvOnboard / PollKvOnboard, and the
-// layer-wise StartKvOnboardByLayer; used by the KV host tier, kvtier/offloader.h): host -> pool
-// copies on a side stream, so that a returning request's prefix comes back from pinned host memory
-// while the compute stream computes, instead of ahead of its step on the compute stream.
+// The CUDA runner's asynchronous KV copies (ModelRunner::StartKvOnboard / PollKvOnboard, and the
+// layer-wise StartKvCopiesByLayer; used by the KV host tier, kvtier/offloader.h): copies on a side
+// stream, so that a returning request's prefix comes back from pinned host memory (and evicted
+// blocks leave for it) while the compute stream computes, instead of ahead of its step.
 //
 // Order: each start records onboard_ready_ on the compute stream and the side stream waits for it,
 // so the copies follow everything enqueued there so far (the step's evicted blocks' copies out of
 // the same pool blocks included). StartKvOnboard: the caller keeps the target blocks out of every
 // step until the ticket lands (the scheduler holds their requests); a landed ticket's end event is
-// also made a dependency of the compute stream. StartKvOnboardByLayer: RunModel's layer l waits for
+// also made a dependency of the compute stream. StartKvCopiesByLayer: RunModel's layer l waits for
 // layer l's event (FlushOnboardLayers waits for all of them when no step came first).
 #ifdef TANDEM_HAVE_CUDA
 
@@ -109,59 +109,74 @@ Status CudaModelRunner::StartKvOnboard(std::span<const KvBlockCopy> copies, uint
   return Status::Ok();
 }
 
-Status CudaModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) {
+Status CudaModelRunner::StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) {
   TANDEM_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_id_));
-  TANDEM_RETURN_IF_ERROR(CheckOnboard(copies, num_blocks_, !kv_.empty()));
+  if (kv_.empty()) return Status(StatusCode::kFailedPrecondition, "KV copies by layer: no KV pool");
+  TANDEM_RETURN_IF_ERROR(CheckKvBlockCopies(copies, num_blocks_));
   if (copies.empty()) return Status::Ok();
   TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
   TANDEM_RETURN_IF_ERROR(EnsureOnboardStream());
   const size_t layers = kv_.size();
-  while (onboard_layer_events_.size() < layers) {
-    cudaEvent_t e = nullptr;
-    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
-    onboard_layer_events_.push_back(e);
+  auto timing_event = [](cudaEvent_t* e) -> Status {
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(e, cudaEventBlockingSync));
+    return Status::Ok();
+  };
+  if (onboard_layer_start_ == nullptr) TANDEM_RETURN_IF_ERROR(timing_event(&onboard_layer_start_));
+  for (std::vector<cudaEvent_t>* v : {&onboard_layer_events_, &onboard_mid_events_}) {
+    while (v->size() < layers) {
+      cudaEvent_t e = nullptr;
+      TANDEM_RETURN_IF_ERROR(timing_event(&e));
+      v->push_back(e);
+    }
   }
-  OnboardFlight f;
-  TANDEM_RETURN_IF_ERROR(TakeOnboardEvents(&f.start, &f.end));
-  if (Status st = EnqueueByLayer(copies, f); !st.ok()) {
+  CollectLayerTimes(/*wait=*/true);  // the last flight's events are recorded again below
+  if (Status st = EnqueueByLayer(copies); !st.ok()) {
     // Nothing may run on after the caller gives the blocks and slots back: what launched finishes.
     (void)cudaStreamSynchronize(onboard_stream_);
-    onboard_spare_.push_back(f.start);
-    onboard_spare_.push_back(f.end);
     return st;
   }
-  onboard_timed_.push_back(f);  // timed (and its events given back) by TakeKvOnboardSeconds
+  layered_untimed_ = true;
   onboard_layers_pending_ = true;
   return Status::Ok();
 }
 
-Status CudaModelRunner::EnqueueByLayer(std::span<const KvBlockCopy> copies, const OnboardFlight& f) {
-  const size_t layers = kv_.size();
-  const size_t bb = KVBlockBytes(block_size_) / layers;
+Status CudaModelRunner::EnqueueByLayer(std::span<const KvBlockCopy> copies) {
+  std::vector<KvBlockCopy> out, in;  // each in the callers' order
+  for (const KvBlockCopy& c : copies) (c.to_host ? out : in).push_back(c);
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_ready_, stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(onboard_stream_, onboard_ready_, 0));
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.start, onboard_stream_));
-  std::vector<KvBlockCopy> layer(copies.begin(), copies.end());
-  for (size_t l = 0; l < layers; ++l) {
-    // Layer l of each block: its slot's l-th piece into the layer's pool (a one-layer launch).
-    for (size_t i = 0; i < copies.size(); ++i) layer[i].host = copies[i].host + l * bb;
-    std::vector<cuda::KvBlockCopyEntry> entries;
-    entries.reserve(layer.size());
-    for (const KvBlockCopy& c : layer) entries.push_back({c.block_id, c.host, false});
-    void* base = kv_[l].as<void>();
-    const std::span<void* const> bases(&base, 1);
-    if (cuda::KvBlockCopySupported(bases, bb, entries)) {
-      TANDEM_RETURN_IF_ERROR(cuda::KvBlockCopy(bases, bb, entries, onboard_stream_, OnboardCtas()));
-    } else {
-      for (const KvBlockCopy& c : layer) {
-        TANDEM_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(kv_[l].as<char>() + static_cast<size_t>(c.block_id) * bb,
-                                                    c.host, bb, cudaMemcpyHostToDevice, onboard_stream_));
-      }
-    }
+  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_layer_start_, onboard_stream_));
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    // Out first: a block evicted and refilled in the same step leaves before its new bytes come.
+    TANDEM_RETURN_IF_ERROR(EnqueueKvCopies(out, onboard_stream_, OnboardCtas(), l, 1));
+    TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_mid_events_[l], onboard_stream_));
+    TANDEM_RETURN_IF_ERROR(EnqueueKvCopies(in, onboard_stream_, OnboardCtas(), l, 1));
     TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_layer_events_[l], onboard_stream_));
   }
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(f.end, onboard_stream_));
   return Status::Ok();
+}
+
+void CudaModelRunner::CollectLayerTimes(bool wait) {
+  if (!layered_untimed_) return;
+  const cudaEvent_t last = onboard_layer_events_[kv_.size() - 1];
+  const cudaError_t done = wait ? cudaEventSynchronize(last) : cudaEventQuery(last);
+  if (done == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not sticky; cleared
+    return;
+  }
+  layered_untimed_ = false;
+  if (done != cudaSuccess) return;  // a device error: the step reports it; no times
+  cudaEvent_t prev = onboard_layer_start_;
+  for (size_t l = 0; l < kv_.size(); ++l) {
+    float out_ms = 0, in_ms = 0;
+    if (cudaEventElapsedTime(&out_ms, prev, onboard_mid_events_[l]) != cudaSuccess ||
+        cudaEventElapsedTime(&in_ms, onboard_mid_events_[l], onboard_layer_events_[l]) != cudaSuccess) {
+      return;
+    }
+    layered_seconds_.to_host += out_ms / 1e3;
+    layered_seconds_.to_pool += in_ms / 1e3;
+    prev = onboard_layer_events_[l];
+  }
 }
 
 Status CudaModelRunner::FlushOnboardLayers() {
@@ -171,20 +186,11 @@ Status CudaModelRunner::FlushOnboardLayers() {
   return Status::Ok();
 }
 
-double CudaModelRunner::TakeKvOnboardSeconds() {
-  double seconds = 0;
-  size_t done = 0;
-  for (; done < onboard_timed_.size(); ++done) {
-    const OnboardFlight& f = onboard_timed_[done];
-    if (cudaEventQuery(f.end) != cudaSuccess) break;  // not yet (or an error the step reports)
-    float ms = 0;
-    if (cudaEventElapsedTime(&ms, f.start, f.end) == cudaSuccess) seconds += ms / 1e3;
-    onboard_spare_.push_back(f.start);
-    onboard_spare_.push_back(f.end);
-  }
-  (void)cudaGetLastError();  // a query's cudaErrorNotReady is not sticky; clear it
-  onboard_timed_.erase(onboard_timed_.begin(), onboard_timed_.begin() + static_cast<std::ptrdiff_t>(done));
-  return seconds;
+KvCopySeconds CudaModelRunner::TakeKvLayerCopySeconds() {
+  CollectLayerTimes(/*wait=*/false);
+  const KvCopySeconds s = layered_seconds_;
+  layered_seconds_ = {};
+  return s;
 }
 
 Status CudaModelRunner::PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) {
@@ -223,20 +229,18 @@ Status CudaModelRunner::PollOne(uint64_t ticket, bool wait, bool* landed, double
 
 void CudaModelRunner::DestroyOnboard() {
   if (onboard_stream_ != nullptr) cudaStreamSynchronize(onboard_stream_);
-  for (const std::vector<OnboardFlight>* v : {&onboard_timed_}) {
-    for (const OnboardFlight& f : *v) {
-      cudaEventDestroy(f.start);
-      cudaEventDestroy(f.end);
-    }
-  }
-  onboard_timed_.clear();
   for (const OnboardFlight& f : onboard_flights_) {
     cudaEventDestroy(f.start);
     cudaEventDestroy(f.end);
   }
   onboard_flights_.clear();
-  for (cudaEvent_t e : onboard_layer_events_) cudaEventDestroy(e);
-  onboard_layer_events_.clear();
+  for (std::vector<cudaEvent_t>* v : {&onboard_layer_events_, &onboard_mid_events_}) {
+    for (cudaEvent_t e : *v) cudaEventDestroy(e);
+    v->clear();
+  }
+  if (onboard_layer_start_ != nullptr) cudaEventDestroy(onboard_layer_start_);
+  onboard_layer_start_ = nullptr;
+  layered_untimed_ = false;
   for (cudaEvent_t e : onboard_spare_) cudaEventDestroy(e);
   onboard_spare_.clear();
   if (onboard_ready_ != nullptr) cudaEventDestroy(onboard_ready_);

@@ -322,7 +322,7 @@ Status CudaModelRunner::Step(const ForwardBatch& batch, bool picks, ForwardOutpu
   clock.Lap("runner.inputs");
   // Kernel-group timing needs the events between the groups: eager launches of the same plan, or
   // graphs of their own captured with event nodes (step_timeline.h).
-  // So does one whose layers wait for a layer-wise onboarding's copies (StartKvOnboardByLayer).
+  // So does one whose layers wait for a layer-wise onboarding's copies (StartKvCopiesByLayer).
   if (p.padded && layer_hook_ == nullptr && !onboard_layers_pending_ &&
       (!timing_groups() || timing_groups_in_graphs())) {
     std::pair<int, int> key(bucket, stride_bucket * 4 + (p.rows > 0 ? 2 : 0) +

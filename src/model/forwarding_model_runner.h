@@ -42,11 +42,11 @@ class ForwardingModelRunner : public ModelRunner {
   Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override {
     return inner_->PollKvOnboard(ticket, wait, landed, seconds);
   }
-  bool LayerwiseKvOnboard() const override { return inner_->LayerwiseKvOnboard(); }
-  Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies) override {
-    return inner_->StartKvOnboardByLayer(copies);
+  bool LayerwiseKvCopies() const override { return inner_->LayerwiseKvCopies(); }
+  Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) override {
+    return inner_->StartKvCopiesByLayer(copies);
   }
-  double TakeKvOnboardSeconds() override { return inner_->TakeKvOnboardSeconds(); }
+  KvCopySeconds TakeKvLayerCopySeconds() override { return inner_->TakeKvLayerCopySeconds(); }
   void* AllocateHostStaging(size_t bytes) override { return inner_->AllocateHostStaging(bytes); }
   void FreeHostStaging(void* p) override { inner_->FreeHostStaging(p); }
 

@@ -16,6 +16,12 @@ struct KvBlockCopy {
   bool to_host = true;  // pool -> host; false: host -> pool
 };
 
+// Device time of layer-wise copies (ModelRunner::StartKvCopiesByLayer), seconds, by direction.
+struct KvCopySeconds {
+  double to_host = 0;  // pool -> host (evicted blocks out)
+  double to_pool = 0;  // host -> pool (onboarding)
+};
+
 // InvalidArgument for a block id outside [0, num_blocks) or a null host pointer (the first one).
 Status CheckKvBlockCopies(std::span<const KvBlockCopy> copies, int num_blocks);
 

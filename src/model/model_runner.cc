@@ -158,8 +158,8 @@ Status ModelRunner::StartKvOnboard(std::span<const KvBlockCopy>, uint64_t*) {
   return Status(StatusCode::kUnimplemented, "StartKvOnboard: this runner copies KV blocks synchronously");
 }
 
-Status ModelRunner::StartKvOnboardByLayer(std::span<const KvBlockCopy>) {
-  return Status(StatusCode::kUnimplemented, "StartKvOnboardByLayer: this runner copies KV blocks synchronously");
+Status ModelRunner::StartKvCopiesByLayer(std::span<const KvBlockCopy>) {
+  return Status(StatusCode::kUnimplemented, "StartKvCopiesByLayer: this runner copies KV blocks synchronously");
 }
 
 Status ModelRunner::PollKvOnboard(uint64_t, bool, bool*, double*) {

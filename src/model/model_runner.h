@@ -190,16 +190,19 @@ class ModelRunner {
   virtual bool AsyncKvOnboard() const { return false; }
   virtual Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket);
   virtual Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds);
-  // Layer-wise onboarding (a device runner): the host -> pool copies start on a side stream, one
-  // layer after another, and the next Execute's layer l waits only for layer l's (that step runs
-  // eagerly, not from a graph), so the step computes while the rest of the transfer goes on.
-  // Later work on the compute stream is ordered after the copies, as with CopyKvBlocks; the host
-  // bytes must stay put until SyncKvCopies returns. TakeKvOnboardSeconds: the transfer time
-  // (device events, start to last layer) of those that finished since the last call.
-  // Errors: as StartKvOnboard.
-  virtual bool LayerwiseKvOnboard() const { return false; }
-  virtual Status StartKvOnboardByLayer(std::span<const KvBlockCopy> copies);
-  virtual double TakeKvOnboardSeconds() { return 0; }
+  // Layer-wise copies (a device runner): the copies, both directions, start on a side stream one
+  // layer after another (layer l's copies out of the pool, then layer l's copies into it), and the
+  // next Execute's layer l waits only for layer l's (that step runs eagerly, not from a graph), so
+  // the step computes while the rest of the transfer goes on: evicted blocks leave the pool, and
+  // onboarded ones arrive, behind the step's earlier layers. Everything enqueued on the compute
+  // stream before the call is copied out as it stands then; later work on the compute stream is
+  // ordered after the copies, as with CopyKvBlocks; the host bytes must stay put (and copies into
+  // the host are only there) until SyncKvCopies returns. TakeKvLayerCopySeconds: their transfer
+  // time by direction (device events around each layer's two parts), of the copies finished since
+  // the last call. Errors: InvalidArgument (as CopyKvBlocks), Internal (device), Unimplemented.
+  virtual bool LayerwiseKvCopies() const { return false; }
+  virtual Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies);
+  virtual KvCopySeconds TakeKvLayerCopySeconds() { return {}; }
   // Host memory for the KV host tier: page-locked on a device runner (so its copies run
   // asynchronously at the link's speed), plain on a host runner. Null when it cannot.
   virtual void* AllocateHostStaging(size_t bytes);

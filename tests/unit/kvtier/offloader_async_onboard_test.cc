@@ -178,7 +178,7 @@ TEST(OffloaderAsyncOnboard, TheDestructorWaitsForTheCopiesInFlight) {
   EXPECT_EQ(pool.blocks[2], pool.blocks[0]);
 }
 
-// Layer-wise onboarding (PoolCopier::onboard_layered): the onboard copies go that way, not through
+// Layer-wise onboarding (PoolCopier::layered): the onboard copies go that way, not through
 // `copy`; like the step's other asynchronous copies they have landed at the next step's sync, the
 // tier's blocks stay pinned until then, and onboard_seconds is the device's time, not the enqueueing.
 TEST(OffloaderLayeredOnboard, CopiesGoLayerwiseStayPinnedUntilTheSyncAndAreTimedByTheDevice) {
@@ -200,16 +200,16 @@ TEST(OffloaderLayeredOnboard, CopiesGoLayerwiseStayPinnedUntilTheSyncAndAreTimed
     pending.clear();
     return Status::Ok();
   };
-  c.onboard_layered = [&](std::span<const KvBlockCopy> copies) {
+  c.layered = [&](std::span<const KvBlockCopy> copies) {
     ++layered_calls;
     pending.insert(pending.end(), copies.begin(), copies.end());
     return Status::Ok();
   };
   int timed = 0;  // as the runner: each finished layer-wise onboarding's seconds, once
-  c.onboard_seconds = [&] {
+  c.layered_seconds = [&] {
     const double seconds = 0.5 * (layered_calls - timed);
     timed = layered_calls;
-    return seconds;
+    return KvCopySeconds{0.25 * seconds, seconds};
   };
   KvOffloader o(std::move(c), kSlot, 2 * kSlot);
   EXPECT_FALSE(o.async_onboard());  // no landing: the step itself uses the blocks
@@ -233,6 +233,124 @@ TEST(OffloaderLayeredOnboard, CopiesGoLayerwiseStayPinnedUntilTheSyncAndAreTimed
   const OffloadStats s = o.stats();
   EXPECT_EQ(s.onboarded_blocks, 1u);
   EXPECT_DOUBLE_EQ(s.onboard_seconds, 0.5);
+}
+
+// Layer-wise evictions: with PoolCopier::layered the evicted blocks' copies of a step that onboards
+// (or evicts kLayeredEvictMinBlocks or more) go with the layer-wise copies, ahead of the onboard
+// ones, instead of through `copy`; fewer evicted blocks alone still go through `copy`. The fake
+// side stream applies a call's copies out of the pool before its copies into it, as the runner
+// does layer by layer, and only at the next sync.
+struct LayeredPool {
+  explicit LayeredPool(int n) : pool(n) {}
+  PoolCopier Copier() {
+    PoolCopier c;
+    c.async = true;
+    c.copy = [this](std::span<const KvBlockCopy> copies) {
+      copy_calls.emplace_back(copies.begin(), copies.end());
+      pending.insert(pending.end(), copies.begin(), copies.end());
+      return Status::Ok();
+    };
+    c.sync = [this] {
+      for (bool out : {true, false}) {
+        for (const KvBlockCopy& k : pending) {
+          if (k.to_host == out) pool.Apply(k);
+        }
+      }
+      pending.clear();
+      return Status::Ok();
+    };
+    c.layered = [this](std::span<const KvBlockCopy> copies) {
+      if (fail_layered) return Status(StatusCode::kInternal, "the side stream failed");
+      layered_calls.emplace_back(copies.begin(), copies.end());
+      pending.insert(pending.end(), copies.begin(), copies.end());
+      return Status::Ok();
+    };
+    c.layered_seconds = [this] {
+      const KvCopySeconds t{0.125 * static_cast<double>(layered_calls.size() - timed),
+                            0.5 * static_cast<double>(layered_calls.size() - timed)};
+      timed = layered_calls.size();
+      return t;
+    };
+    return c;
+  }
+  FakePool pool;
+  std::vector<KvBlockCopy> pending;
+  std::vector<std::vector<KvBlockCopy>> copy_calls, layered_calls;
+  size_t timed = 0;
+  bool fail_layered = false;
+};
+
+TEST(OffloaderLayeredEvict, EvictedBlocksGoLayerwiseWithTheOnboardCopiesOutFirst) {
+  LayeredPool p(4);
+  KvOffloader o(p.Copier(), kSlot, 4 * kSlot);
+  const std::vector<std::byte> a_bytes = p.pool.blocks[0], b_bytes = p.pool.blocks[2];
+  // Step 1: A (block 0) evicted alone, one block: ahead of the step, through `copy`.
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{0, 0xa, 0}}, {}).ok());
+  EXPECT_EQ(p.copy_calls.size(), 1u);
+  EXPECT_TRUE(p.layered_calls.empty());
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());  // lands
+  // Step 2: B (block 2) evicted, and A onboarded into that same block 2.
+  ASSERT_TRUE(o.Pin(0xa));
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{2, 0xb, 0}}, std::vector<OnboardBlock>{{2, 0xa}}).ok());
+  EXPECT_EQ(p.copy_calls.size(), 1u);  // nothing more through `copy`
+  ASSERT_EQ(p.layered_calls.size(), 1u);
+  ASSERT_EQ(p.layered_calls[0].size(), 2u);
+  EXPECT_TRUE(p.layered_calls[0][0].to_host);  // B out, then A in
+  EXPECT_EQ(p.layered_calls[0][0].block_id, 2);
+  EXPECT_FALSE(p.layered_calls[0][1].to_host);
+  EXPECT_EQ(p.layered_calls[0][1].block_id, 2);
+  EXPECT_TRUE(o.Contains(0xb));
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());  // the sync lands both
+  EXPECT_EQ(p.pool.blocks[2], a_bytes);
+  // B's old bytes are in the tier: onboarding it into block 3 brings them back.
+  ASSERT_TRUE(o.Pin(0xb));
+  ASSERT_TRUE(o.BeforeForward({}, std::vector<OnboardBlock>{{3, 0xb}}).ok());
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());
+  EXPECT_EQ(p.pool.blocks[3], b_bytes);
+  const OffloadStats s = o.stats();
+  EXPECT_EQ(s.offloaded_blocks, 2u);
+  EXPECT_EQ(s.onboarded_blocks, 2u);
+  // Two layer-wise calls timed by the device: 0.125 s out and 0.5 s in each; plus step 1's
+  // enqueueing time for its copy through `copy`.
+  EXPECT_DOUBLE_EQ(s.onboard_seconds, 1.0);
+  EXPECT_GE(s.offload_seconds, 0.25);
+  EXPECT_LT(s.offload_seconds, 0.3);
+}
+
+TEST(OffloaderLayeredEvict, ManyEvictedBlocksAloneGoLayerwise) {
+  LayeredPool p(static_cast<int>(kLayeredEvictMinBlocks) + 1);
+  KvOffloader o(p.Copier(), kSlot, (kLayeredEvictMinBlocks + 1) * kSlot);
+  std::vector<EvictedBlock> few, many;
+  for (size_t i = 0; i + 1 < kLayeredEvictMinBlocks; ++i) few.push_back({static_cast<int>(i), 0x100 + i, 0});
+  ASSERT_TRUE(o.BeforeForward(few, {}).ok());
+  EXPECT_EQ(p.copy_calls.size(), 1u);
+  EXPECT_TRUE(p.layered_calls.empty());
+  for (size_t i = 0; i < kLayeredEvictMinBlocks; ++i) many.push_back({static_cast<int>(i), 0x200 + i, 0});
+  ASSERT_TRUE(o.BeforeForward(many, {}).ok());
+  EXPECT_EQ(p.copy_calls.size(), 1u);
+  ASSERT_EQ(p.layered_calls.size(), 1u);
+  EXPECT_EQ(p.layered_calls[0].size(), kLayeredEvictMinBlocks);
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());
+  for (size_t i = 0; i < kLayeredEvictMinBlocks; ++i) EXPECT_TRUE(o.Contains(0x200 + i)) << i;
+}
+
+TEST(OffloaderLayeredEvict, AFailedLayerwiseCopyKeepsNoEvictedBlockAndUnpinsTheOnboarded) {
+  LayeredPool p(4);
+  KvOffloader o(p.Copier(), kSlot, 4 * kSlot);
+  ASSERT_TRUE(o.BeforeForward(std::vector<EvictedBlock>{{0, 0xa, 0}}, {}).ok());
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());
+  ASSERT_TRUE(o.Pin(0xa));
+  p.fail_layered = true;
+  const Status st =
+      o.BeforeForward(std::vector<EvictedBlock>{{2, 0xb, 0}}, std::vector<OnboardBlock>{{3, 0xa}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_FALSE(o.Contains(0xb));  // its bytes never left the pool: not served
+  EXPECT_TRUE(o.Contains(0xa));
+  p.fail_layered = false;
+  ASSERT_TRUE(o.BeforeForward({}, {}).ok());
+  EXPECT_EQ(o.host().num_unavailable(), 0);  // A unpinned, B's slot given back
+  EXPECT_EQ(o.stats().offloaded_blocks, 1u);
+  EXPECT_EQ(o.stats().onboarded_blocks, 0u);
 }
 
 }  // namespace
