@@ -19,7 +19,7 @@
 # --sessions-per-client N for evictions) the on run's greedy replies must equal ref's exactly, on a
 # GPU too (the off run recomputes histories, whose K/V round differently).
 # Usage: scripts/bench-offload.sh [build dir]   (env: OUT, MODEL, DEVICE, MODE, TOKENIZER,
-# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS, CONTROL, REF_KV_BLOCKS, ONBOARD_MODES). Last: how many greedy
+# NUM_KV_BLOCKS, OFFLOAD_GIB, DISK_GIB, BENCH_ARGS, CONTROL, REF_KV_BLOCKS, ONBOARD_MODES, ON_VARIANTS). Last: how many greedy
 # replies of each run equal the off run's (and the ref run's).
 set -euo pipefail
 BUILD=${1:-build}
@@ -52,7 +52,12 @@ MODES="off on"
 # TANDEM_KV_ONBOARD=<mode> (a GPU runner's onboarding: compute = on the compute stream ahead of the
 # step, land = on a side stream with the requests waiting until it landed; the on run has the
 # default, layer = on a side stream, each layer of the step waiting for its own copies).
-for m in ${ONBOARD_MODES:-}; do MODES="$MODES on-$m"; done
+declare -A RUN_ENV=()
+for m in ${ONBOARD_MODES:-}; do MODES="$MODES on-$m"; RUN_ENV[on-$m]="TANDEM_KV_ONBOARD=$m"; done
+# ON_VARIANTS="engines:TANDEM_KV_COPY=engines evict-ahead:TANDEM_KV_EVICT_LAYERED_MIN=0" (default
+# unset): one more run per variant, "on-<name>", the tier on with those environment variables
+# (comma-separated assignments after the colon).
+for v in ${ON_VARIANTS:-}; do MODES="$MODES on-${v%%:*}"; RUN_ENV[on-${v%%:*}]="${v#*:}"; done
 gib_of() { case $1 in off|off-again|ref) echo 0 ;; *) echo "$OFFLOAD_GIB" ;; esac; }
 blocks_of() { [ "$1" = ref ] && echo "$REF_KV_BLOCKS" || echo "$NUM_KV_BLOCKS"; }
 for mode in $MODES; do
@@ -63,7 +68,7 @@ for mode in $MODES; do
     extra=(--kv-offload-disk-dir "$OUT/kv-disk" --kv-offload-disk-gib "$DISK_GIB")
   fi
   onboard=()
-  case $mode in on-*) onboard=(TANDEM_KV_ONBOARD="${mode#on-}") ;; esac
+  [ -n "${RUN_ENV[$mode]:-}" ] && IFS=, read -r -a onboard <<< "${RUN_ENV[$mode]}"
   port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
   env "${onboard[@]}" "$T" run --host 127.0.0.1 --port "$port" "${SERVER_ARGS[@]}" --num-kv-blocks "$(blocks_of "$mode")" \
     --kv-offload-host-gib "$gib" \
@@ -91,9 +96,10 @@ for mode in $MODES; do
 done
 echo "== compare: B (host tier on) over A (off)"
 "$T" bench compare "$OUT/bench-off.json" "$OUT/bench-on.json"
-for m in ${ONBOARD_MODES:-}; do
-  echo "== compare: B (onboarding layer by layer, the on run) over A (TANDEM_KV_ONBOARD=$m)"
-  "$T" bench compare "$OUT/bench-on-$m.json" "$OUT/bench-on.json"
+for mode in $MODES; do
+  case $mode in on-*) ;; *) continue ;; esac
+  echo "== compare: B ($mode: ${RUN_ENV[$mode]}) over A (the on run, the defaults)"
+  "$T" bench compare "$OUT/bench-on.json" "$OUT/bench-$mode.json"
 done
 if [ -n "${DISK_GIB:-}" ]; then
   echo "== compare: B (host + disk tier) over A (host tier alone)"

@@ -270,8 +270,9 @@ structured() {
 # The KV host tier (issue 26) on the random Qwen3-8B: the pinned host-to-device bandwidth (torch,
 # one 1 GiB copy, best of 5), then scripts/bench-offload.sh with this tandem on cuda:0 (the tier
 # off vs on, same multi-turn workload; ONBOARD_MODES="compute land" adds the tier with the other
-# ways to onboard), and a last line with the onboard bandwidth against the pinned one. The on run
-# onboards on a side stream, each copy timed by device events (the TTFTs as served). A run with
+# ways to onboard, ON_VARIANTS other settings), and a table last: each run's returning turns, and
+# the tier's onboard and offload bandwidths against the pinned ones. The on run copies on a side
+# stream, layer by layer, each copy timed by device events (the TTFTs as served). A run with
 # the copies on the compute stream times them only with OFFLOAD_TIME_ONBOARD=1
 # (TANDEM_KV_OFFLOAD_TIME_ONBOARD: the step waits for them).
 offload() {
@@ -287,7 +288,16 @@ for _ in range(5):
     torch.cuda.synchronize(); t = time.perf_counter(); d.copy_(h, non_blocking=True); torch.cuda.synchronize()
     best = max(best, n / (time.perf_counter() - t) / 1e9)
 print(f"{best:.2f}")')
-  echo "pinned host-to-device (torch, 1 GiB, best of 5): $h2d GB/s"
+  d2h=$(python3 -c '
+import torch, time
+n = 1 << 30
+h = torch.empty(n, dtype=torch.uint8).pin_memory(); d = torch.empty(n, dtype=torch.uint8, device="cuda")
+best = 0
+for _ in range(5):
+    torch.cuda.synchronize(); t = time.perf_counter(); h.copy_(d, non_blocking=True); torch.cuda.synchronize()
+    best = max(best, n / (time.perf_counter() - t) / 1e9)
+print(f"{best:.2f}")')
+  echo "pinned host-to-device (torch, 1 GiB, best of 5): $h2d GB/s; device-to-host $d2h GB/s"
   mkdir -p "$work/bench-build" && ln -sf "$work/tandem" "$work/bench-build/tandem"
   OUT="$out/offload" MODEL=$CKPT DEVICE=cuda:0 TOKENIZER=$TINY NUM_KV_BLOCKS=${OFFLOAD_KV_BLOCKS:-1024} \
     OFFLOAD_GIB=${OFFLOAD_GIB:-32} TANDEM_KV_OFFLOAD_TIME_ONBOARD=${OFFLOAD_TIME_ONBOARD:-0} \
@@ -297,12 +307,33 @@ print(f"{best:.2f}")')
   if [ "${OFFLOAD_TIME_ONBOARD:-0}" = 0 ] && ! grep -q "onboarding on a side stream" "$out/offload/server-on.log"; then
     echo "onboard: not timed (OFFLOAD_TIME_ONBOARD=0)"; [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"; return 0
   fi
-  python3 - "$out/offload/metrics-on.txt" "$h2d" <<'PY'
-import sys
-m = dict(l.split()[:2] for l in open(sys.argv[1]) if l.strip())
-b, s = float(m.get("tandem_kv_onboarded_bytes_total", 0)), float(m.get("tandem_kv_onboard_seconds_total", 0))
-bw = b / s / 1e9 if s > 0 else 0
-print(f"onboard: {b / 1e9:.2f} GB in {s:.3f} s = {bw:.2f} GB/s, {100 * bw / float(sys.argv[2]):.0f}% of pinned H2D {sys.argv[2]} GB/s")
+  # The table last: each run's returning turns, and each tier run's copies (device-timed on a side
+  # stream) against the pinned bandwidths.
+  python3 - "$out/offload" "$h2d" <<'PY'
+import glob, os, re, sys
+out, h2d = sys.argv[1], float(sys.argv[2])
+print(f"| run | returning TTFT mean ms | p50 ms | req/s | onboard GB | GB/s | % of H2D {h2d:.1f} | offload GB |")
+print("|---|---|---|---|---|---|---|---|")
+runs = sorted(glob.glob(os.path.join(out, "bench-*.txt")), key=os.path.getmtime)
+for path in runs:
+    mode = os.path.basename(path)[len("bench-"):-len(".txt")]
+    text = open(path).read()
+    r = re.search(r"returning turns mean ([0-9.]+) ms, p50 ([0-9.]+) ms", text)
+    row = [l for l in text.splitlines() if l.startswith("| c=")]
+    rps = row[0].split("|")[4].strip() if row else "?"
+    cells = [mode, r.group(1) if r else "?", r.group(2) if r else "?", rps]
+    mpath = os.path.join(out, f"metrics-{mode}.txt")
+    m = dict(l.split()[:2] for l in open(mpath) if l.strip()) if os.path.exists(mpath) else {}
+    log = os.path.join(out, f"server-{mode}.log")
+    b = float(m.get("tandem_kv_onboarded_bytes_total", 0))
+    t = float(m.get("tandem_kv_onboard_seconds_total", 0))
+    bw = b / t / 1e9 if t > 0 else 0
+    # Device-timed only on a side stream (else the seconds are the enqueueing's, or the step's).
+    timed = os.path.exists(log) and "side stream" in open(log, errors="replace").read()
+    cells += [f"{b / 1e9:.2f}"] + ([f"{bw:.1f}", f"{100 * bw / h2d:.0f}%"] if timed else ["-", "-"]) if b > 0 else ["-", "-", "-"]
+    # Evicted blocks out: bytes only (the few-block copies ahead of a step are not device-timed).
+    cells.append(f"{float(m.get('tandem_kv_offloaded_bytes_total', 0)) / 1e9:.2f}")
+    print("| " + " | ".join(cells) + " |")
 PY
   [ "${GPU_E2E_KEEP:-0}" = 1 ] || rm -rf "$ckdir"
 }
