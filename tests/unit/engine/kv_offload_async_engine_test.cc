@@ -5,6 +5,8 @@
 // third poll of the ticket, or when the engine waits for it. A step that read a landing block
 // early would compute from garbage, so greedy tokens equal to the run without the tier show that
 // the requests on landing blocks waited for them; the other requests ran meanwhile.
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <string>
@@ -80,13 +82,74 @@ class LateOnboardRunner final : public ForwardingModelRunner {
   uint64_t next_ = 0;
 };
 
+// Layer-wise copies (ModelRunner::StartKvCopiesByLayer) as a side stream that has not run yet:
+// the call leaves garbage where its copies will write (the onboarded pool blocks, the evicted
+// blocks' host slots) and the copies happen only when the next step starts (out of the pool
+// first, then into it, as the CUDA runner does layer by layer), or at the next sync or copy.
+class LayeredCopyRunner final : public ForwardingModelRunner {
+ public:
+  struct Counters {
+    int calls = 0, out = 0, in = 0;
+  };
+  LayeredCopyRunner(std::unique_ptr<ModelRunner> inner, Counters* counters)
+      : ForwardingModelRunner(std::move(inner)), c_(*counters) {}
+  bool LayerwiseKvCopies() const override { return true; }
+  Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) override {
+    TANDEM_RETURN_IF_ERROR(Land());
+    const KVCacheLayout layout = inner().kv_cache_layout();
+    const size_t slot = layout.block_bytes * layout.layer_base.size();
+    garbage_.assign(slot, std::byte{0x7f});  // bf16 ~3e38
+    std::vector<KvBlockCopy> poison;
+    for (const KvBlockCopy& k : copies) {
+      if (k.to_host) {
+        std::fill(k.host, k.host + slot, std::byte{0x7f});
+        ++c_.out;
+      } else {
+        poison.push_back({k.block_id, garbage_.data(), false});
+        ++c_.in;
+      }
+    }
+    TANDEM_RETURN_IF_ERROR(inner().CopyKvBlocks(poison));
+    pending_.assign(copies.begin(), copies.end());
+    ++c_.calls;
+    return Status::Ok();
+  }
+  KvCopySeconds TakeKvLayerCopySeconds() override { return {0.001, 0.002}; }
+  Status Execute(const ForwardBatch& batch, ForwardOutput* out) override {
+    TANDEM_RETURN_IF_ERROR(Land());
+    return inner().Execute(batch, out);
+  }
+  Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override {
+    TANDEM_RETURN_IF_ERROR(Land());
+    return inner().CopyKvBlocks(copies);
+  }
+  Status SyncKvCopies() override { return Land(); }
+
+ private:
+  Status Land() {
+    std::vector<KvBlockCopy> ordered;
+    for (bool out : {true, false}) {
+      for (const KvBlockCopy& k : pending_) {
+        if (k.to_host == out) ordered.push_back(k);
+      }
+    }
+    pending_.clear();
+    return inner().CopyKvBlocks(ordered);
+  }
+  Counters& c_;
+  std::vector<std::byte> garbage_;
+  std::vector<KvBlockCopy> pending_;
+};
+
 std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks,
-                                   LateOnboardRunner::Counters* late = nullptr) {
+                                   LateOnboardRunner::Counters* late = nullptr,
+                                   LayeredCopyRunner::Counters* layered = nullptr) {
   auto runner = LoadCpuModelRunner(DefaultModelDir());
   EXPECT_TRUE(runner.ok()) << runner.status().ToString();
   if (!runner.ok()) return nullptr;
   std::unique_ptr<ModelRunner> r = std::move(runner).value();
   if (late != nullptr) r = std::make_unique<LateOnboardRunner>(std::move(r), late);
+  if (layered != nullptr) r = std::make_unique<LayeredCopyRunner>(std::move(r), layered);
   EngineConfig c;
   c.block_size = kBlock;
   c.num_kv_blocks = num_blocks;
@@ -165,6 +228,38 @@ TEST(KvOffloadAsyncEngine, AnOnboardingThatCannotStartFailsItsRequestsCleanly) {
   got = RunWaves(*on, {{{"a4", 1}}}, std::move(got));
   EXPECT_EQ(got.at("a4").token_ids, got.at("a1").token_ids);
   EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
+}
+
+// Layer-wise copies, both directions: the evicted blocks' bytes reach the tier only when the next
+// step starts, and the onboarded ones the pool; greedy tokens equal the run without the tier's,
+// with the evictions riding along with onboard copies (the default) and alone (a minimum of 1).
+TEST(KvOffloadLayeredEngine, EvictedAndOnboardedBlocksGoLayerwiseAndGiveTheSameTokens) {
+  auto off = MakeEngine(0, 24);
+  ASSERT_TRUE(off);
+  const auto got_off = RunWaves(*off, kReturnBesideANewPrompt);
+  for (const char* min : {"", "1"}) {
+    SCOPED_TRACE(std::string("TANDEM_KV_EVICT_LAYERED_MIN=") + min);
+    if (*min != 0) ::setenv("TANDEM_KV_EVICT_LAYERED_MIN", min, 1);
+    LayeredCopyRunner::Counters layered;
+    auto on = MakeEngine(64u << 20, 24, nullptr, &layered);
+    ::unsetenv("TANDEM_KV_EVICT_LAYERED_MIN");
+    ASSERT_TRUE(on);
+    const auto got_on = RunWaves(*on, kReturnBesideANewPrompt);
+    for (const auto& [id, c] : got_off) {
+      ASSERT_TRUE(got_on.count(id)) << id;
+      EXPECT_EQ(got_on.at(id).token_ids, c.token_ids) << id;
+    }
+    EXPECT_EQ(got_on.at("a2").num_cached_tokens, 5 * kBlock);
+    EXPECT_GT(layered.in, 0);
+    const EngineStats s = on->Stats();
+    EXPECT_EQ(s.kv_onboarded_blocks, static_cast<uint64_t>(layered.in));
+    EXPECT_EQ(s.num_kv_blocks_used, 0);
+    if (*min != 0) {
+      EXPECT_EQ(static_cast<uint64_t>(layered.out), s.kv_offloaded_blocks);  // every eviction layer-wise
+    } else {
+      EXPECT_LT(static_cast<uint64_t>(layered.out), s.kv_offloaded_blocks);  // the small ones ahead
+    }
+  }
 }
 
 }  // namespace
