@@ -89,9 +89,9 @@ namespace {
 
 enum class KvCopyMethod { kKernel, kEngines, kMemcpy };
 
-KvCopyMethod KvCopyMethodFromEnv() {
-  // TANDEM_KV_COPY=kernel|engines|memcpy (unset: kernel; TANDEM_KV_COPY_KERNEL=0, the older
-  // switch, means memcpy).
+// TANDEM_KV_COPY=kernel|engines|memcpy for every KV tier copy; unset: the copy engines on the side
+// stream, the kernel on the compute stream (TANDEM_KV_COPY_KERNEL=0, the older switch: memcpy).
+KvCopyMethod KvCopyMethodFromEnv(bool side_stream) {
   const char* v = std::getenv("TANDEM_KV_COPY");
   const std::string m = v != nullptr ? v : "";
   if (m == "engines") return KvCopyMethod::kEngines;
@@ -99,7 +99,7 @@ KvCopyMethod KvCopyMethodFromEnv() {
   const char* old = std::getenv("TANDEM_KV_COPY_KERNEL");
   if (m.empty() && old != nullptr && std::string(old) == "0") return KvCopyMethod::kMemcpy;
   if (!m.empty() && m != "kernel") log::warn("TANDEM_KV_COPY={} is none of kernel, engines, memcpy; the kernel copies", m);
-  return KvCopyMethod::kKernel;
+  return m.empty() && side_stream ? KvCopyMethod::kEngines : KvCopyMethod::kKernel;
 }
 
 }  // namespace
@@ -109,11 +109,16 @@ Status CudaModelRunner::EnqueueKvCopies(std::span<const KvBlockCopy> copies, cud
   if (copies.empty()) return Status::Ok();
   const size_t bb = KVBlockBytes(block_size_) / kv_.size();
   if (num_layers == 0) num_layers = kv_.size() - first_layer;
-  // The copy kernel where the host memory allows: on the H200, 128 blocks of 36 layers
-  // host->pool at 50.8 GB/s, 93% of one pinned H2D copy, against 16.0 GB/s for one
+  // On the compute stream, the copy kernel where the host memory allows: on the H200, 128 blocks
+  // of 36 layers host->pool at 50.8 GB/s, 93% of one pinned H2D copy, against 16.0 GB/s for one
   // cudaMemcpyAsync per layer and block (dev/kvtier/results/2026-12-03b-h200-kv-copy-kernel.txt).
-  // TANDEM_KV_COPY=engines: the copy engines, one cudaMemcpyBatchAsync per direction (no SMs).
-  static const KvCopyMethod method = KvCopyMethodFromEnv();
+  // On the side stream, beside the step's kernels, the copy engines (one cudaMemcpyBatchAsync per
+  // direction and layer, no SMs taken): on an H100 through `tandem run`, onboarding at 93-94% of
+  // a pinned H2D copy against the kernel's 78-82%, though alone the kernel is faster (92% against
+  // 78%) (dev/kvtier/results/2026-12-07d-h100-layerwise-evictions-copy-engines.txt).
+  static const KvCopyMethod compute_method = KvCopyMethodFromEnv(false);
+  static const KvCopyMethod side_method = KvCopyMethodFromEnv(true);
+  const KvCopyMethod method = stream == stream_ ? compute_method : side_method;
   std::vector<void*> bases;
   for (size_t l = first_layer; l < first_layer + num_layers; ++l) bases.push_back(kv_[l].as<void>());
   std::vector<cuda::KvBlockCopyEntry> entries;

@@ -165,8 +165,9 @@ class CudaModelRunner final : public ModelRunner {
   // every step with more than GemvMaxM() tokens; TANDEM_FUSED_NORM_QUANT=0 turns it off.
   bool fused_norm_quant_ = true;
   // The copies on `stream` of layers [first_layer, first_layer + num_layers) (0: to the last),
-  // by the copy kernel (its grid bounded by max_ctas, 0: none), the copy engines
-  // (TANDEM_KV_COPY=engines) or one cudaMemcpyAsync per layer and block.
+  // by the copy kernel (its grid bounded by max_ctas, 0: none; the compute stream's default), the
+  // copy engines (a side stream's default) or one cudaMemcpyAsync per layer and block
+  // (TANDEM_KV_COPY=kernel|engines|memcpy picks one for both).
   Status EnqueueKvCopies(std::span<const KvBlockCopy> copies, cudaStream_t stream, int max_ctas,
                          size_t first_layer = 0, size_t num_layers = 0);
   void DestroyOnboard();  // waits for the onboarding in flight; frees its stream and events
