@@ -278,25 +278,19 @@ structured() {
 offload() {
   local out=${OUT:-/tmp/gpu-e2e-out} work=/tmp/tandem-e2e ckdir=/dev/shm/tandem-offload
   setup_8b "$out" "$work" "$ckdir" "$ckdir/qwen3-8b" || return 1
-  local h2d
-  h2d=$(python3 -c '
+  local h2d d2h
+  # Both directions in one process: "<h2d> <d2h>" GB/s.
+  read -r h2d d2h < <(python3 -c '
 import torch, time
 n = 1 << 30
 h = torch.empty(n, dtype=torch.uint8).pin_memory(); d = torch.empty(n, dtype=torch.uint8, device="cuda")
-best = 0
-for _ in range(5):
-    torch.cuda.synchronize(); t = time.perf_counter(); d.copy_(h, non_blocking=True); torch.cuda.synchronize()
-    best = max(best, n / (time.perf_counter() - t) / 1e9)
-print(f"{best:.2f}")')
-  d2h=$(python3 -c '
-import torch, time
-n = 1 << 30
-h = torch.empty(n, dtype=torch.uint8).pin_memory(); d = torch.empty(n, dtype=torch.uint8, device="cuda")
-best = 0
-for _ in range(5):
-    torch.cuda.synchronize(); t = time.perf_counter(); h.copy_(d, non_blocking=True); torch.cuda.synchronize()
-    best = max(best, n / (time.perf_counter() - t) / 1e9)
-print(f"{best:.2f}")')
+def best(dst, src):
+    b = 0
+    for _ in range(5):
+        torch.cuda.synchronize(); t = time.perf_counter(); dst.copy_(src, non_blocking=True); torch.cuda.synchronize()
+        b = max(b, n / (time.perf_counter() - t) / 1e9)
+    return b
+print(f"{best(d, h):.2f} {best(h, d):.2f}")')
   echo "pinned host-to-device (torch, 1 GiB, best of 5): $h2d GB/s; device-to-host $d2h GB/s"
   mkdir -p "$work/bench-build" && ln -sf "$work/tandem" "$work/bench-build/tandem"
   OUT="$out/offload" MODEL=$CKPT DEVICE=cuda:0 TOKENIZER=$TINY NUM_KV_BLOCKS=${OFFLOAD_KV_BLOCKS:-1024} \
