@@ -242,7 +242,10 @@ Status KvOffloader::BeforeForward(std::span<const EvictedBlock> evicted,
   const bool layered = static_cast<bool>(copier_.layered);
   // Layer-wise, the evicted blocks leave with the onboard copies, or alone when there are enough.
   const size_t min = copier_.layered_evict_min_blocks;
-  const bool evict_layered = layered && min > 0 && !evicted.empty() && (!onboard.empty() || evicted.size() >= min);
+  // Only where the layer-wise copies are the step's own (async, no landing tickets): a ticketed
+  // onboarding clears copies_, and a synchronous copier's slots are written through at once.
+  const bool evict_layered = layered && copier_.async && !async_onboard() && min > 0 && !evicted.empty() &&
+                             (!onboard.empty() || evicted.size() >= min);
   copies_.clear();
   std::vector<int> slots;
   const auto t0 = std::chrono::steady_clock::now();

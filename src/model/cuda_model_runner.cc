@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <string>
@@ -124,10 +125,16 @@ Status CudaModelRunner::EnqueueKvCopies(std::span<const KvBlockCopy> copies, cud
   std::vector<cuda::KvBlockCopyEntry> entries;
   entries.reserve(copies.size());
   for (const KvBlockCopy& c : copies) entries.push_back({c.block_id, c.host + first_layer * bb, c.to_host});
-  if (method == KvCopyMethod::kEngines && stream != nullptr) {
-    return cuda::KvBlockCopyBatched(bases, bb, entries, stream);
+  // A platform whose driver refuses batched copies falls back to the kernel for good (once logged).
+  static std::atomic<bool> engines_refused{false};
+  if (method == KvCopyMethod::kEngines && stream != nullptr && !engines_refused.load()) {
+    Status st = cuda::KvBlockCopyBatched(bases, bb, entries, stream);
+    if (st.ok() || st.code() != StatusCode::kInternal) return st;
+    if (!engines_refused.exchange(true)) {
+      log::warn("KV copies: the copy engines refused a batch ({}); the copy kernel from now on", st.ToString());
+    }
   }
-  if (method == KvCopyMethod::kKernel && cuda::KvBlockCopySupported(bases, bb, entries)) {
+  if (method != KvCopyMethod::kMemcpy && cuda::KvBlockCopySupported(bases, bb, entries)) {
     return cuda::KvBlockCopy(bases, bb, entries, stream, max_ctas);
   }
   for (const cuda::KvBlockCopyEntry& e : entries) {

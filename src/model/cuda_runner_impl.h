@@ -104,14 +104,13 @@ class CudaModelRunner final : public ModelRunner {
   Status CopyKvBlocks(std::span<const KvBlockCopy> copies) override;
   Status SyncKvCopies() override;
   // Onboarding on a side stream (cuda_runner_onboard.cc): it waits for an event recorded on the
-  // compute stream at the call, then runs the copy kernel (its grid bounded by
-  // TANDEM_KV_ONBOARD_CTAS when set) between two timing events; a landed ticket's end event is
-  // also waited for by the compute stream.
+  // compute stream at the call, then copies (the copy engines by default, EnqueueKvCopies) between
+  // two timing events; a landed ticket's end event is also waited for by the compute stream.
   bool AsyncKvOnboard() const override { return true; }
   Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override;
   Status PollKvOnboard(uint64_t ticket, bool wait, bool* landed, double* seconds) override;
-  // Layer-wise: a copy kernel launch and an event per layer on the same side stream; RunModel's
-  // layer l waits for event l.
+  // Layer-wise, on the same side stream: per layer its copies out, an event, its copies in, an
+  // event (what RunModel's layer l waits for).
   bool LayerwiseKvCopies() const override { return true; }
   Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) override;
   KvCopySeconds TakeKvLayerCopySeconds() override;
@@ -197,6 +196,7 @@ class CudaModelRunner final : public ModelRunner {
   cudaEvent_t onboard_layer_start_ = nullptr;
   bool onboard_layers_pending_ = false;  // the next RunModel waits for them, layer by layer
   bool layered_untimed_ = false;         // the last flight's times not yet in layered_seconds_
+  bool layered_has_out_ = false, layered_has_in_ = false;  // the last flight's directions
   KvCopySeconds layered_seconds_;        // finished flights' times, until TakeKvLayerCopySeconds
   Status EnqueueByLayer(std::span<const KvBlockCopy> copies);
   void CollectLayerTimes(bool wait);

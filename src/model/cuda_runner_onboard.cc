@@ -143,6 +143,8 @@ Status CudaModelRunner::StartKvCopiesByLayer(std::span<const KvBlockCopy> copies
 Status CudaModelRunner::EnqueueByLayer(std::span<const KvBlockCopy> copies) {
   std::vector<KvBlockCopy> out, in;  // each in the callers' order
   for (const KvBlockCopy& c : copies) (c.to_host ? out : in).push_back(c);
+  layered_has_out_ = !out.empty();
+  layered_has_in_ = !in.empty();
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_ready_, stream_));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(onboard_stream_, onboard_ready_, 0));
   TANDEM_CUDA_RETURN_IF_ERROR(cudaEventRecord(onboard_layer_start_, onboard_stream_));
@@ -171,10 +173,12 @@ void CudaModelRunner::CollectLayerTimes(bool wait) {
     float out_ms = 0, in_ms = 0;
     if (cudaEventElapsedTime(&out_ms, prev, onboard_mid_events_[l]) != cudaSuccess ||
         cudaEventElapsedTime(&in_ms, onboard_mid_events_[l], onboard_layer_events_[l]) != cudaSuccess) {
+      (void)cudaGetLastError();  // no times for this flight; nothing left for the next launch check
       return;
     }
-    layered_seconds_.to_host += out_ms / 1e3;
-    layered_seconds_.to_pool += in_ms / 1e3;
+    // A direction without copies counts none (its segment is two records back to back).
+    if (layered_has_out_) layered_seconds_.to_host += out_ms / 1e3;
+    if (layered_has_in_) layered_seconds_.to_pool += in_ms / 1e3;
     prev = onboard_layer_events_[l];
   }
 }

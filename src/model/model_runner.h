@@ -199,7 +199,9 @@ class ModelRunner {
   // ordered after the copies, as with CopyKvBlocks; the host bytes must stay put (and copies into
   // the host are only there) until SyncKvCopies returns. TakeKvLayerCopySeconds: their transfer
   // time by direction (device events around each layer's two parts), of the copies finished since
-  // the last call. Errors: InvalidArgument (as CopyKvBlocks), Internal (device), Unimplemented.
+  // the last call (a layer's time can include the host's enqueueing when the side stream keeps pace
+  // with it; a direction without copies counts none). Errors: InvalidArgument (as CopyKvBlocks),
+  // FailedPrecondition (no KV pool), Internal (device), Unimplemented.
   virtual bool LayerwiseKvCopies() const { return false; }
   virtual Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies);
   virtual KvCopySeconds TakeKvLayerCopySeconds() { return {}; }

@@ -93,8 +93,12 @@ Status KvBlockCopyBatched(std::span<void* const> layer_base, size_t block_bytes,
     attr.srcLocHint = to_host ? dev : host;
     attr.dstLocHint = to_host ? host : dev;
     size_t attr_index = 0;
-    TANDEM_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_index, 1, stream));
+    const cudaError_t e =
+        cudaMemcpyBatchAsync(dsts.data(), srcs.data(), sizes.data(), dsts.size(), &attr, &attr_index, 1, stream);
+    if (e != cudaSuccess) {
+      (void)cudaGetLastError();  // not left for the caller's next launch check
+      return Err(StatusCode::kInternal, "cudaMemcpyBatchAsync of {} pieces: {}", dsts.size(), cudaGetErrorString(e));
+    }
     dsts.clear();
     srcs.clear();
     sizes.clear();
@@ -103,10 +107,12 @@ Status KvBlockCopyBatched(std::span<void* const> layer_base, size_t block_bytes,
   for (void* b : layer_base) {
     if (b == nullptr) return Err(StatusCode::kInvalidArgument, "KvBlockCopyBatched: a null layer base");
   }
-  for (const KvBlockCopyEntry& e : entries) {
+  for (const KvBlockCopyEntry& e : entries) {  // all checked before any batch is enqueued
     if (e.block_id < 0 || e.host == nullptr) {
       return Err(StatusCode::kInvalidArgument, "KvBlockCopyBatched: block id {}, host {}", e.block_id, e.host);
     }
+  }
+  for (const KvBlockCopyEntry& e : entries) {
     if (!dsts.empty() && to_host != e.to_host) TANDEM_RETURN_IF_ERROR(flush());
     to_host = e.to_host;
     for (size_t l = 0; l < layer_base.size(); ++l) {

@@ -62,13 +62,14 @@ bool KvBlockCopySupported(std::span<void* const> layer_base, size_t block_bytes,
 Status KvBlockCopy(std::span<void* const> layer_base, size_t block_bytes,
                    std::span<const KvBlockCopyEntry> entries, cudaStream_t stream, int max_ctas = 0);
 
-// The same copies by the copy engines instead of the SMs: one cudaMemcpyBatchAsync (CUDA 12.8+)
-// per run of one direction, a block_bytes piece per (entry, layer), flagged
-// cudaMemcpyFlagPreferOverlapWithCompute (a copy beside kernels then holds no SMs). Any host
-// memory works (pageable is staged by the driver); `stream` must not be the legacy default stream.
+// The same copies by the copy engines instead of the SMs: one cudaMemcpyBatchAsync (CUDA 13's
+// signature) per run of one direction, a block_bytes piece per (entry, layer), flagged
+// cudaMemcpyFlagPreferOverlapWithCompute (a copy beside kernels then holds no SMs); checked with
+// page-locked host memory (cuda_op_check kv_copy). `stream` must not be the legacy default stream.
 // Within a batch the pieces may move in any order; runs of different directions are ordered.
-// Errors: InvalidArgument (no layers, a null address, a negative block id, the default stream),
-// Internal (CUDA).
+// Every entry is checked before anything is enqueued. Errors: InvalidArgument (no layers, a null
+// address, a negative block id, the default stream), Internal (CUDA; the runtime's last error is
+// cleared, so that it does not fail the caller's next launch check).
 Status KvBlockCopyBatched(std::span<void* const> layer_base, size_t block_bytes,
                           std::span<const KvBlockCopyEntry> entries, cudaStream_t stream);
 
