@@ -82,7 +82,6 @@ struct PoolCopier {
   size_t layered_evict_min_blocks = kLayeredEvictMinBlocks;  // 0: evicted blocks never layer-wise
 };
 
-
 struct OffloadStats {
   HostTierStats host;
   DiskTierStats disk;       // all zero without a disk tier

@@ -32,6 +32,20 @@ using Waves = testing::OffloadWaves;
 constexpr int kBlock = testing::kOffloadBlock;
 std::vector<int32_t> Prompt(int seed) { return testing::OffloadPrompt(seed); }
 
+// What a block holds before its copy arrived: 0x7f bytes (bf16 ~3e38) in the pool blocks `copies`
+// fill and in the host slots they write (a slot: every layer of a block). `garbage` keeps the
+// source bytes of the pool's copies.
+Status Poison(ModelRunner& runner, std::span<const KvBlockCopy> copies, std::vector<std::byte>* garbage) {
+  const KVCacheLayout layout = runner.kv_cache_layout();
+  garbage->assign(layout.block_bytes * layout.layer_base.size(), std::byte{0x7f});
+  std::vector<KvBlockCopy> into_pool;
+  for (const KvBlockCopy& k : copies) {
+    if (k.to_host) std::fill(k.host, k.host + garbage->size(), std::byte{0x7f});
+    else into_pool.push_back({k.block_id, garbage->data(), false});
+  }
+  return runner.CopyKvBlocks(into_pool);
+}
+
 class LateOnboardRunner final : public ForwardingModelRunner {
  public:
   struct Counters {
@@ -43,11 +57,7 @@ class LateOnboardRunner final : public ForwardingModelRunner {
   bool AsyncKvOnboard() const override { return true; }
   Status StartKvOnboard(std::span<const KvBlockCopy> copies, uint64_t* ticket) override {
     if (c_.fail_start) return Status(StatusCode::kInternal, "the side stream refused the copy");
-    const KVCacheLayout layout = inner().kv_cache_layout();
-    garbage_.assign(layout.block_bytes * layout.layer_base.size(), std::byte{0x7f});  // bf16 ~3e38
-    std::vector<KvBlockCopy> poison;
-    for (const KvBlockCopy& k : copies) poison.push_back({k.block_id, garbage_.data(), false});
-    TANDEM_RETURN_IF_ERROR(inner().CopyKvBlocks(poison));
+    TANDEM_RETURN_IF_ERROR(Poison(inner(), copies, &garbage_));
     flights_.push_back({++next_, 0, {copies.begin(), copies.end()}});
     *ticket = next_;
     ++c_.started;
@@ -103,20 +113,8 @@ class LayeredCopyRunner final : public ForwardingModelRunner {
   }
   Status StartKvCopiesByLayer(std::span<const KvBlockCopy> copies) override {
     TANDEM_RETURN_IF_ERROR(Land());
-    const KVCacheLayout layout = inner().kv_cache_layout();
-    const size_t slot = layout.block_bytes * layout.layer_base.size();
-    garbage_.assign(slot, std::byte{0x7f});  // bf16 ~3e38
-    std::vector<KvBlockCopy> poison;
-    for (const KvBlockCopy& k : copies) {
-      if (k.to_host) {
-        std::fill(k.host, k.host + slot, std::byte{0x7f});
-        ++c_.out;
-      } else {
-        poison.push_back({k.block_id, garbage_.data(), false});
-        ++c_.in;
-      }
-    }
-    TANDEM_RETURN_IF_ERROR(inner().CopyKvBlocks(poison));
+    TANDEM_RETURN_IF_ERROR(Poison(inner(), copies, &garbage_));
+    for (const KvBlockCopy& k : copies) ++(k.to_host ? c_.out : c_.in);
     pending_.assign(copies.begin(), copies.end());
     ++c_.calls;
     return Status::Ok();
