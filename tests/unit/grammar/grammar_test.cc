@@ -48,6 +48,28 @@ TEST(GbnfTest, LeftRecursionAndSizeAreRefused) {
   EXPECT_NE(a.status().message().find("too large"), std::string::npos);
 }
 
+// Compile checks a node count computed from the grammar before it builds anything (a huge
+// grammar is refused in time linear in its text); the count must equal the nodes it then builds,
+// through inlined rules, called (recursive) ones, empty alternatives and every kind of repeat.
+TEST(GbnfTest, TheNodeCountBeforeBuildingIsExact) {
+  for (const char* gbnf : {
+           "root ::= \"a\"",
+           "root ::= \"\" | \"abc\" \"\" [x-z]",
+           "root ::= item (\",\" item)*\nitem ::= [a-z]+ | \"(\" root \")\"",
+           "root ::= x{2,5} x{3} x{0,2} x{2,} x? x*\nx ::= \"ab\" | [^\\n]",
+           "root ::= [\\u0080-\\U0010FFFF]{1,3} ([a-c] | \"\"){4}",
+           "root ::= a b\na ::= b b\nb ::= \"xy\" c\nc ::= [0-9]{0,3}",
+           "root ::= \"a\" root | \"b\"",
+       }) {
+    auto g = ParseGbnf(gbnf);
+    ASSERT_TRUE(g.ok()) << gbnf << ": " << g.status().ToString();
+    auto a = Automaton::Compile(*g);
+    ASSERT_TRUE(a.ok()) << gbnf << ": " << a.status().ToString();
+    EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g)) << gbnf;
+    EXPECT_GE(a->raw_nodes(), a->num_nodes()) << gbnf;
+  }
+}
+
 // Nested unbounded repeats ("x++++...", from the grammar fuzzer) build one copy of x per level:
 // with x+ built as x then x*, each '+' doubled the automaton (130 of them: over a minute under
 // ASan). The languages: one or more, at least n, zero or more.

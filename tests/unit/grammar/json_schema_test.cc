@@ -74,6 +74,7 @@ TEST(JsonSchemaTest, EveryOutputOfTheSuiteValidates) {
     ASSERT_TRUE(g.ok()) << name << ": " << g.status().ToString();
     auto a = Automaton::Compile(*g);
     ASSERT_TRUE(a.ok()) << name << ": " << a.status().ToString();
+    EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g)) << name;  // the count checked before building
     auto automaton = std::make_shared<const Automaton>(std::move(*a));
     for (uint32_t seed = 0; seed < 20; ++seed) {
       const std::string text = RandomOutput(automaton, seed * 7919 + 1);

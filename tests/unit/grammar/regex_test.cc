@@ -29,6 +29,8 @@ TEST_P(RegexTest, AgreesWithPcre2) {
   ASSERT_TRUE(g.ok()) << c.pattern << ": " << g.status().ToString();
   auto a = Automaton::Compile(*g);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
+  // The count Compile checks before building equals the nodes it built.
+  EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g)) << c.pattern;
   auto automaton = std::make_shared<const Automaton>(std::move(*a));
   std::string pcre = c.pcre ? c.pcre : c.pattern;  // the anchors are implied by the full match
   if (!pcre.empty() && pcre.front() == '^') pcre.erase(0, 1);
@@ -143,7 +145,24 @@ TEST(RegexErrorsTest, NestedCountedRepeatsAreCapped) {
   }
   g = RegexToGrammar("((a{100}){100}){10}");
   ASSERT_TRUE(g.ok());
-  EXPECT_TRUE(Automaton::Compile(*g).ok());
+  a = Automaton::Compile(*g);
+  ASSERT_TRUE(a.ok()) << a.status().ToString();
+  EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g));
+  // Refused from the count, before building: 10^15 nodes (the count saturates, never wraps), and
+  // one node over the limit, while the limit itself compiles.
+  g = RegexToGrammar("((((.{1000}){1000}){1000}){1000}){1000}");
+  ASSERT_TRUE(g.ok());
+  EXPECT_GT(Automaton::CountRawNodes(*g), size_t{1} << 50);
+  a = Automaton::Compile(*g);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("over 200000 automaton nodes"), std::string::npos) << a.status().ToString();
+  g = RegexToGrammar("(ab|c[x-z]){7,30}d+");
+  ASSERT_TRUE(g.ok());
+  const size_t n = Automaton::CountRawNodes(*g);
+  EXPECT_TRUE(Automaton::Compile(*g, n).ok());
+  a = Automaton::Compile(*g, n - 1);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("too large"), std::string::npos) << a.status().ToString();
 }
 
 }  // namespace
