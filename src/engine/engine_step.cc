@@ -28,6 +28,8 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
       // none of this step's onboard copies started; the requests admitted to wait for them fail.
       log::error("kv offload failed: {}", st.ToString());
       FailScheduled(sched, st, &outputs);
+      FailRemotePrefills(sched, st, &outputs);
+      FinishUnfittable(sched, &outputs);
       if (offloader_->async_onboard()) {
         FailLandingHolders(st, &outputs);
         std::vector<int> ids;
@@ -36,6 +38,20 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
       }
       kv_.ResetPrefixCache();
       return outputs;
+    }
+    // A remote prefill's KV is written by the transfer agent, outside the runner's streams: the
+    // blocks this scheduling evicted for it leave the pool first (KvOffloader::AwaitEvicted).
+    if (!sched.remote_prefills.empty()) {
+      if (Status st = offloader_->AwaitEvicted(); !st.ok()) {
+        // The device failed: this step's onboard copies may not have landed either. Landing
+        // blocks stay with their flights (CollectLanded fails their holders).
+        log::error("kv offload failed: {}", st.ToString());
+        FailScheduled(sched, st, &outputs);
+        FailRemotePrefills(sched, st, &outputs);
+        FinishUnfittable(sched, &outputs);
+        kv_.ResetPrefixCache();
+        return outputs;
+      }
     }
   }
   TakeAdmitted(sched, &outputs);
@@ -139,6 +155,17 @@ void EngineImpl::TakeAdmitted(const SchedulerOutput& sched, std::vector<RequestO
     task.arrival = r->arrival;
     remote_tasks_.push_back(std::move(task));
   }
+  FinishUnfittable(sched, outputs);
+}
+
+void EngineImpl::FailRemotePrefills(const SchedulerOutput& sched, const Status& st,
+                                    std::vector<RequestOutput>* outputs) {
+  std::vector<std::string> ids;  // FailRequest destroys the Request
+  for (const Request* r : sched.remote_prefills) ids.push_back(r->request_id);
+  for (const std::string& id : ids) FailRequest(id, st, outputs);
+}
+
+void EngineImpl::FinishUnfittable(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs) {
   for (Request* r : sched.unfittable) {
     // Its tokens need more KV blocks than the pool has: the effective context limit.
     log::warn("request {}: {} tokens need more than the {} KV blocks of the pool; stopping",

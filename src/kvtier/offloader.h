@@ -134,6 +134,14 @@ class KvOffloader : public KvTierIndex {
   // blocks come back from TakeLanded; on an error none of them was started.
   Status BeforeForward(std::span<const EvictedBlock> evicted, std::span<const OnboardBlock> onboard);
 
+  // Waits until this step's evicted blocks have left the pool (asynchronous copies, layer-wise or
+  // not), as the next BeforeForward would: before the pool blocks they left are handed to a writer
+  // outside the runner's streams (a remote prefill's KV, written by the transfer agent). Without
+  // it the writes and the copies out are ordered only by timing, and a write that came first
+  // would be stored in the tier under the evicted block's hash. Ok at once when none is in flight;
+  // a copier's error as FinishPrevious returns it (the blocks dropped from the tier).
+  Status AwaitEvicted() { return landing_.empty() ? Status::Ok() : FinishPrevious(); }
+
   bool async_onboard() const { return static_cast<bool>(copier_.onboard_start); }
   // Onboard copies started and not yet landed.
   bool onboarding() const { return !flights_.empty(); }

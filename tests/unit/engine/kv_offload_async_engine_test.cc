@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include "common/file_util.h"
+#include "disagg_test_util.h"
 #include "engine/engine.h"
 #include "engine_test_util.h"
 #include "kv_offload_test_util.h"
@@ -146,19 +147,24 @@ class LayeredCopyRunner final : public ForwardingModelRunner {
   std::vector<KvBlockCopy> pending_;
 };
 
+// runner_out: the runner the engine steps (the outermost decorator); max_local: prompts with more
+// uncached tokens than this go to a remote prefill when the request allows it (-1: the default).
 std::unique_ptr<Engine> MakeEngine(size_t offload_bytes, int num_blocks,
                                    LateOnboardRunner::Counters* late = nullptr,
-                                   LayeredCopyRunner::Counters* layered = nullptr) {
+                                   LayeredCopyRunner::Counters* layered = nullptr,
+                                   ModelRunner** runner_out = nullptr, int max_local = -1) {
   auto runner = LoadCpuModelRunner(DefaultModelDir());
   EXPECT_TRUE(runner.ok()) << runner.status().ToString();
   if (!runner.ok()) return nullptr;
   std::unique_ptr<ModelRunner> r = std::move(runner).value();
   if (late != nullptr) r = std::make_unique<LateOnboardRunner>(std::move(r), late);
   if (layered != nullptr) r = std::make_unique<LayeredCopyRunner>(std::move(r), layered);
+  if (runner_out != nullptr) *runner_out = r.get();
   EngineConfig c;
   c.block_size = kBlock;
   c.num_kv_blocks = num_blocks;
   c.kv_offload_host_bytes = offload_bytes;
+  if (max_local >= 0) c.max_local_prefill_tokens = max_local;
   auto engine = Engine::Create(std::move(r), nullptr, c);
   EXPECT_TRUE(engine.ok()) << engine.status().ToString();
   return engine.ok() ? std::move(engine).value() : nullptr;
@@ -235,6 +241,44 @@ TEST(KvOffloadAsyncEngine, AnOnboardingThatCannotStartFailsItsRequestsCleanly) {
   EXPECT_EQ(on->Stats().num_kv_blocks_used, 0);
 }
 
+// A remote prefill admitted in the step whose onboarding cannot start fails with that error too
+// (its cached prefix may be among the stale blocks), instead of waiting for a task never handed
+// out; the engine goes on serving remote prefills.
+TEST(KvOffloadAsyncEngine, ARemotePrefillInAFailedOnboardingStepFails) {
+  LateOnboardRunner::Counters late;
+  ModelRunner* decode_runner = nullptr;
+  auto decode = MakeEngine(64u << 20, 24, &late, nullptr, &decode_runner, /*max_local=*/32);
+  ModelRunner* prefill_runner = nullptr;
+  auto prefill = MakeEngine(0, 64, nullptr, nullptr, &prefill_runner);
+  ASSERT_TRUE(decode && prefill);
+  auto got = RunWaves(*decode, {{{"a1", 1}}, {{"b", 2}}, {{"c", 3}}, {{"d", 4}}, {{"e", 5}}});
+  RequestOptions remote;
+  remote.allow_remote_prefill = true;
+  late.fail_start = true;
+  ASSERT_TRUE(decode->AddRequest("a2", Prompt(1), Greedy(12)).ok());
+  ASSERT_TRUE(decode->AddRequest("r", Prompt(6), Greedy(12), remote).ok());
+  testing::DisaggCounters counters;
+  for (auto& [id, c] : testing::RunDisaggregated(*decode, *decode_runner, *prefill, *prefill_runner, kBlock,
+                                                 &counters)) {
+    got[id] = std::move(c);
+  }
+  EXPECT_EQ(got.at("a2").finish_reason, FinishReason::kError);
+  ASSERT_TRUE(got.count("r"));
+  EXPECT_EQ(got.at("r").finish_reason, FinishReason::kError);
+  EXPECT_NE(got.at("r").error.find("refused"), std::string::npos) << got.at("r").error;
+  EXPECT_EQ(counters.num_transfers, 0);
+  EXPECT_EQ(decode->Stats().num_kv_blocks_used, 0);
+  late.fail_start = false;
+  ASSERT_TRUE(decode->AddRequest("r2", Prompt(6), Greedy(12), remote).ok());
+  for (auto& [id, c] : testing::RunDisaggregated(*decode, *decode_runner, *prefill, *prefill_runner, kBlock,
+                                                 &counters)) {
+    got[id] = std::move(c);
+  }
+  EXPECT_EQ(counters.num_transfers, 1);
+  EXPECT_NE(got.at("r2").finish_reason, FinishReason::kError);
+  EXPECT_EQ(decode->Stats().num_kv_blocks_used, 0);
+}
+
 // Layer-wise copies, both directions: the evicted blocks' bytes reach the tier only when the next
 // step starts, and the onboarded ones the pool; greedy tokens equal the run without the tier's,
 // with the evictions riding along with onboard copies (the default) and alone (a minimum of 1).
@@ -266,6 +310,46 @@ TEST(KvOffloadLayeredEngine, EvictedAndOnboardedBlocksGoLayerwiseAndGiveTheSameT
       EXPECT_LT(static_cast<uint64_t>(layered.out), s.kv_offloaded_blocks);  // the small ones ahead
     }
   }
+}
+
+// A remote prefill admitted into blocks it evicted: their copies out of the pool are layer-wise
+// and still in flight when the engine hands out the task, and the prefill worker's KV may arrive
+// before the decode engine's next step (here it is written at once, as a fast transfer can). The
+// engine waits for the copies out before it hands out the task, so the tier keeps a1's KV under
+// a1's hashes: a2 (a1's prompt again, after the remote prefills of b..e evicted a1's blocks)
+// onboards it and gives a1's tokens. Without the wait the tier stored e's KV there.
+TEST(KvOffloadLayeredEngine, ARemotePrefillIntoEvictedBlocksWaitsForTheirCopiesOut) {
+  ::setenv("TANDEM_KV_EVICT_LAYERED_MIN", "1", 1);  // every eviction layer-wise, in flight
+  LayeredCopyRunner::Counters layered;
+  ModelRunner* decode_runner = nullptr;
+  auto decode = MakeEngine(64u << 20, 24, nullptr, &layered, &decode_runner, /*max_local=*/32);
+  ::unsetenv("TANDEM_KV_EVICT_LAYERED_MIN");
+  ModelRunner* prefill_runner = nullptr;
+  auto prefill = MakeEngine(0, 64, nullptr, nullptr, &prefill_runner);
+  ASSERT_TRUE(decode && prefill);
+  auto got = RunWaves(*decode, {{{"a1", 1}}});
+  RequestOptions remote;
+  remote.allow_remote_prefill = true;
+  testing::DisaggCounters counters;
+  const char* ids[] = {"b", "c", "d", "e"};
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(decode->AddRequest(ids[i], Prompt(i + 2), Greedy(12), remote).ok());
+    const int out_before = layered.out;
+    for (auto& [id, c] : testing::RunDisaggregated(*decode, *decode_runner, *prefill, *prefill_runner,
+                                                   kBlock, &counters)) {
+      got[id] = std::move(c);
+    }
+    SCOPED_TRACE(ids[i]);
+    EXPECT_NE(got.at(ids[i]).finish_reason, FinishReason::kError);
+    EXPECT_FALSE(got.at(ids[i]).token_ids.empty());
+    if (i == 3) EXPECT_GT(layered.out, out_before);  // e's admission evicted (a1's blocks)
+  }
+  EXPECT_EQ(counters.num_transfers, 4);
+  got = RunWaves(*decode, {{{"a2", 1}}}, std::move(got));
+  EXPECT_EQ(got.at("a2").num_cached_tokens, 5 * kBlock);  // a1's blocks, from the tier
+  EXPECT_EQ(got.at("a2").token_ids, got.at("a1").token_ids);
+  EXPECT_GT(decode->Stats().kv_onboarded_blocks, 0u);
+  EXPECT_EQ(decode->Stats().num_kv_blocks_used, 0);
 }
 
 }  // namespace
