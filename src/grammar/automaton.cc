@@ -90,67 +90,79 @@ size_t EstimateSize(const Grammar& g, int expr, const std::vector<size_t>& rule_
   return 1;
 }
 
-// The nodes Builder::Build creates for each expression, exactly (saturating at kCountCap), so that
-// Compile refuses a grammar that is too large before building any of it: `(.{992}){83}` would
-// otherwise cost ~100 ms of building up to the cap, a nested counted repeat of 10^12 nodes as much.
+// The nodes and byte edges Builder::Build creates for each expression, exactly (saturating at
+// kCountCap), so that Compile refuses a grammar that is too large before building any of it:
+// `(.{992}){83}` would otherwise cost ~25 ms of building up to the node cap, a nested counted
+// repeat of 10^12 nodes as much, and a class of 64 one-byte ranges repeated 190 k times (few
+// nodes, 12 M edges) 1.6 s and 134 MB.
 constexpr size_t kCountCap = size_t{1} << 62;
 size_t SatAdd(size_t a, size_t b) { return std::min(a + b, kCountCap); }  // a, b <= kCountCap
 size_t SatMul(size_t a, size_t b) { return b != 0 && a > kCountCap / b ? kCountCap : a * b; }
 
-class NodeCounter {
- public:
-  NodeCounter(const Grammar& g, const std::vector<char>& inline_rule)
-      : g_(g), inline_(inline_rule), memo_(g.exprs().size(), kUnknown) {}
+Automaton::RawSize Plus(Automaton::RawSize a, Automaton::RawSize b) {
+  return {SatAdd(a.nodes, b.nodes), SatAdd(a.byte_edges, b.byte_edges)};
+}
+Automaton::RawSize Times(size_t k, Automaton::RawSize a) { return {SatMul(k, a.nodes), SatMul(k, a.byte_edges)}; }
 
-  size_t Count(int expr) {
-    size_t& m = memo_[static_cast<size_t>(expr)];
-    if (m == kUnknown) m = Compute(g_.expr(expr));
-    return m;
+class RawCounter {
+ public:
+  using RawSize = Automaton::RawSize;
+  RawCounter(const Grammar& g, const std::vector<char>& inline_rule)
+      : g_(g), inline_(inline_rule), memo_(g.exprs().size()), known_(g.exprs().size(), 0) {}
+
+  RawSize Count(int expr) {
+    const size_t i = static_cast<size_t>(expr);
+    if (!known_[i]) {
+      memo_[i] = Compute(g_.expr(expr));
+      known_[i] = 1;
+    }
+    return memo_[i];
   }
 
  private:
-  static constexpr size_t kUnknown = SIZE_MAX;
-  static size_t ChainNodes(size_t len) { return len > 0 ? len - 1 : 0; }  // Builder::Chain
+  // Builder::Chain: len - 1 new nodes, len byte edges.
+  static RawSize Chain(size_t len) { return {len > 0 ? len - 1 : 0, len}; }
 
-  size_t Compute(const Expr& e) {
+  RawSize Compute(const Expr& e) {
     switch (e.kind) {
-      case ExprKind::kEmpty: return 0;
-      case ExprKind::kBytes: return ChainNodes(e.bytes.size());
+      case ExprKind::kEmpty: return {};
+      case ExprKind::kBytes: return Chain(e.bytes.size());
       case ExprKind::kCharClass: {
-        size_t n = 0;
+        RawSize n;
         for (const CodepointRange& r : ClassCodepoints(e)) {
-          for (const auto& seq : Utf8Sequences(r.lo, r.hi)) n = SatAdd(n, ChainNodes(seq.size()));
+          for (const auto& seq : Utf8Sequences(r.lo, r.hi)) n = Plus(n, Chain(seq.size()));
         }
         return n;
       }
       case ExprKind::kSequence: {
-        size_t n = e.children.empty() ? 0 : e.children.size() - 1;
-        for (int c : e.children) n = SatAdd(n, Count(c));
+        RawSize n{e.children.empty() ? 0 : e.children.size() - 1, 0};
+        for (int c : e.children) n = Plus(n, Count(c));
         return n;
       }
       case ExprKind::kChoice: {
-        size_t n = 0;
-        for (int c : e.children) n = SatAdd(n, Count(c));
+        RawSize n;
+        for (int c : e.children) n = Plus(n, Count(c));
         return n;
       }
       case ExprKind::kRepeat: {  // as Builder::Build's kRepeat case
-        const size_t child = Count(e.children[0]);
-        const size_t step = SatAdd(child, 1);
+        const RawSize child = Count(e.children[0]);
+        const RawSize step = Plus(child, {1, 0});
         const bool unbounded = e.max == kUnbounded;
         const size_t copies = static_cast<size_t>(unbounded && e.min > 0 ? e.min - 1 : e.min);
-        size_t n = SatMul(copies, step);
-        if (unbounded) return SatAdd(n, SatAdd(child, 2));
-        return SatAdd(n, SatMul(static_cast<size_t>(std::max(e.max - e.min, 0)), step));
+        const RawSize n = Times(copies, step);
+        if (unbounded) return Plus(n, Plus(child, {2, 0}));
+        return Plus(n, Times(static_cast<size_t>(std::max(e.max - e.min, 0)), step));
       }
       case ExprKind::kRuleRef:
-        return inline_[static_cast<size_t>(e.rule)] ? Count(g_.rule(e.rule).body) : 0;
+        return inline_[static_cast<size_t>(e.rule)] ? Count(g_.rule(e.rule).body) : RawSize{};
     }
-    return 0;
+    return {};
   }
 
   const Grammar& g_;
   const std::vector<char>& inline_;
-  std::vector<size_t> memo_;
+  std::vector<RawSize> memo_;
+  std::vector<char> known_;
 };
 
 void CollectRefs(const Grammar& g, int expr, std::vector<int>* out) {
@@ -303,29 +315,34 @@ std::vector<char> InlinableRules(const Grammar& g, size_t max_inline) {
   return out;
 }
 
-// Every node the Builder makes: two for each rule (its start and end), then its body's.
-size_t RawNodeCount(const Grammar& g, const std::vector<char>& inline_rule) {
-  NodeCounter counter(g, inline_rule);
-  size_t n = 0;
+// Everything the Builder makes: two nodes for each rule (its start and end), then its body's.
+Automaton::RawSize RawCount(const Grammar& g, const std::vector<char>& inline_rule) {
+  RawCounter counter(g, inline_rule);
+  Automaton::RawSize n;
   for (size_t r = 0; r < g.rules().size(); ++r) {
-    n = SatAdd(n, SatAdd(2, counter.Count(g.rule(static_cast<int>(r)).body)));
+    n = Plus(n, Plus({2, 0}, counter.Count(g.rule(static_cast<int>(r)).body)));
   }
   return n;
 }
 
 }  // namespace
 
-size_t Automaton::CountRawNodes(const Grammar& g) {
-  return g.Validate().ok() ? RawNodeCount(g, InlinableRules(g, /*max_inline=*/4096)) : 0;
+Result<Automaton::RawSize> Automaton::CountRaw(const Grammar& g) {
+  TANDEM_RETURN_IF_ERROR(g.Validate());
+  return RawCount(g, InlinableRules(g, /*max_inline=*/4096));
 }
 
 Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t max_closure_steps) {
   TANDEM_RETURN_IF_ERROR(g.Validate());
   std::vector<char> inline_rule = InlinableRules(g, /*max_inline=*/4096);
   const size_t num_rules = g.rules().size();
-  const size_t raw_nodes = RawNodeCount(g, inline_rule);
-  if (raw_nodes > max_nodes) {
+  const RawSize raw_size = RawCount(g, inline_rule);
+  if (raw_size.nodes > max_nodes) {
     return Err(StatusCode::kInvalidArgument, "grammar too large: over {} automaton nodes", max_nodes);
+  }
+  const size_t max_edges = SatMul(kMaxByteEdgesPerNode, max_nodes);
+  if (raw_size.byte_edges > max_edges) {
+    return Err(StatusCode::kInvalidArgument, "grammar too large: over {} automaton byte edges", max_edges);
   }
   Builder b(g, max_nodes, std::move(inline_rule));
   std::vector<int> raw_start(num_rules);
@@ -353,7 +370,8 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t 
   };
   visit(raw_start[static_cast<size_t>(g.root())]);  // and the rules called (below); inlined ones are in place
   Automaton a;
-  a.raw_nodes_ = raw.size();
+  a.raw_size_.nodes = raw.size();
+  for (const RawNode& n : raw) a.raw_size_.byte_edges += n.bytes.size();
   std::vector<int> stack;
   std::vector<char> seen(raw.size(), 0);
   size_t steps = 0;

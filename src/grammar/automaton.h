@@ -48,15 +48,23 @@ class Automaton {
   // of ~7 nodes, still took 160-330 ms to reach 500 k, and over 10 s in the ASan fuzz build; 200 k
   // is 2.5x sooner, and 20x what `[a-z]{1,10000}` needs). InvalidArgument for a left-recursive
   // rule, naming it, and for Grammar::Validate's errors.
-  // The node count is computed from the grammar before anything is built (CountRawNodes), so a
-  // grammar over the limit is refused in time linear in its size, whatever its repeats expand to.
+  // Also at most kMaxByteEdgesPerNode * max_nodes byte edges (2 M by default; a class of many
+  // separate ranges adds edges, not nodes). Both counts are computed from the grammar before
+  // anything is built (CountRaw), so a grammar over either limit is refused in time linear in its
+  // size, whatever its repeats expand to.
   static Result<Automaton> Compile(const Grammar& g, size_t max_nodes = 200'000,
                                    size_t max_closure_steps = 2'000'000);
-  // The nodes Compile builds for `g` before epsilon elimination (what `max_nodes` limits),
-  // saturating at 2^62; 0 when `g` is invalid (Grammar::Validate).
-  static size_t CountRawNodes(const Grammar& g);
-  // The nodes this automaton was built with before epsilon elimination (= CountRawNodes).
-  size_t raw_nodes() const { return raw_nodes_; }
+  static constexpr size_t kMaxByteEdgesPerNode = 10;
+  // What Compile builds before epsilon elimination (what its limits count).
+  struct RawSize {
+    size_t nodes = 0;
+    size_t byte_edges = 0;
+  };
+  // The nodes and byte edges Compile builds for `g`, each saturating at 2^62; Grammar::Validate's
+  // error for an invalid grammar.
+  static Result<RawSize> CountRaw(const Grammar& g);
+  // What this automaton was built with (= CountRaw).
+  RawSize raw_size() const { return raw_size_; }
 
   const Node& node(int i) const { return nodes_[static_cast<size_t>(i)]; }
   size_t num_nodes() const { return nodes_.size(); }
@@ -75,7 +83,7 @@ class Automaton {
   std::vector<std::string> names_;
   std::vector<int32_t> min_to_end_;
   int root_ = -1;
-  size_t raw_nodes_ = 0;
+  RawSize raw_size_;
 };
 
 // UTF-8 byte-range sequences covering the code points [lo, hi] (surrogates D800-DFFF left out):

@@ -29,8 +29,9 @@ TEST_P(RegexTest, AgreesWithPcre2) {
   ASSERT_TRUE(g.ok()) << c.pattern << ": " << g.status().ToString();
   auto a = Automaton::Compile(*g);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  // The count Compile checks before building equals the nodes it built.
-  EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g)) << c.pattern;
+  // The counts Compile checks before building equal what it built.
+  EXPECT_EQ(a->raw_size().nodes, Automaton::CountRaw(*g)->nodes) << c.pattern;
+  EXPECT_EQ(a->raw_size().byte_edges, Automaton::CountRaw(*g)->byte_edges) << c.pattern;
   auto automaton = std::make_shared<const Automaton>(std::move(*a));
   std::string pcre = c.pcre ? c.pcre : c.pattern;  // the anchors are implied by the full match
   if (!pcre.empty() && pcre.front() == '^') pcre.erase(0, 1);
@@ -147,18 +148,30 @@ TEST(RegexErrorsTest, NestedCountedRepeatsAreCapped) {
   ASSERT_TRUE(g.ok());
   a = Automaton::Compile(*g);
   ASSERT_TRUE(a.ok()) << a.status().ToString();
-  EXPECT_EQ(a->raw_nodes(), Automaton::CountRawNodes(*g));
+  EXPECT_EQ(a->raw_size().nodes, Automaton::CountRaw(*g)->nodes);
+  EXPECT_EQ(a->raw_size().byte_edges, Automaton::CountRaw(*g)->byte_edges);
   // Refused from the count, before building: 10^15 nodes (the count saturates, never wraps), and
   // one node over the limit, while the limit itself compiles.
   g = RegexToGrammar("((((.{1000}){1000}){1000}){1000}){1000}");
   ASSERT_TRUE(g.ok());
-  EXPECT_GT(Automaton::CountRawNodes(*g), size_t{1} << 50);
+  EXPECT_GT(Automaton::CountRaw(*g)->nodes, size_t{1} << 50);
   a = Automaton::Compile(*g);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("over 200000 automaton nodes"), std::string::npos) << a.status().ToString();
+  // Few nodes, many byte edges: a class of 31 separate characters, 180 k times (each copy one node
+  // and 31 edges: 5.6 M edges, over 10 per node). Built, it took 1.6 s before the closure cap.
+  g = RegexToGrammar("([acegikmoqsuwyACEGIKMOQSUWY02468]{6000}){30}");
+  ASSERT_TRUE(g.ok());
+  auto raw = Automaton::CountRaw(*g);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_LT(raw->nodes, 200000u);
+  EXPECT_GT(raw->byte_edges, 2000000u);
+  a = Automaton::Compile(*g);
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("over 2000000 automaton byte edges"), std::string::npos) << a.status().ToString();
   g = RegexToGrammar("(ab|c[x-z]){7,30}d+");
   ASSERT_TRUE(g.ok());
-  const size_t n = Automaton::CountRawNodes(*g);
+  const size_t n = Automaton::CountRaw(*g)->nodes;
   EXPECT_TRUE(Automaton::Compile(*g, n).ok());
   a = Automaton::Compile(*g, n - 1);
   ASSERT_FALSE(a.ok());
