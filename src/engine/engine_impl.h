@@ -212,6 +212,8 @@ class EngineImpl final : public Engine {
   // with `st` (their cached prefix may be in stale blocks), and the unfittable ones still end.
   void FailRemotePrefills(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs);
   void FinishUnfittable(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs);
+  // Whether a remote prefill this scheduling admitted holds one of the blocks it evicted.
+  bool RemotePrefillTakesEvicted(const SchedulerOutput& sched, std::span<const kvtier::EvictedBlock> evicted);
 
   // One step's forward batch and what its slices point into.
   struct StepBatch {

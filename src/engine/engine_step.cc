@@ -2,6 +2,8 @@
 // scheduled step and what a scheduling admitted besides it (engine_impl.h).
 #include "engine/engine_impl.h"
 
+#include <unordered_set>
+
 namespace tandem::engine_detail {
 
 std::vector<RequestOutput> EngineImpl::StepSync() {
@@ -22,7 +24,8 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
   // copies started), before any forward pass.
   if (offloader_) {
     const std::vector<kvtier::OnboardBlock> onboard = kv_.TakeOnboard();
-    if (Status st = offloader_->BeforeForward(kv_.TakeEvicted(), onboard); !st.ok()) {
+    const std::vector<kvtier::EvictedBlock> evicted = kv_.TakeEvicted();
+    if (Status st = offloader_->BeforeForward(evicted, onboard); !st.ok()) {
       // Onboarded blocks may hold stale bytes: fail what this step scheduled and drop every
       // cached hash that is free (those requests' blocks included, once freed). Asynchronous:
       // none of this step's onboard copies started; the requests admitted to wait for them fail.
@@ -40,8 +43,9 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
       return outputs;
     }
     // A remote prefill's KV is written by the transfer agent, outside the runner's streams: the
-    // blocks this scheduling evicted for it leave the pool first (KvOffloader::AwaitEvicted).
-    if (!sched.remote_prefills.empty()) {
+    // blocks this scheduling evicted for it leave the pool first (KvOffloader::AwaitEvicted;
+    // BeforeForward finished the earlier steps' copies). Otherwise the copies overlap the step.
+    if (RemotePrefillTakesEvicted(sched, evicted)) {
       if (Status st = offloader_->AwaitEvicted(); !st.ok()) {
         // The device failed: this step's onboard copies may not have landed either. Landing
         // blocks stay with their flights (CollectLanded fails their holders).
@@ -156,6 +160,19 @@ void EngineImpl::TakeAdmitted(const SchedulerOutput& sched, std::vector<RequestO
     remote_tasks_.push_back(std::move(task));
   }
   FinishUnfittable(sched, outputs);
+}
+
+bool EngineImpl::RemotePrefillTakesEvicted(const SchedulerOutput& sched,
+                                           std::span<const kvtier::EvictedBlock> evicted) {
+  if (sched.remote_prefills.empty() || evicted.empty()) return false;
+  std::unordered_set<int> ids;
+  for (const kvtier::EvictedBlock& e : evicted) ids.insert(e.block_id);
+  for (const Request* r : sched.remote_prefills) {
+    for (int b : kv_.GetBlockIds(r->request_id)) {
+      if (ids.count(b) != 0) return true;
+    }
+  }
+  return false;
 }
 
 void EngineImpl::FailRemotePrefills(const SchedulerOutput& sched, const Status& st,
