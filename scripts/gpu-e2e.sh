@@ -28,7 +28,10 @@
 #                                         (L40S_BUDGET_GIB, default 44) through `tandem run`, agg and
 #                                         disagg, every golden prompt answered (issue 19).
 # Env: E2E_MODES="agg disagg serve" (serve: deploy/disagg-1p1d-gpu.yaml, KV sized from free memory);
-# E2E_RUN_ARGS: more arguments for `tandem run` (e.g. "--quantization fp8"). Logs go to $OUT. Never
+# E2E_RUN_ARGS: more arguments for `tandem run` (e.g. "--quantization fp8"); E2E_KV_BLOCKS: its
+# --num-kv-blocks (2048); E2E_GOLDEN_ARGS: more for scripts/gpu/e2e_golden.py (--repeat-long: with a
+# small pool and "--kv-offload-host-gib 1" the long prompts come back from the host tier, and in
+# disagg mode their remote prefills are admitted into blocks just evicted). Logs go to $OUT. Never
 # touches clocks, power or modes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -89,11 +92,12 @@ device() {
       echo "== tandem run --mode $mode --device cuda:0"
       # shellcheck disable=SC2086
       TANDEM_DISCOVERY_DIR="$work/discovery-$mode" "$work/tandem" run --mode "$mode" --device cuda:0 \
-        --model "$model" --port $port --num-kv-blocks 2048 "${extra[@]}" ${E2E_RUN_ARGS:-} > "$log" 2>&1 &
+        --model "$model" --port $port --num-kv-blocks "${E2E_KV_BLOCKS:-2048}" "${extra[@]}" ${E2E_RUN_ARGS:-} > "$log" 2>&1 &
     fi
     local pid=$!
+    # shellcheck disable=SC2086
     python3 scripts/gpu/e2e_golden.py --base "http://127.0.0.1:$port" --mode "$mode" \
-      --golden "$CARRY/golden" --out "$out/e2e-$mode.json" || rc=1
+      --golden "$CARRY/golden" --out "$out/e2e-$mode.json" ${E2E_GOLDEN_ARGS:-} || rc=1
     # The decode worker logs its KV transfer totals every 5 s (--stats-interval-s): wait for the
     # line that counts every transfer of the run (bytes per transfer: FP8 KV against bf16).
     [ "$mode" = disagg ] && sleep 6

@@ -60,6 +60,10 @@ def run(args):
     items = [("short", g) for g in gen]
     if os.path.exists(long_path):
         items += [("long", g) for g in json.load(open(long_path))["generation_long"]]
+        # --repeat-long: the long prompts once more, after the others: with a small KV pool the
+        # later ones evicted their blocks, so these come back from a KV tier (--kv-offload-host-gib).
+        if args.repeat_long:
+            items += [("long-again", g) for g in json.load(open(long_path))["generation_long"]]
     rc = 0
     for kind, g in items:
         body = {"prompt": g["prompt_ids"], "max_tokens": len(g["greedy_ids"]), "temperature": 0}
@@ -122,6 +126,7 @@ def main():
     ap.add_argument("--out")
     ap.add_argument("--health-timeout", type=float, default=240)
     ap.add_argument("--summarize", nargs="*")
+    ap.add_argument("--repeat-long", action="store_true")
     a = ap.parse_args()
     if a.summarize is not None:
         summarize(a.summarize)
