@@ -208,9 +208,9 @@ class EngineImpl final : public Engine {
   // What a scheduling admitted besides the batch: remote prefills become tasks, requests the pool
   // cannot hold end with "length".
   void TakeAdmitted(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs);
-  // A step that failed before its batch ran: the requests it admitted for a remote prefill fail
-  // with `st` (their cached prefix may be in stale blocks), and the unfittable ones still end.
-  void FailRemotePrefills(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs);
+  // A step that failed before its batch ran: what it scheduled and what it admitted for a remote
+  // prefill fail with `st` (their cached prefix may be in stale blocks); the unfittable ones still end.
+  void FailAdmitted(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs);
   void FinishUnfittable(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs);
   // Whether a remote prefill this scheduling admitted holds one of the blocks it evicted.
   bool RemotePrefillTakesEvicted(const SchedulerOutput& sched, std::span<const kvtier::EvictedBlock> evicted);

@@ -30,9 +30,7 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
       // cached hash that is free (those requests' blocks included, once freed). Asynchronous:
       // none of this step's onboard copies started; the requests admitted to wait for them fail.
       log::error("kv offload failed: {}", st.ToString());
-      FailScheduled(sched, st, &outputs);
-      FailRemotePrefills(sched, st, &outputs);
-      FinishUnfittable(sched, &outputs);
+      FailAdmitted(sched, st, &outputs);
       if (offloader_->async_onboard()) {
         FailLandingHolders(st, &outputs);
         std::vector<int> ids;
@@ -50,9 +48,7 @@ std::vector<RequestOutput> EngineImpl::StepSync() {
         // The device failed: this step's onboard copies may not have landed either. Landing
         // blocks stay with their flights (CollectLanded fails their holders).
         log::error("kv offload failed: {}", st.ToString());
-        FailScheduled(sched, st, &outputs);
-        FailRemotePrefills(sched, st, &outputs);
-        FinishUnfittable(sched, &outputs);
+        FailAdmitted(sched, st, &outputs);
         kv_.ResetPrefixCache();
         return outputs;
       }
@@ -175,11 +171,10 @@ bool EngineImpl::RemotePrefillTakesEvicted(const SchedulerOutput& sched,
   return false;
 }
 
-void EngineImpl::FailRemotePrefills(const SchedulerOutput& sched, const Status& st,
-                                    std::vector<RequestOutput>* outputs) {
-  std::vector<std::string> ids;  // FailRequest destroys the Request
-  for (const Request* r : sched.remote_prefills) ids.push_back(r->request_id);
-  for (const std::string& id : ids) FailRequest(id, st, outputs);
+void EngineImpl::FailAdmitted(const SchedulerOutput& sched, const Status& st, std::vector<RequestOutput>* outputs) {
+  FailScheduled(sched, st, outputs);
+  for (const Request* r : sched.remote_prefills) FailRequest(r->request_id, st, outputs);
+  FinishUnfittable(sched, outputs);
 }
 
 void EngineImpl::FinishUnfittable(const SchedulerOutput& sched, std::vector<RequestOutput>* outputs) {
