@@ -59,11 +59,12 @@ def run(args):
     long_path = os.path.join(args.golden, "tiny-qwen3-long.json")
     items = [("short", g) for g in gen]
     if os.path.exists(long_path):
-        items += [("long", g) for g in json.load(open(long_path))["generation_long"]]
+        long_items = json.load(open(long_path))["generation_long"]
+        items += [("long", g) for g in long_items]
         # --repeat-long: the long prompts once more, after the others: with a small KV pool the
         # later ones evicted their blocks, so these come back from a KV tier (--kv-offload-host-gib).
         if args.repeat_long:
-            items += [("long-again", g) for g in json.load(open(long_path))["generation_long"]]
+            items += [("long-again", g) for g in long_items]
     rc = 0
     for kind, g in items:
         body = {"prompt": g["prompt_ids"], "max_tokens": len(g["greedy_ids"]), "temperature": 0}
