@@ -26,6 +26,7 @@
 #include "grammar/json_schema.h"
 #include "grammar/mask_precompute.h"
 #include "grammar/matcher.h"
+#include "grammar/regex.h"
 #include "grammar/token_mask.h"
 #include "tokenizer/tokenizer.h"
 
@@ -208,5 +209,21 @@ int main(int argc, char** argv) {
   std::printf("\nsteps: %zu (cold: %zu with a first visit); slowest compile + precompute: %s %.1f ms; "
               "largest cache %.1f MiB\n", cold_us.size(), first_visits, slowest.c_str(), slowest_ms,
               static_cast<double>(cache_bytes_max) / (1 << 20));
+  // Hostile specs (docs/robustness.md): Compile refuses them from its counts, before building.
+  std::printf("\n| hostile regex | refused in us (best of 5) | error |\n|---|---|---|\n");
+  for (const char* re : {"(.{992}){83}", "((((.{1000}){1000}){1000}){1000}){1000}",
+                         "([acegikmoqsuwyACEGIKMOQSUWY02468]{6000}){30}"}) {
+    auto g = tandem::grammar::RegexToGrammar(re);
+    if (!g.ok()) return std::fprintf(stderr, "%s: %s\n", re, g.status().ToString().c_str()), 1;
+    double best_us = 1e18;
+    std::string error = "compiled";
+    for (int i = 0; i < 5; ++i) {
+      auto r0 = Clock::now();
+      auto a = Automaton::Compile(*g);
+      best_us = std::min(best_us, std::chrono::duration<double, std::micro>(Clock::now() - r0).count());
+      if (!a.ok()) error = a.status().message();
+    }
+    std::printf("| `%s` | %.1f | %s |\n", re, best_us, error.c_str());
+  }
   return 0;
 }
