@@ -11,7 +11,8 @@
 #
 # Env: SERVE_CONCURRENCY (1 16 64 256), SERVE_INPUT_LEN (1024), SERVE_OUTPUT_LEN (256),
 # SERVE_ENGINE_CONTEXT (context of the engine benchmark's decode steps; default input + output / 2,
-# the HTTP run's mean), SERVE_SKIP_ENGINE=1, SERVE_BASE (a folder under the repository holding an
+# the HTTP run's mean), SERVE_SKIP_ENGINE=1, SERVE_SKIP_LOOP=1 (no closed-loop engine run: the
+# levels' requests straight into Engine::Step at the server's budget, the 'engine loop' column), SERVE_BASE (a folder under the repository holding an
 # earlier build's scripts/gpu-e2e.sh pack, e.g. .device-carry/base-e2e: its tandem is swept after
 # this one's, same checkpoint, same engine column; its tarball may hold the tandem binary alone, which
 # then runs with this pack's libraries, to stay within the carry limit); a try-out here without a pack: SERVE_MODEL=models/tiny-qwen3
@@ -23,11 +24,13 @@
 # compare like with like (none without that run). Never touches clocks,
 # power or modes.
 #
-# The table (last): per concurrency the HTTP output tok/s, TTFT and ITL p50/p99, the engine's tok/s
-# at that batch and the ratio, and the CPU seconds of the server's threads during the level by
+# The table (last): per concurrency the HTTP output tok/s, the engine's closed loop of the same work
+# (same concurrency, requests, lengths and step budget, no HTTP) and their ratio, TTFT and ITL
+# p50/p99, the engine's decode tok/s at that batch and the ratio, and the CPU seconds of the server's threads during the level by
 # name (tandem-engine: the engine loop; tandem-forward: the model's thread under --async-scheduling;
 # tandem-http: the frontend; other). Files in $OUT:
-# serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, engine-bench-alt.json, bench-TAG-cN.json,
+# serve-bench.log, serve-results.tar.gz (the reports: engine-bench.json, engine-bench-alt.json,
+# engine-loop.json, engine-loop-alt.json, bench-TAG-cN.json,
 # cpu-TAG.txt), server-TAG.log.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -122,9 +125,23 @@ main() {
           "$CKPT" --batches "$(echo "$levels" | tr ' ' ',')" --context "$ctx" --prefill "$in_len" --steps 32 \
           --json "$json" "$@"
       }
+      # engine_loop JSON [ARGS...]: the HTTP levels' closed loops straight into the engine, with
+      # the server's step budget (tandem run's default, 2048 tokens) and --max-num-seqs.
+      engine_loop() {
+        local json=$1
+        shift
+        echo "== cuda_engine_bench --closed-loop $* (input $in_len, output $out_len)"
+        LD_LIBRARY_PATH="$ROOT/.device-carry/lib:${LD_LIBRARY_PATH:-}" timeout 300 "$bin/cuda_engine_bench" \
+          "$CKPT" --batches "" --prefill "" --budget 2048 --closed-loop "$(echo "$levels" | tr ' ' ',')" \
+          --input-len "$in_len" --output-len "$out_len" --json "$json" "$@"
+      }
       engine_bench "$out/engine-bench.json" || rc=1
+      [ "${SERVE_SKIP_LOOP:-0}" = 1 ] || engine_loop "$out/engine-loop.json" || rc=1
       # shellcheck disable=SC2086
-      [ -n "${SERVE_ALT_ARGS:-}" ] && { engine_bench "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1; }
+      if [ -n "${SERVE_ALT_ARGS:-}" ]; then
+        engine_bench "$out/engine-bench-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1
+        [ "${SERVE_SKIP_LOOP:-0}" = 1 ] || engine_loop "$out/engine-loop-alt.json" ${SERVE_ENGINE_ALT_ARGS-$SERVE_ALT_ARGS} || rc=1
+      fi
     else
       echo "no .device-carry/cuda_engine_bench.xz (scripts/gpu-serve-bench.sh pack)"; rc=1
     fi
@@ -145,7 +162,7 @@ main() {
   local res=$work/results tag
   rm -rf "$res" && mkdir -p "$res"
   local f
-  for f in engine-bench.json engine-bench-alt.json; do [ -e "$out/$f" ] && mv "$out/$f" "$res/"; done
+  for f in engine-bench.json engine-bench-alt.json engine-loop.json engine-loop-alt.json; do [ -e "$out/$f" ] && mv "$out/$f" "$res/"; done
   for tag in $tags; do
     local bin=$work/tandem
     [ "$tag" = base ] && bin=$work/base/tandem
@@ -157,8 +174,8 @@ main() {
   python3 - "$res" $tags <<'PY' || rc=1
 import json, os, sys
 res, tags = sys.argv[1], sys.argv[2:]
-def load_engine(name):
-    engine, prefill_s = {}, None
+def load_engine(name, loop_name):
+    engine, prefill_s, loop = {}, None, {}
     try:
         for r in json.load(open(os.path.join(res, name)))["results"]:
             if r["kind"] == "decode":
@@ -167,17 +184,25 @@ def load_engine(name):
                 prefill_s = r["median_s"]  # one prompt of the input length, alone
     except (OSError, ValueError, KeyError):
         pass
-    return engine, prefill_s
+    try:  # the closed loops: the HTTP levels' work straight into the engine
+        for r in json.load(open(os.path.join(res, loop_name)))["results"]:
+            if r["kind"] == "closed_loop":
+                loop[r["concurrency"]] = r["tok_s"]
+    except (OSError, ValueError, KeyError):
+        pass
+    return engine, prefill_s, loop
 # The alt sweep beside the engine benchmark run with the same flags, when there is one.
-engines = {"": load_engine("engine-bench.json"), "alt": load_engine("engine-bench-alt.json")}
+engines = {"": load_engine("engine-bench.json", "engine-loop.json"),
+           "alt": load_engine("engine-bench-alt.json", "engine-loop-alt.json")}
 # bound: the engine's own time for the HTTP run's work done back to back, prefills (one at a time,
 # at the engine benchmark's time for one prompt) then decode at the level's batch:
 # n * out / (n * prefill_s + n * out / engine tok/s).
-print("| build | conc | HTTP tok/s | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / forward / http / other |")
-print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+# loop: the same closed loop through Engine::Step in one process (cuda_engine_bench --closed-loop).
+print("| build | conc | HTTP tok/s | engine loop tok/s | HTTP / loop | engine decode tok/s | ratio | serial bound tok/s | HTTP / bound | TTFT p50 / p99 ms | ITL p50 / p99 ms | engine ms/step | ok / err | CPU s engine / forward / http / other |")
+print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 for tag in tags:
     # alt rows only against the engine run with the alt flags: none, no ratios ("-").
-    engine, prefill_s = engines["alt" if tag == "alt" else ""]
+    engine, prefill_s, loop = engines["alt" if tag == "alt" else ""]
     cpu = {}
     for line in open(os.path.join(res, f"cpu-{tag}.txt")):
         f = line.split()
@@ -197,7 +222,9 @@ for tag in tags:
         bs = f"{bound:.0f}" if bound else "-"
         br = f"{100 * tok / bound:.0f}%" if bound else "-"
         t, i = run["ttft_ms"], run["itl_ms"]
-        print(f"| {tag} | {c} | {tok:.0f} | {es} | {ratio} | {bs} | {br} | {t['p50']:.1f} / {t['p99']:.1f} | "
+        lp = loop.get(c)
+        ls, lr = (f"{lp:.0f}", f"{100 * tok / lp:.0f}%") if lp else ("-", "-")
+        print(f"| {tag} | {c} | {tok:.0f} | {ls} | {lr} | {es} | {ratio} | {bs} | {br} | {t['p50']:.1f} / {t['p99']:.1f} | "
               f"{i['p50']:.2f} / {i['p99']:.2f} | {ss} | {run['num_ok']} / {run['num_errors']} | "
               f"{cpu[c][0]:.1f} / {cpu[c][1]:.1f} / {cpu[c][2]:.1f} / {cpu[c][3]:.1f} |")
 PY

@@ -11,13 +11,19 @@
 // so it is one step; one untimed run first, then --repeats timed runs (fresh tokens, so no prefix
 // cache hit); the median of the Step() times (host clock: Step returns after the device finished,
 // the sampled token being on the host).
+// Closed loop at concurrency c (--closed-loop, the work scripts/gpu-serve-bench.sh sends a server
+// through HTTP, here straight into the engine): min(c, 16) warm-up requests, then max(8, 2 c)
+// requests of --input-len random tokens and --output-len tokens, c at a time, the next added as one
+// finishes; output tokens / wall time.
 //
 // One engine for all shapes: max_num_seqs = the largest batch, num_kv_blocks sized for
-// max(batch) x (context + max_tokens) tokens, or the longest prefill (block 16).
+// max(batch) x (context + max_tokens) tokens, the closed loops' c x (input + output), or the
+// longest prefill (block 16).
 // Prints one line per shape and, with --json FILE, writes the numbers for scripts/gpu/bench_table.py.
 // Usage: cuda_engine_bench MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32]
 //        [--warmup 2] [--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N]
-//        [--json FILE] [--cpu] [--quantization fp8] [--kv-cache-dtype fp8]
+//        [--json FILE] [--cpu] [--quantization fp8] [--kv-cache-dtype fp8] [--async-scheduling]
+//        [--closed-loop 1,16,64,256] [--input-len 1024] [--output-len 256]
 // --quantization fp8: the checkpoint's linear projections quantized to FP8 per channel at load
 // (or an FP8 checkpoint as stored), the CUDA runner's FP8 path (kernels/cuda/fp8_linear.h).
 // --kv-cache-dtype fp8: an FP8 E4M3 KV cache (half of bf16's bytes; kernels/cuda/paged_attention.h).
@@ -92,6 +98,8 @@ struct Args {
   std::string model_dir, json;
   std::vector<int> batches = {1, 8, 64, 256};
   std::vector<int> prefills = {512, 2048, 8192};
+  std::vector<int> loops;  // --closed-loop: concurrencies of the closed-loop runs
+  int input_len = 1024, output_len = 256;  // their requests' prompt and output tokens
   int context = 1024, steps = 32, warmup = 2, repeats = 3, budget = 0, timeline = 0;
   bool cpu = false;
   std::string quantization;  // --quantization (model/quantization.h): "" or "fp8"
@@ -312,6 +320,63 @@ class Bench {
     return true;
   }
 
+  // Closed loop at concurrency c, as `tandem bench` drives a server (scripts/gpu-serve-bench.sh):
+  // min(c, 16) warm-up requests, then n = max(8, 2 c) requests of `input` random prompt tokens and
+  // `output` tokens (greedy, ignore_eos), at most c unfinished at a time, the next added as one
+  // finishes. tok/s = output tokens / wall time from the first AddRequest to the last finish.
+  bool ClosedLoop(int c, int input, int output, std::ostringstream& json) {
+    SamplingParams p;
+    p.temperature = 0.0f;
+    p.ignore_eos = true;
+    p.max_tokens = output;
+    double wall = 0;
+    int64_t tokens = 0;
+    int steps = 0;
+    for (const int n : {std::min(c, 16), std::max(8, 2 * c)}) {  // warm-up, then timed
+      std::vector<std::string> ids;
+      int added = 0, done = 0;
+      tokens = 0;
+      steps = 0;
+      const double t0 = Now();
+      while (done < n) {
+        for (; added < n && added - done < c; ++added) {
+          ids.push_back("l" + std::to_string(c) + "-" + std::to_string(serial_++));
+          if (Status st = engine_.AddRequest(ids.back(), RandomPrompt(input), p); !st.ok()) {
+            std::fprintf(stderr, "closed loop c=%d: AddRequest: %s\n", c, st.ToString().c_str());
+            Drain(ids);
+            return false;
+          }
+        }
+        for (const RequestOutput& o : engine_.Step()) {
+          if (o.finish_reason == FinishReason::kError) {
+            std::fprintf(stderr, "closed loop c=%d: request error: %s\n", c, o.error.c_str());
+            Drain(ids);
+            return false;
+          }
+          tokens += static_cast<int64_t>(o.new_token_ids.size());
+          done += o.finished;
+        }
+        ++steps;
+      }
+      wall = Now() - t0;
+      if (tokens != static_cast<int64_t>(n) * output) {
+        std::fprintf(stderr, "closed loop c=%d: %lld output tokens, expected %lld\n", c,
+                     static_cast<long long>(tokens), static_cast<long long>(n) * output);
+        return false;
+      }
+    }
+    const int n = std::max(8, 2 * c);
+    const double tok_s = static_cast<double>(tokens) / wall;
+    std::printf("closed loop c %4d: %4d requests of %d + %d tokens in %.2f s, %d steps: %10.1f output tok/s\n",
+                c, n, input, output, wall, steps, tok_s);
+    std::fflush(stdout);
+    json << (first_ ? "" : ",\n") << "  {\"kind\": \"closed_loop\", \"concurrency\": " << c
+         << ", \"requests\": " << n << ", \"input\": " << input << ", \"output\": " << output
+         << ", \"wall_s\": " << wall << ", \"steps\": " << steps << ", \"tok_s\": " << tok_s << "}";
+    first_ = false;
+    return true;
+  }
+
   bool Prefill(int tokens, int repeats, std::ostringstream& json) {
     SamplingParams p;
     p.temperature = 0.0f;
@@ -387,14 +452,19 @@ int Run(const Args& a) {
   const double load_s = Now() - t_load;
   const ModelConfig mc = (*runner_or)->config();
   int max_batch = 1, max_prefill = 0;
-  for (int b : a.batches) max_batch = std::max(max_batch, b);
+  int max_decode = 0, max_loop = 0;
+  for (int b : a.batches) max_decode = std::max(max_decode, b);
+  for (int c : a.loops) max_loop = std::max(max_loop, c);
   for (int t : a.prefills) max_prefill = std::max(max_prefill, t);
+  max_batch = std::max({max_batch, max_decode, max_loop});
   const int budget = a.budget > 0 ? a.budget : std::max(16384, max_prefill);
-  // The longest decode request: context + max_tokens of Decode() for the largest batch.
+  // The longest decode request: context + max_tokens of Decode() for the largest batch; the
+  // closed loops' requests.
   const int decode_len =
-      a.context + DecodeMaxTokens(max_batch, a.context, budget, a.warmup, a.steps, a.timeline);
-  const long long decode_blocks =
-      static_cast<long long>(max_batch) * ((decode_len + kBlockSize - 1) / kBlockSize + 1);
+      a.context + DecodeMaxTokens(max_decode, a.context, budget, a.warmup, a.steps, a.timeline);
+  const long long decode_blocks = std::max(
+      static_cast<long long>(max_decode) * ((decode_len + kBlockSize - 1) / kBlockSize + 1),
+      static_cast<long long>(max_loop) * ((a.input_len + a.output_len + kBlockSize - 1) / kBlockSize + 1));
   const long long prefill_blocks = (max_prefill + kBlockSize - 1) / kBlockSize + 2;
   EngineConfig cfg;
   cfg.block_size = kBlockSize;
@@ -432,6 +502,7 @@ int Run(const Args& a) {
   // Prefill first: the prefill runs also warm the GEMMs up for the decode phases' prefills.
   for (int t : a.prefills) errors += !bench.Prefill(t, a.repeats, json);
   for (int b : a.batches) errors += !bench.Decode(b, a.context, a.steps, a.warmup, budget, json);
+  for (int c : a.loops) errors += !bench.ClosedLoop(c, a.input_len, a.output_len, json);
   json << "\n], \"errors\": " << errors << "}\n";
   if (!a.json.empty()) {
     std::ofstream f(a.json);
@@ -452,7 +523,8 @@ int main(int argc, char** argv) {
   const char* usage =
       "usage: %s MODEL_DIR [--batches 1,8,64,256] [--context 1024] [--steps 32] [--warmup 2] "
       "[--prefill 512,2048,8192] [--repeats 3] [--budget N] [--timeline N] [--json FILE] [--cpu] "
-      "[--quantization fp8] [--kv-cache-dtype fp8] [--async-scheduling]\n";
+      "[--quantization fp8] [--kv-cache-dtype fp8] [--async-scheduling] [--closed-loop 1,16,64,256] "
+      "[--input-len 1024] [--output-len 256]\n";
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -475,13 +547,17 @@ int main(int argc, char** argv) {
     else if (arg == "--quantization") a.quantization = value();
     else if (arg == "--kv-cache-dtype") a.kv_cache_dtype = value();
     else if (arg == "--async-scheduling") a.async_scheduling = true;
+    else if (arg == "--closed-loop") a.loops = tandem::ParseList(value());
+    else if (arg == "--input-len") a.input_len = std::atoi(value().c_str());
+    else if (arg == "--output-len") a.output_len = std::atoi(value().c_str());
     else if (!arg.empty() && arg[0] != '-' && a.model_dir.empty()) a.model_dir = arg;
     else {
       std::fprintf(stderr, usage, argv[0]);
       return 2;
     }
   }
-  if (a.model_dir.empty() || a.steps < 1 || a.repeats < 1 || a.context < 1 || a.timeline < 0) {
+  if (a.model_dir.empty() || a.steps < 1 || a.repeats < 1 || a.context < 1 || a.timeline < 0 ||
+      a.input_len < 1 || a.output_len < 1) {
     std::fprintf(stderr, usage, argv[0]);
     return 2;
   }
