@@ -152,8 +152,13 @@ Status CudaModelRunner::EnqueueKvCopies(std::span<const KvBlockCopy> copies, cud
 }
 
 Status CudaModelRunner::SyncKvCopies() {
-  TANDEM_RETURN_IF_ERROR(FlushOnboardLayers());
-  TANDEM_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  // Both streams are drained even when ordering the layer-wise copies failed: the caller gives the
+  // host slots back after an error, so no copy may still run into or out of them.
+  const Status flush = FlushOnboardLayers();
+  if (!flush.ok() && onboard_stream_ != nullptr) (void)cudaStreamSynchronize(onboard_stream_);
+  const cudaError_t synced = cudaStreamSynchronize(stream_);
+  TANDEM_RETURN_IF_ERROR(flush);
+  TANDEM_CUDA_RETURN_IF_ERROR(synced);
   return Status::Ok();
 }
 
