@@ -126,14 +126,14 @@ int Grammar::RuleNamed(std::string_view name) {
   int found = FindRule(name);
   if (found >= 0) return found;
   rules_.push_back(Rule{std::string(name), -1});
-  return static_cast<int>(rules_.size()) - 1;
+  const int r = static_cast<int>(rules_.size()) - 1;
+  rule_index_.emplace(rules_.back().name, r);
+  return r;
 }
 
 int Grammar::FindRule(std::string_view name) const {
-  for (size_t i = 0; i < rules_.size(); ++i) {
-    if (rules_[i].name == name) return static_cast<int>(i);
-  }
-  return -1;
+  const auto it = rule_index_.find(std::string(name));
+  return it == rule_index_.end() ? -1 : it->second;
 }
 
 Status Grammar::Validate() const {

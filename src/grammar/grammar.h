@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
@@ -92,6 +93,9 @@ class Grammar {
   int Add(Expr e);
   std::vector<Expr> exprs_;
   std::vector<Rule> rules_;
+  // Rule number by name (a GBNF of n rules names them O(n) times; a linear search made parsing a
+  // large hostile grammar quadratic).
+  std::unordered_map<std::string, int> rule_index_;
   int root_ = -1;
 };
 

@@ -1,9 +1,11 @@
 // GBNF reading (grammar.h) and compiling (automaton.h): errors name the place and the rule;
 // ToGbnf reads back to the same language (checked on random strings); UTF-8 range sequences agree
 // with PCRE2's reading of the same class.
+#include <algorithm>
 #include <memory>
 #include <random>
 #include <string>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -46,6 +48,36 @@ TEST(GbnfTest, LeftRecursionAndSizeAreRefused) {
   auto a = Automaton::Compile(*g, 5000);
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("too large"), std::string::npos);
+}
+
+// Thousands of rules (a hostile spec within the 1 MB limit): a rule whose nullability is known only
+// through a chain of 3000 rules (r0 ::= r1 r1, ..., the last "" or "a" r0), declared in both orders.
+// z calls r0 and then itself before any byte, so it is left-recursive only because r0 can be empty,
+// which the worklist must carry down the whole chain; with a byte between the two calls it is fine.
+// And a left recursion around a cycle of 60 k rules is found and named without deep recursion.
+TEST(GbnfTest, ManyRulesNullableChainsAndLongLeftRecursiveCycles) {
+  auto chain = [](int n, bool reversed, const std::string& z) {
+    std::vector<std::string> rules;
+    for (int i = 0; i < n; ++i) {
+      const std::string next = "r" + std::to_string(i + 1);
+      rules.push_back("r" + std::to_string(i) + " ::= " + (i + 1 < n ? next + " " + next : "\"\" | \"a\" r0"));
+    }
+    if (reversed) std::reverse(rules.begin(), rules.end());
+    std::string text = "root ::= z\nz ::= " + z + "\n";
+    for (const std::string& r : rules) text += r + "\n";
+    return text;
+  };
+  for (bool reversed : {false, true}) {
+    SCOPED_TRACE(reversed ? "reversed" : "in order");
+    EXPECT_NE(ErrorOf(chain(3000, reversed, "r0 z \"q\" | \"b\"").c_str()).find("left-recursive"), std::string::npos);
+    EXPECT_EQ(ErrorOf(chain(3000, reversed, "r0 \"q\" z | \"b\"").c_str()), "");
+  }
+  std::string cycle = "root ::= r0\n";
+  constexpr int kRules = 60000;
+  for (int i = 0; i < kRules; ++i) {
+    cycle += "r" + std::to_string(i) + " ::= r" + std::to_string((i + 1) % kRules) + " \"a\" | \"b\"\n";
+  }
+  EXPECT_NE(ErrorOf(cycle.c_str()).find("is left-recursive"), std::string::npos);
 }
 
 // Compile checks a node count computed from the grammar before it builds anything (a huge
