@@ -2,6 +2,7 @@
 #include <cstdlib>
 
 #include "chat_parse/tool_calls.h"
+#include "common/json_limits.h"
 
 namespace tandem::chat_parse {
 
@@ -23,9 +24,10 @@ size_t SkipSpace(std::string_view s, size_t i) {
 }
 
 std::optional<ojson> ParseJson(std::string_view text) {
-  ojson j = ojson::parse(text.begin(), text.end(), nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return std::nullopt;
-  return j;
+  // Bounded (common/json_limits.h): a model's output may hold any number of keys.
+  BoundedJson parsed = ParseBoundedJson(text, /*max_depth=*/0);
+  if (parsed.error != JsonParseError::kNone) return std::nullopt;
+  return std::move(parsed.value);
 }
 
 // Arguments as JSON text: an object (or any value) is written compactly; a string holding JSON is

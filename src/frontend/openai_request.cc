@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "chat/prompt.h"
+#include "common/json_limits.h"
 #include "frontend/errors.h"
 #include "frontend/structured_output_params.h"
 #include "frontend/tool_params.h"
@@ -447,27 +448,28 @@ int MaxTokenBytes(const Tokenizer& tokenizer) {
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      const ParseOptions& options, ParsedRequest* out) {
   out->endpoint = endpoint;
-  // nlohmann's parser keeps its own stack (no recursion); the callback sees each value's depth.
-  bool too_deep = false;
-  auto depth_limit = [&too_deep](int depth, ojson::parse_event_t event, ojson&) {
-    if ((event == ojson::parse_event_t::object_start || event == ojson::parse_event_t::array_start) &&
-        depth >= kMaxRequestNesting)
-      too_deep = true;
-    return !too_deep;  // false: the value is dropped, so nothing deep is ever built
-  };
-  ojson j = ojson::parse(body, depth_limit, /*allow_exceptions=*/false);
-  if (too_deep) {
+  // nlohmann's parser keeps its own stack (no recursion); ParseBoundedJson's callback sees each
+  // value's depth and each key (an object's keys cost quadratic time in ordered_json).
+  BoundedJson parsed = ParseBoundedJson(body, kMaxRequestNesting);
+  if (parsed.error == JsonParseError::kTooDeep) {
     ApiError e;
     e.message = fmt::format("The request body is nested deeper than {} levels of arrays and objects.",
                             kMaxRequestNesting);
     return e;
   }
-  if (j.is_discarded()) {
+  if (parsed.error == JsonParseError::kTooManyKeys) {
+    ApiError e;
+    e.message = "The request body has objects with too many keys (one object may hold about 11,000 "
+                "keys; several large objects count together).";
+    return e;
+  }
+  if (parsed.error != JsonParseError::kNone) {
     ApiError e;
     e.message = "We could not parse the JSON body of your request. (The request body is not "
                 "valid JSON.)";
     return e;
   }
+  ojson j = std::move(parsed.value);
   if (!j.is_object()) {
     ApiError e;
     e.message = fmt::format("The request body must be a JSON object, got {}.", j.type_name());

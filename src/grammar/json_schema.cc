@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_limits.h"
 #include "grammar/json_schema_parts.h"
 #include "grammar/regex.h"
 
@@ -507,9 +508,16 @@ Result<Grammar> JsonSchemaToGrammar(std::string_view schema, const JsonSchemaOpt
     return Err(StatusCode::kInvalidArgument, "json schema of {} bytes is over the limit of {}",
                schema.size(), options.max_schema_bytes);
   }
-  Json root = Json::parse(schema, nullptr, /*allow_exceptions=*/false);
-  if (root.is_discarded()) return Status(StatusCode::kInvalidArgument, "json schema is not valid JSON");
-  if (JsonNestedDeeperThan(root, kMaxJsonNesting)) {
+  // Bounded: an object's keys cost quadratic time in ordered_json (common/json_limits.h).
+  BoundedJson parsed = ParseBoundedJson(schema, kMaxJsonNesting + 1);
+  if (parsed.error == JsonParseError::kInvalid) {
+    return Status(StatusCode::kInvalidArgument, "json schema is not valid JSON");
+  }
+  if (parsed.error == JsonParseError::kTooManyKeys) {
+    return Status(StatusCode::kInvalidArgument, "json schema has objects with too many keys");
+  }
+  Json root = std::move(parsed.value);
+  if (parsed.error == JsonParseError::kTooDeep || JsonNestedDeeperThan(root, kMaxJsonNesting)) {
     return Err(StatusCode::kInvalidArgument, "json schema nested deeper than {} levels", kMaxJsonNesting);
   }
   try {
