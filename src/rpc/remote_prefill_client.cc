@@ -85,6 +85,9 @@ struct RemotePrefillClient::Impl {
     std::lock_guard<std::mutex> lock(mu);
     released.swap(retired);
     std::vector<std::shared_ptr<PrefillWorker>> updated;
+    // Logged when the set changes, a worker replaced by another in one update included (a restart
+    // within one discovery poll: the count alone would not move).
+    bool changed = false;
     for (const InstanceInfo& inst : instances) {
       if (!options.served_model_name.empty() &&
           inst.metadata.value("model", std::string()) != options.served_model_name) {
@@ -94,9 +97,10 @@ struct RemotePrefillClient::Impl {
       for (const auto& old : workers) {
         if (old->instance.instance_id == inst.instance_id && old->instance.endpoint == inst.endpoint) w = old;
       }
+      changed = changed || !w;
       updated.push_back(w ? w : ConnectPrefill(inst));
     }
-    if (updated.size() != workers.size()) {
+    if (changed || updated.size() != workers.size()) {
       log::info("{} prefill worker(s) available", updated.size());
     }
     workers = std::move(updated);

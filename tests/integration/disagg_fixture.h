@@ -229,7 +229,7 @@ class DisaggTest : public ::testing::Test {
   }
   // Registered, /metrics up, and the decode worker's client (discovery polled every 500 ms)
   // logged "1 prefill worker(s) available" once per prefill worker started so far (it logs when
-  // the count changes: 0 after a kill, 1 after the restart).
+  // the set changes: 0 after a kill, 1 after the restart, or 1 once when one poll saw both).
   void AwaitPrefill() {
     ASSERT_TRUE(prefill_);
     ASSERT_TRUE(Eventually([&] { return Registered("prefill", prefill_->pid()) == 1; }, 120s))
