@@ -13,12 +13,16 @@ namespace {
 TEST_F(DisaggTest, AKilledPrefillWorkerFallsBackLocallyAndARestartedOneServes) {
   StartWorkers(/*with_prefill=*/true, /*max_local_prefill_tokens=*/64,
                {"--remote-prefill-timeout-s", "30"});
-  // The long golden prompts (1500, then 3500 tokens, should the first finish before the kill).
+  // The long golden prompts (1500, then 3500 tokens, should the first finish before the kill),
+  // then fresh 3400-token prompts (the 3500 one shifted by 1, 2 tokens: no prefix hit) killed
+  // sooner: on an idle machine the 3500 tokens take ~270 ms, under the first delay.
   bool killed_in_flight = false;
-  for (int attempt = 0; attempt < 2 && !killed_in_flight; ++attempt) {
+  constexpr int kKillDelayMs[] = {300, 300, 100, 30};
+  for (int attempt = 0; attempt < 4 && !killed_in_flight; ++attempt) {
     if (attempt > 0) StartPrefill();
     SCOPED_TRACE("attempt " + std::to_string(attempt));
-    const json body = CompletionBody(LongGolden()[attempt]["prompt"], 16);
+    const json body = CompletionBody(attempt < 2 ? LongGolden()[attempt]["prompt"]
+                                                 : LongIds(1, attempt - 1, attempt - 1 + 3400), 16);
     const std::string want = Reference(body);
     ASSERT_FALSE(want.empty());
     const DecodeMetrics before = Decode();
@@ -27,9 +31,9 @@ TEST_F(DisaggTest, AKilledPrefillWorkerFallsBackLocallyAndARestartedOneServes) {
     ChildProcess* curl = StartCurl(name, body, 90);
     // The remote prefill started: the decode worker reserved the prompt's blocks and called the
     // prefill worker (~1 s of compute for 1500 tokens here; its own gauges only change after the
-    // engine step, so they cannot show it). Kill it 300 ms into the call.
+    // engine step, so they cannot show it). Kill it kKillDelayMs into the call.
     ASSERT_TRUE(Eventually([&] { return Decode().blocks_used > 0; }, 30s)) << Logs();
-    std::this_thread::sleep_for(300ms);
+    std::this_thread::sleep_for(std::chrono::milliseconds(kKillDelayMs[attempt]));
     prefill_->Signal(SIGKILL);
     ASSERT_TRUE(prefill_->WaitExit(5s));
     const auto killed = std::chrono::steady_clock::now();
