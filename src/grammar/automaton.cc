@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <queue>
 
 namespace tandem::grammar {
 
@@ -475,6 +476,13 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t 
     waiting[c].clear();
     for (const auto& [r, ret] : woken) explore(r, ret);
   }
+  // With the nullable set settled, `left` once more in the order of a plain search from each
+  // rule's start (one more linear pass), so a left recursion is named as it always was.
+  std::fill(explored.begin(), explored.end(), 0);
+  for (size_t r = 0; r < num_rules; ++r) {
+    left[r].clear();
+    if (a.starts_[r] >= 0) explore(static_cast<int>(r), a.starts_[r]);
+  }
   // A cycle in `left`, by a depth-first search with its own stack (a chain of rules may be long).
   std::vector<int> state(num_rules, 0);  // 0 new, 1 on the path, 2 done
   std::vector<std::pair<int, size_t>> path;  // (rule, next callee to follow)
@@ -501,23 +509,47 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t 
       }
     }
   }
-  // The fewest bytes to each node's rule end: relaxed until nothing changes (targets mostly come
-  // later in the numbering, so a backward sweep settles most of it at once).
+  // The fewest bytes to each node's rule end: the least solution of d(n) = 0 where final, else the
+  // least of 1 + d(target) over byte edges and d(callee's start) + d(return) over calls, by Knuth's
+  // generalization of Dijkstra (1977; both are superior functions): a node is settled as it leaves
+  // the queue. Relaxing every node until nothing changed settled one call level a sweep (a 1 MB
+  // spec of 30 k rules each calling the one before took 7 s).
   auto add = [](int64_t x, int64_t y) { return std::min<int64_t>(x + y, kNever); };
-  a.min_to_end_.assign(a.nodes_.size(), kNever);
-  for (bool changed = true; changed;) {
-    changed = false;
-    for (size_t k = a.nodes_.size(); k-- > 0;) {
-      const Node& node = a.nodes_[k];
-      int64_t best = node.final ? 0 : kNever;
-      for (const ByteEdge& e : node.bytes) best = std::min(best, add(1, a.min_to_end_[e.target]));
-      for (const CallEdge& c : node.calls) {
-        best = std::min(best, add(a.min_to_end_[a.starts_[c.rule]], a.min_to_end_[c.ret]));
-      }
-      if (best < a.min_to_end_[k]) {
-        a.min_to_end_[k] = static_cast<int32_t>(best);
-        changed = true;
-      }
+  const size_t num_nodes = a.nodes_.size();
+  std::vector<std::vector<int>> byte_preds(num_nodes);
+  std::vector<std::vector<std::pair<int, int>>> call_deps(num_nodes);  // (calling node, call index)
+  for (size_t k = 0; k < num_nodes; ++k) {
+    const Node& node = a.nodes_[k];
+    for (const ByteEdge& e : node.bytes) byte_preds[e.target].push_back(static_cast<int>(k));
+    for (size_t i = 0; i < node.calls.size(); ++i) {
+      const CallEdge& c = node.calls[i];
+      call_deps[a.starts_[c.rule]].emplace_back(static_cast<int>(k), static_cast<int>(i));
+      if (c.ret != a.starts_[c.rule]) call_deps[c.ret].emplace_back(static_cast<int>(k), static_cast<int>(i));
+    }
+  }
+  std::vector<int32_t>& d = a.min_to_end_;
+  d.assign(num_nodes, kNever);
+  std::vector<char> settled(num_nodes, 0);
+  using Item = std::pair<int32_t, int>;
+  std::priority_queue<Item, std::vector<Item>, std::greater<Item>> queue;
+  auto offer = [&](int n, int64_t v) {
+    if (v < d[n]) queue.emplace(d[n] = static_cast<int32_t>(v), n);
+  };
+  for (size_t k = 0; k < num_nodes; ++k) {
+    if (a.nodes_[k].final) offer(static_cast<int>(k), 0);
+  }
+  while (!queue.empty()) {
+    const auto [v, n] = queue.top();
+    queue.pop();
+    if (settled[n] || v != d[n]) continue;
+    settled[n] = 1;
+    for (int p : byte_preds[n]) {
+      if (!settled[p]) offer(p, add(1, v));
+    }
+    for (const auto& [p, i] : call_deps[n]) {
+      const CallEdge& c = a.nodes_[p].calls[i];
+      const int s = a.starts_[c.rule];
+      if (!settled[p] && settled[s] && settled[c.ret]) offer(p, add(d[s], d[c.ret]));
     }
   }
   if (a.min_to_end_[a.starts_[a.root_]] == kNever) {
