@@ -46,6 +46,10 @@ TEST(JsonLimits, KeyComparisonsAreCountedPerObjectAndSummed) {
   const std::string inner = "{\"a\":" + ObjectOfKeys(100) + ",\"b\":1,\"c\":2}";
   EXPECT_EQ(ParseBoundedJson(inner, 0, c100 + 3).error, JsonParseError::kNone);
   EXPECT_EQ(ParseBoundedJson(inner, 0, c100 + 2).error, JsonParseError::kTooManyKeys);
+  // Keys of 16 bytes or more count 1 + size / 16 a comparison: 40-byte keys, 3.
+  const std::string pad(38, 'x');
+  EXPECT_EQ(ParseBoundedJson(ObjectOfKeys(100, pad), 0, 3 * c100).error, JsonParseError::kNone);
+  EXPECT_EQ(ParseBoundedJson(ObjectOfKeys(100, pad), 0, 3 * c100 - 1).error, JsonParseError::kTooManyKeys);
   // The default allows one object of 11,585 keys, not 11,586.
   EXPECT_EQ(ParseBoundedJson(ObjectOfKeys(11585), 0).error, JsonParseError::kNone);
   BoundedJson over = ParseBoundedJson(ObjectOfKeys(11586), 0);
