@@ -8,6 +8,9 @@ namespace tandem::chat_parse {
 
 using ojson = nlohmann::ordered_json;
 
+// Arrays and objects in a call's JSON at most (as in a request body, frontend/openai_request.h).
+constexpr int kMaxArgumentsNesting = 512;
+
 namespace {
 
 bool IsSpace(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r'; }
@@ -24,8 +27,10 @@ size_t SkipSpace(std::string_view s, size_t i) {
 }
 
 std::optional<ojson> ParseJson(std::string_view text) {
-  // Bounded (common/json_limits.h): a model's output may hold any number of keys.
-  BoundedJson parsed = ParseBoundedJson(text, /*max_depth=*/0);
+  // Bounded (common/json_limits.h): a model's output may hold any number of keys, and nesting
+  // without end (dumping a value recurses: 100 k nested arrays overflowed the stack). Past the
+  // bounds it is not a call: the text stays content.
+  BoundedJson parsed = ParseBoundedJson(text, kMaxArgumentsNesting);
   if (parsed.error != JsonParseError::kNone) return std::nullopt;
   return std::move(parsed.value);
 }

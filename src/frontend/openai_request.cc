@@ -448,8 +448,8 @@ int MaxTokenBytes(const Tokenizer& tokenizer) {
 std::optional<ApiError> ParseRequest(Endpoint endpoint, const std::string& body,
                                      const ParseOptions& options, ParsedRequest* out) {
   out->endpoint = endpoint;
-  // nlohmann's parser keeps its own stack (no recursion); ParseBoundedJson's callback sees each
-  // value's depth and each key (an object's keys cost quadratic time in ordered_json).
+  // nlohmann's parser keeps its own stack (no recursion); ParseBoundedJson's first pass (SAX) bounds
+  // the depth and the key comparisons (an object's keys cost quadratic time in ordered_json).
   BoundedJson parsed = ParseBoundedJson(body, kMaxRequestNesting);
   if (parsed.error == JsonParseError::kTooDeep) {
     ApiError e;

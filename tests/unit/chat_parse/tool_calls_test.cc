@@ -121,6 +121,24 @@ TEST(ToolCallParser, WholeText) {
   }
 }
 
+// Arguments nested past 512 levels (a model may write anything) are not a call: the text stays
+// content, and nothing recurses over them (dumping 100 k nested arrays overflowed the stack). 510
+// arrays in the arguments (512 levels with the call's and the arguments' objects) still make a
+// call, 511 do not.
+TEST(ToolCallParser, ArgumentsNestedTooDeeplyStayContent) {
+  auto call = [](int depth) {
+    return "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": " + std::string(depth, '[') +
+           std::string(depth, ']') + "}}\n</tool_call>";
+  };
+  ToolCallDelta deep = ParseToolCalls(ToolCallFormat::kHermes, call(100000), &Tools());
+  EXPECT_TRUE(deep.calls.empty());
+  EXPECT_EQ(deep.content, call(100000));
+  EXPECT_TRUE(ParseToolCalls(ToolCallFormat::kHermes, call(511), &Tools()).calls.empty());
+  ToolCallDelta ok = ParseToolCalls(ToolCallFormat::kHermes, call(510), &Tools());
+  ASSERT_EQ(ok.calls.size(), 1u) << ok.content.substr(0, 200);
+  EXPECT_EQ(ok.calls[0].name, "get_weather");
+}
+
 TEST(ToolCallParser, EverySplitPointAndByteByByte) {
   for (const Case& c : Cases()) {
     for (size_t k = 0; k <= c.text.size(); ++k) {
