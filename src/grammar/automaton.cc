@@ -448,7 +448,9 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t 
   std::vector<std::vector<int>> left(num_rules);
   std::vector<std::vector<std::pair<int, int>>> waiting(num_rules);  // callee -> (caller, return node)
   std::vector<int> found_nullable, todo;
-  auto explore = [&](int r, int from) {
+  // callees: null while nullability is being found (calls of rules not yet nullable wait); once it
+  // is settled, the rules r calls before its first byte.
+  auto explore = [&](int r, int from, std::vector<int>* callees) {
     todo.assign(1, from);
     while (!todo.empty()) {
       const int n = todo.back();
@@ -460,28 +462,27 @@ Result<Automaton> Automaton::Compile(const Grammar& g, size_t max_nodes, size_t 
         found_nullable.push_back(r);
       }
       for (const CallEdge& c : a.nodes_[n].calls) {
-        left[r].push_back(c.rule);
+        if (callees) callees->push_back(c.rule);
         if (nullable[c.rule]) todo.push_back(c.ret);
-        else waiting[c.rule].emplace_back(r, c.ret);
+        else if (!callees) waiting[c.rule].emplace_back(r, c.ret);
       }
     }
   };
   for (size_t r = 0; r < num_rules; ++r) {
-    if (a.starts_[r] >= 0) explore(static_cast<int>(r), a.starts_[r]);
+    if (a.starts_[r] >= 0) explore(static_cast<int>(r), a.starts_[r], nullptr);
   }
   while (!found_nullable.empty()) {
     const int c = found_nullable.back();
     found_nullable.pop_back();
     std::vector<std::pair<int, int>> woken = std::move(waiting[c]);
     waiting[c].clear();
-    for (const auto& [r, ret] : woken) explore(r, ret);
+    for (const auto& [r, ret] : woken) explore(r, ret, nullptr);
   }
-  // With the nullable set settled, `left` once more in the order of a plain search from each
-  // rule's start (one more linear pass), so a left recursion is named as it always was.
+  // With the nullable set settled, `left` in the order of a plain search from each rule's start
+  // (one more linear pass), so a left recursion is named as it always was.
   std::fill(explored.begin(), explored.end(), 0);
   for (size_t r = 0; r < num_rules; ++r) {
-    left[r].clear();
-    if (a.starts_[r] >= 0) explore(static_cast<int>(r), a.starts_[r]);
+    if (a.starts_[r] >= 0) explore(static_cast<int>(r), a.starts_[r], &left[r]);
   }
   // A cycle in `left`, by a depth-first search with its own stack (a chain of rules may be long).
   std::vector<int> state(num_rules, 0);  // 0 new, 1 on the path, 2 done
