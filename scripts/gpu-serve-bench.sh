@@ -126,7 +126,8 @@ main() {
           --json "$json" "$@"
       }
       # engine_loop JSON [ARGS...]: the HTTP levels' closed loops straight into the engine, with
-      # the server's step budget (tandem run's default, 2048 tokens) and --max-num-seqs.
+      # the server's step budget (tandem run's default, 2048 tokens); its max_num_seqs is the
+      # largest level, so no level waits for a slot (nor does one under the server's 256).
       engine_loop() {
         local json=$1
         shift
